@@ -1,0 +1,52 @@
+// A Memory is the stateful side of compression, one per bucket: it decorates a
+// (stateless) codec the way BytePS's compressor decorators do. Error feedback keeps
+// the residual of earlier steps; DGC's momentum correction keeps velocities. The
+// 2-bit codec's "residual" is error feedback's memory: one mechanism, not two.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradcomp/codec.h"
+#include "gradcomp/step_context.h"
+
+namespace gradcomp {
+
+// One named piece of a Memory's state, for checkpoints and `gradcomp codec --residual`.
+struct StateBuffer {
+  std::string name;
+  std::span<float> data;
+};
+
+class Memory {
+ public:
+  virtual ~Memory() = default;
+
+  virtual const Codec& codec() const = 0;
+  // The spec this memory was built from, e.g. "ef(topk:ratio=0.01,...)".
+  virtual std::string spec() const = 0;
+  // Elements of the bucket it serves.
+  virtual std::size_t size() const = 0;
+
+  // Compresses one step's gradient for this bucket into out (which holds at least
+  // max_encoded_bytes()), updating the state. Returns the message size.
+  virtual std::size_t compress(std::span<const float> grad, const StepContext& ctx,
+                               std::span<std::byte> out) = 0;
+
+  // The state, in a fixed order (empty for stateless memories). Writable so that
+  // checkpoints can restore it.
+  virtual std::vector<StateBuffer> state() = 0;
+
+  std::size_t max_encoded_bytes() const { return codec().max_encoded_bytes(size()); }
+};
+
+// No state: compress() is codec().encode().
+std::unique_ptr<Memory> make_pass_through(std::shared_ptr<const Codec> codec, std::size_t n);
+
+// Error feedback (SPEC "Error feedback"): p = g + e; msg = encode(p); e = p - decode(msg).
+std::unique_ptr<Memory> make_error_feedback(std::shared_ptr<const Codec> codec, std::size_t n);
+
+}  // namespace gradcomp

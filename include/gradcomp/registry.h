@@ -1,0 +1,129 @@
+// Building codecs and memories from spec strings, faiss-style.
+//
+//   spec    := wrapper '(' spec ')' | name [ ':' param { ',' param } ]
+//   param   := key '=' value
+//   wrapper := 'ef' | 'noef'
+//
+// Examples: "topk:ratio=0.001", "ef(qsgd:levels=16,bucket=512)", "noef(2bit)".
+// A plain biased codec (traits.needs_memory) gets error feedback by default;
+// noef(...) switches it off for ablations; ef(...) adds it to any codec.
+// The grammar is strict: names and keys are [a-z0-9_-]+, values are consumed whole
+// by std::from_chars, no whitespace inside. Unknown names and keys, duplicate keys,
+// malformed and out-of-range values throw InvalidArgument listing the known choices.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "gradcomp/codec.h"
+#include "gradcomp/memory.h"
+
+namespace gradcomp {
+
+// ---- parsed spec strings --------------------------------------------------------
+
+struct SpecNode {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> params;  // in the order written
+  std::unique_ptr<SpecNode> inner;                          // set for wrapper(inner)
+};
+
+// Parses the grammar above; throws InvalidArgument with the offending position.
+SpecNode parse_spec(std::string_view spec);
+
+// ---- parameters -----------------------------------------------------------------
+
+enum class ParamKind : std::uint8_t { kInt, kFloat, kChoice, kBool };
+
+struct ParamDef {
+  std::string key;
+  ParamKind kind = ParamKind::kFloat;
+  std::string default_value;  // as a user would type it
+  std::string help;
+  double min = 0;             // inclusive bounds for kInt / kFloat ...
+  double max = 0;
+  bool min_exclusive = false;  // ... unless the lower bound is exclusive (ratio > 0)
+  std::vector<std::string> choices;  // kChoice
+};
+
+ParamDef int_param(std::string key, std::int64_t def, std::int64_t min, std::int64_t max,
+                   std::string help);
+ParamDef float_param(std::string key, double def, double min, double max, std::string help,
+                     bool min_exclusive = false);
+ParamDef choice_param(std::string key, std::string def, std::vector<std::string> choices,
+                      std::string help);
+ParamDef bool_param(std::string key, bool def, std::string help);
+
+// Validated parameter values, every declared key present (defaults filled in).
+class Params {
+ public:
+  using Value = std::variant<std::int64_t, double, std::string, bool>;
+
+  std::int64_t get_int(std::string_view key) const;
+  double get_float(std::string_view key) const;
+  const std::string& get_choice(std::string_view key) const;
+  bool get_bool(std::string_view key) const;
+
+  // "k1=v1,k2=v2" in declaration order, numbers in shortest round-trip form.
+  std::string canonical() const;
+
+  void set(std::string key, Value v);
+
+ private:
+  const Value& at(std::string_view key) const;
+  std::vector<std::pair<std::string, Value>> values_;
+};
+
+// ---- codec registry -------------------------------------------------------------
+
+struct CodecInfo {
+  std::string name;
+  std::uint16_t wire_id = 0;  // unique per codec; written into every message header
+  std::string summary;        // one line for `gradcomp list`
+  CodecTraits traits;         // as listed; an instance may refine them from its parameters
+  std::vector<ParamDef> params;
+  // Further spec strings (besides the defaults) that the generic codec contract tests
+  // sweep, e.g. "topk:ratio=0.5,select=exact". Shown as examples by `gradcomp list`.
+  std::vector<std::string> examples;
+  std::function<std::unique_ptr<Codec>(CodecIdentity, const Params&)> make;
+};
+
+class CodecRegistry {
+ public:
+  // Throws InvalidArgument on a duplicate name or wire id.
+  void add(CodecInfo info);
+
+  const CodecInfo* find(std::string_view name) const;
+  const CodecInfo* find_wire_id(std::uint16_t id) const;
+  std::vector<const CodecInfo*> all() const;  // sorted by name
+  std::string known_names() const;            // "1bit, 2bit, fp16, ..."
+
+  // A plain codec spec ("qsgd:levels=16"); wrappers are rejected.
+  std::shared_ptr<const Codec> make_codec(std::string_view spec) const;
+  std::shared_ptr<const Codec> make_codec(const SpecNode& node) const;
+
+  // A full compressor spec, wrappers allowed, for a bucket of n elements.
+  std::unique_ptr<Memory> make_memory(std::string_view spec, std::size_t n) const;
+
+  // Validates `node`'s parameters against info's declarations, filling defaults.
+  static Params resolve_params(const CodecInfo& info, const SpecNode& node);
+
+ private:
+  std::map<std::string, CodecInfo, std::less<>> codecs_;
+};
+
+// Registers every built-in codec. Explicit (no static initialisers a linker may drop).
+void register_builtin_codecs(CodecRegistry& registry);
+
+// A process-wide registry holding the built-in codecs, built on first use.
+const CodecRegistry& builtin_registry();
+
+}  // namespace gradcomp

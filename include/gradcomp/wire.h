@@ -1,0 +1,89 @@
+// The wire format shared by every codec. A message is a fixed 20-byte header
+// followed by the codec's payload. All fields are little-endian.
+//
+//   offset size field
+//        0    4 magic          "GCMP" (0x47 0x43 0x4D 0x50)
+//        4    1 version        kWireVersion
+//        5    1 flags          must be 0 (reserved)
+//        6    2 codec_id       which codec wrote it (CodecInfo::wire_id)
+//        8    4 config_tag     hash of the codec's canonical spec: a message encoded
+//                              with other parameters (levels, threshold...) is rejected
+//       12    4 elements       n, the length of the encoded gradient
+//       16    4 payload_bytes  bytes that follow the header; equals the message size - 20
+//
+// The config tag goes beyond the minimum (magic, version, id, n, length): two ranks
+// built from different spec strings would otherwise decode each other's messages
+// into silent garbage. Payloads start 4-byte aligned relative to the message start.
+//
+// Nothing in a message is trusted until validated: read_header() checks the framing,
+// open_payload() checks it against the codec and the destination, and each codec then
+// checks its payload's length and contents before writing anything.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+
+namespace gradcomp {
+
+static_assert(std::endian::native == std::endian::little,
+              "gradcomp's wire format and kernels assume a little-endian host");
+
+inline constexpr std::uint32_t kWireMagic = 0x504D4347;  // bytes "GCMP"
+inline constexpr std::uint8_t kWireVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 20;
+// Element counts and payload lengths are uint32 on the wire.
+inline constexpr std::size_t kMaxElements = 0xFFFFFFFFu;
+
+struct WireHeader {
+  std::uint16_t codec_id = 0;
+  std::uint32_t config_tag = 0;
+  std::uint32_t elements = 0;
+  std::uint32_t payload_bytes = 0;
+};
+
+class Codec;
+
+// Little-endian loads and stores at any alignment.
+template <class T>
+inline T load_le(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+inline void store_le(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// Writes the header for a payload of `payload_bytes` into out[0, 20).
+void write_header(std::span<std::byte> out, std::uint16_t codec_id, std::uint32_t config_tag,
+                  std::size_t elements, std::size_t payload_bytes);
+
+// Validates framing only: size >= header, magic, version, flags, and payload_bytes
+// equal to what follows. Throws CorruptMessage naming `op`.
+WireHeader read_header(std::span<const std::byte> msg, std::string_view op);
+
+// Validates the header against `codec` and a destination of n elements; returns the
+// payload. Throws CorruptMessage (wrong codec, other parameters, wrong n, framing).
+std::span<const std::byte> open_payload(std::span<const std::byte> msg, const Codec& codec,
+                                        std::size_t n);
+
+// Checks that a payload has exactly `expected` bytes; throws CorruptMessage otherwise.
+void expect_payload_bytes(std::span<const std::byte> payload, std::size_t expected,
+                          std::string_view op, std::size_t n);
+
+// 32-bit FNV-1a, used for config tags (stable across builds and platforms).
+constexpr std::uint32_t fnv1a32(std::string_view s) {
+  std::uint32_t h = 0x811C9DC5u;
+  for (char c : s) {
+    h ^= static_cast<std::uint8_t>(c);
+    h *= 0x01000193u;
+  }
+  return h;
+}
+
+}  // namespace gradcomp

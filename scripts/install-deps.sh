@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs every Debian package gradcomp needs to build, test, benchmark and train.
+# Idempotent: packages already present are left alone. Nothing is downloaded from
+# anywhere but the Debian archive configured on the machine.
+set -euo pipefail
+
+packages=(
+  # toolchain and build
+  build-essential cmake ninja-build ccache pkg-config git
+  # core tests, benchmarks, fuzzing (clang's libFuzzer + sanitizer runtimes)
+  libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev clang-format
+  # CLI parsing
+  libcli11-dev
+  # LibTorch C++ frontend, c10d/Gloo, and a fast BLAS (without OpenBLAS, Debian's
+  # LibTorch falls back to the reference BLAS and matrix products run 10-35x slower)
+  libtorch-dev libgloo-dev libopenblas0-pthread
+  # dense linear algebra for ATOMO's SVD, kept out of LibTorch
+  libeigen3-dev
+  # data
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,66 @@
+#include "gradcomp/codec.h"
+
+#include <string>
+
+#include "gradcomp/error.h"
+#include "gradcomp/wire.h"
+
+namespace gradcomp {
+
+Codec::Codec(CodecIdentity identity, CodecTraits traits)
+    : identity_(std::move(identity)), traits_(traits), config_tag_(fnv1a32(identity_.spec)) {}
+
+std::size_t Codec::max_encoded_bytes(std::size_t n) const {
+  return kHeaderBytes + max_payload_bytes(n);
+}
+
+namespace {
+
+void check_encode_args(const Codec& codec, std::size_t n, std::size_t out_bytes,
+                       std::string_view op) {
+  if (n > kMaxElements) {
+    throw InvalidArgument(codec.name() + " " + std::string(op) + ": " + std::to_string(n) +
+                          " elements > the wire format's limit " + std::to_string(kMaxElements));
+  }
+  const std::size_t need = codec.max_encoded_bytes(n);
+  if (out_bytes < need) {
+    throw InvalidArgument(codec.name() + " " + std::string(op) + ": output buffer of " +
+                          std::to_string(out_bytes) + " bytes < max_encoded_bytes " +
+                          std::to_string(need));
+  }
+}
+
+}  // namespace
+
+std::size_t Codec::encode(std::span<const float> in, const StepContext& ctx,
+                          std::span<std::byte> out) const {
+  check_encode_args(*this, in.size(), out.size(), "encode");
+  const std::size_t payload = encode_payload(in, ctx, out.subspan(kHeaderBytes));
+  write_header(out, wire_id(), config_tag(), in.size(), payload);
+  return kHeaderBytes + payload;
+}
+
+void Codec::decode_add(std::span<const std::byte> msg, std::span<float> out, float alpha) const {
+  decode_payload_add(open_payload(msg, *this, out.size()), out, alpha);
+}
+
+std::size_t Codec::encode_feedback(std::span<float> p, const StepContext& ctx,
+                                   std::span<std::byte> out) const {
+  check_encode_args(*this, p.size(), out.size(), "encode");
+  const std::size_t payload = encode_payload_feedback(p, ctx, out.subspan(kHeaderBytes));
+  write_header(out, wire_id(), config_tag(), p.size(), payload);
+  return kHeaderBytes + payload;
+}
+
+std::size_t Codec::encode_payload_feedback(std::span<float> p, const StepContext& ctx,
+                                           std::span<std::byte> payload) const {
+  const std::size_t bytes = encode_payload(p, ctx, payload);
+  decode_payload_add(payload.first(bytes), p, -1.0f);
+  return bytes;
+}
+
+LinearRegion Codec::linear_region(std::size_t /*n*/) const {
+  throw InvalidArgument(name() + ": not a linear codec; its messages cannot be summed");
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,54 @@
+// Error feedback (Seide et al. 2014; Stich et al. 2018; Karimireddy et al. 2019), as in
+// SPEC "Error feedback":
+//   p <- g + e ;  msg <- encode(p) ;  e <- p - decode(msg)
+// The residual buffer holds p during the step and e afterwards, so a step costs one
+// pass to add g plus the codec's fused encode_feedback (e.g. top-k only zeroes the k
+// sent positions; 2-bit updates the residual while packing). Conservation holds
+// exactly for integer-valued inputs: sum of decoded messages + e_final = sum of g.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gradcomp/error.h"
+#include "gradcomp/memory.h"
+
+namespace gradcomp {
+
+namespace {
+
+class ErrorFeedback final : public Memory {
+ public:
+  ErrorFeedback(std::shared_ptr<const Codec> codec, std::size_t n)
+      : codec_(std::move(codec)), residual_(n, 0.0f) {}
+
+  const Codec& codec() const override { return *codec_; }
+  std::string spec() const override { return "ef(" + codec_->spec() + ")"; }
+  std::size_t size() const override { return residual_.size(); }
+
+  std::size_t compress(std::span<const float> grad, const StepContext& ctx,
+                       std::span<std::byte> out) override {
+    if (grad.size() != residual_.size()) {
+      throw InvalidArgument("ef compress: gradient of " + std::to_string(grad.size()) +
+                            " elements, memory holds " + std::to_string(residual_.size()));
+    }
+    float* e = residual_.data();
+    const float* g = grad.data();
+    const std::size_t n = residual_.size();
+    for (std::size_t i = 0; i < n; ++i) e[i] += g[i];
+    return codec_->encode_feedback(residual_, ctx, out);
+  }
+
+  std::vector<StateBuffer> state() override { return {{"residual", residual_}}; }
+
+ private:
+  std::shared_ptr<const Codec> codec_;
+  std::vector<float> residual_;
+};
+
+}  // namespace
+
+std::unique_ptr<Memory> make_error_feedback(std::shared_ptr<const Codec> codec, std::size_t n) {
+  return std::make_unique<ErrorFeedback>(std::move(codec), n);
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,101 @@
+#include "gradcomp/registry.h"
+
+#include <string>
+
+#include "gradcomp/error.h"
+
+namespace gradcomp {
+
+void CodecRegistry::add(CodecInfo info) {
+  if (info.name.empty() || !info.make) {
+    throw InvalidArgument("codec registry: a codec needs a name and a factory");
+  }
+  if (codecs_.count(info.name) != 0) {
+    throw InvalidArgument("codec registry: '" + info.name + "' registered twice");
+  }
+  if (const CodecInfo* other = find_wire_id(info.wire_id)) {
+    throw InvalidArgument("codec registry: wire id " + std::to_string(info.wire_id) + " of '" +
+                          info.name + "' already taken by '" + other->name + "'");
+  }
+  std::string name = info.name;
+  codecs_.emplace(std::move(name), std::move(info));
+}
+
+const CodecInfo* CodecRegistry::find(std::string_view name) const {
+  const auto it = codecs_.find(name);
+  return it == codecs_.end() ? nullptr : &it->second;
+}
+
+const CodecInfo* CodecRegistry::find_wire_id(std::uint16_t id) const {
+  for (const auto& [name, info] : codecs_) {
+    if (info.wire_id == id) return &info;
+  }
+  return nullptr;
+}
+
+std::vector<const CodecInfo*> CodecRegistry::all() const {
+  std::vector<const CodecInfo*> out;
+  out.reserve(codecs_.size());
+  for (const auto& [name, info] : codecs_) out.push_back(&info);
+  return out;
+}
+
+std::string CodecRegistry::known_names() const {
+  std::string out;
+  for (const auto& [name, info] : codecs_) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+namespace {
+
+bool is_wrapper(std::string_view name) { return name == "ef" || name == "noef"; }
+
+}  // namespace
+
+std::shared_ptr<const Codec> CodecRegistry::make_codec(const SpecNode& node) const {
+  if (node.inner || is_wrapper(node.name)) {
+    throw InvalidArgument("'" + node.name +
+                          "(...)' wraps a codec in a memory; a plain codec spec is needed here");
+  }
+  const CodecInfo* info = find(node.name);
+  if (info == nullptr) {
+    throw InvalidArgument("unknown codec '" + node.name + "'; known: " + known_names() +
+                          " (wrappers: ef, noef)");
+  }
+  const Params params = resolve_params(*info, node);
+  const std::string canonical = params.canonical();
+  CodecIdentity identity{info->name, info->wire_id,
+                         canonical.empty() ? info->name : info->name + ":" + canonical};
+  return info->make(std::move(identity), params);
+}
+
+std::shared_ptr<const Codec> CodecRegistry::make_codec(std::string_view spec) const {
+  return make_codec(parse_spec(spec));
+}
+
+std::unique_ptr<Memory> CodecRegistry::make_memory(std::string_view spec, std::size_t n) const {
+  const SpecNode node = parse_spec(spec);
+  if (node.name == "ef" || node.name == "noef") {
+    if (!node.inner) {
+      throw InvalidArgument("spec '" + std::string(spec) + "': " + node.name +
+                            " takes a codec in parentheses, e.g. " + node.name + "(topk)");
+    }
+    auto codec = make_codec(*node.inner);
+    return node.name == "ef" ? make_error_feedback(std::move(codec), n)
+                             : make_pass_through(std::move(codec), n);
+  }
+  auto codec = make_codec(node);
+  return codec->traits().needs_memory ? make_error_feedback(std::move(codec), n)
+                                      : make_pass_through(std::move(codec), n);
+}
+
+const CodecRegistry& builtin_registry() {
+  static const CodecRegistry registry = [] {
+    CodecRegistry r;
+    register_builtin_codecs(r);
+    return r;
+  }();
+  return registry;
+}
+
+}  // namespace gradcomp

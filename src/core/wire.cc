@@ -1,0 +1,90 @@
+#include "gradcomp/wire.h"
+
+#include <string>
+
+#include "gradcomp/codec.h"
+#include "gradcomp/error.h"
+
+namespace gradcomp {
+
+namespace {
+
+[[noreturn]] void corrupt(std::string_view op, const std::string& what) {
+  throw CorruptMessage(std::string(op) + ": " + what);
+}
+
+}  // namespace
+
+void write_header(std::span<std::byte> out, std::uint16_t codec_id, std::uint32_t config_tag,
+                  std::size_t elements, std::size_t payload_bytes) {
+  if (out.size() < kHeaderBytes) {
+    throw InvalidArgument("write_header: buffer of " + std::to_string(out.size()) +
+                          " bytes < header " + std::to_string(kHeaderBytes));
+  }
+  if (elements > kMaxElements || payload_bytes > 0xFFFFFFFFu) {
+    throw InvalidArgument("write_header: " + std::to_string(elements) + " elements / " +
+                          std::to_string(payload_bytes) + " payload bytes exceed 2^32-1");
+  }
+  std::byte* p = out.data();
+  store_le<std::uint32_t>(p + 0, kWireMagic);
+  store_le<std::uint8_t>(p + 4, kWireVersion);
+  store_le<std::uint8_t>(p + 5, 0);
+  store_le<std::uint16_t>(p + 6, codec_id);
+  store_le<std::uint32_t>(p + 8, config_tag);
+  store_le<std::uint32_t>(p + 12, static_cast<std::uint32_t>(elements));
+  store_le<std::uint32_t>(p + 16, static_cast<std::uint32_t>(payload_bytes));
+}
+
+WireHeader read_header(std::span<const std::byte> msg, std::string_view op) {
+  if (msg.size() < kHeaderBytes) {
+    corrupt(op, "message of " + std::to_string(msg.size()) + " bytes < header " +
+                    std::to_string(kHeaderBytes));
+  }
+  const std::byte* p = msg.data();
+  if (load_le<std::uint32_t>(p) != kWireMagic) corrupt(op, "bad magic (not a gradcomp message)");
+  const auto version = load_le<std::uint8_t>(p + 4);
+  if (version != kWireVersion) {
+    corrupt(op, "wire version " + std::to_string(version) + " != supported " +
+                    std::to_string(kWireVersion));
+  }
+  const auto flags = load_le<std::uint8_t>(p + 5);
+  if (flags != 0) corrupt(op, "reserved flags " + std::to_string(flags) + " != 0");
+  WireHeader h;
+  h.codec_id = load_le<std::uint16_t>(p + 6);
+  h.config_tag = load_le<std::uint32_t>(p + 8);
+  h.elements = load_le<std::uint32_t>(p + 12);
+  h.payload_bytes = load_le<std::uint32_t>(p + 16);
+  if (h.payload_bytes != msg.size() - kHeaderBytes) {
+    corrupt(op, "header says " + std::to_string(h.payload_bytes) + " payload bytes, message has " +
+                    std::to_string(msg.size() - kHeaderBytes));
+  }
+  return h;
+}
+
+std::span<const std::byte> open_payload(std::span<const std::byte> msg, const Codec& codec,
+                                        std::size_t n) {
+  const std::string op = codec.name() + " decode";
+  const WireHeader h = read_header(msg, op);
+  if (h.codec_id != codec.wire_id()) {
+    corrupt(op, "message from codec id " + std::to_string(h.codec_id) + ", expected " +
+                    std::to_string(codec.wire_id()));
+  }
+  if (h.config_tag != codec.config_tag()) {
+    corrupt(op, "message encoded with other parameters than '" + codec.spec() + "'");
+  }
+  if (h.elements != n) {
+    corrupt(op, "message has " + std::to_string(h.elements) + " elements, destination " +
+                    std::to_string(n));
+  }
+  return msg.subspan(kHeaderBytes);
+}
+
+void expect_payload_bytes(std::span<const std::byte> payload, std::size_t expected,
+                          std::string_view op, std::size_t n) {
+  if (payload.size() != expected) {
+    corrupt(op, "payload of " + std::to_string(payload.size()) + " bytes, expected " +
+                    std::to_string(expected) + " for n " + std::to_string(n));
+  }
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,126 @@
+// Spec strings: grammar, validation, canonical forms, memory wrappers.
+#include <gtest/gtest.h>
+
+#include "gradcomp/error.h"
+#include "gradcomp/registry.h"
+
+namespace gradcomp {
+namespace {
+
+// A throwaway registry with one codec whose parameters exercise every kind.
+CodecRegistry toy_registry() {
+  class Toy final : public Codec {
+   public:
+    Toy(CodecIdentity id, bool biased) : Codec(std::move(id), {.needs_memory = biased}) {}
+
+   protected:
+    std::size_t max_payload_bytes(std::size_t) const override { return 0; }
+    std::size_t encode_payload(std::span<const float>, const StepContext&,
+                               std::span<std::byte>) const override {
+      return 0;
+    }
+    void decode_payload_add(std::span<const std::byte>, std::span<float>, float) const override {}
+  };
+  CodecRegistry r;
+  r.add({.name = "toy",
+         .wire_id = 900,
+         .summary = "test",
+         .traits = {},
+         .params = {float_param("ratio", 0.01, 0.0, 1.0, "fraction", /*min_exclusive=*/true),
+                    int_param("levels", 16, 1, 1 << 20, "levels"),
+                    choice_param("mode", "exact", {"exact", "sampled"}, "selection"),
+                    bool_param("biased", true, "needs memory")},
+         .examples = {},
+         .make = [](CodecIdentity id, const Params& p) -> std::unique_ptr<Codec> {
+           return std::make_unique<Toy>(std::move(id), p.get_bool("biased"));
+         }});
+  return r;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(SpecParser, ParsesNamesParamsAndWrappers) {
+  const SpecNode n = parse_spec("ef(qsgd:levels=16,bucket=512)");
+  EXPECT_EQ(n.name, "ef");
+  ASSERT_TRUE(n.inner);
+  EXPECT_EQ(n.inner->name, "qsgd");
+  ASSERT_EQ(n.inner->params.size(), 2u);
+  EXPECT_EQ(n.inner->params[1].first, "bucket");
+  EXPECT_EQ(n.inner->params[1].second, "512");
+}
+
+TEST(SpecParser, RejectsMalformedSpecs) {
+  for (const char* bad : {"", ":", "topk:", "topk:ratio", "topk:ratio=", "topk:=1", "topk:ratio=1,",
+                          "ef(", "ef(topk", "ef(topk))", "Topk", "topk ratio=1", " topk",
+                          "topk:ratio=1:levels=2", "topk:ratio=1,ratio=2", "ef()", "a(b(c(d(e(f(g(h(i(j))))))))))"}) {
+    EXPECT_THROW(parse_spec(bad), InvalidArgument) << "'" << bad << "'";
+  }
+}
+
+TEST(Registry, FillsDefaultsAndCanonicalises) {
+  auto r = toy_registry();
+  auto c = r.make_codec("toy:mode=sampled,ratio=0.5");
+  EXPECT_EQ(c->spec(), "toy:ratio=0.5,levels=16,mode=sampled,biased=1");
+  EXPECT_EQ(r.make_codec(c->spec())->config_tag(), c->config_tag());
+  EXPECT_NE(r.make_codec("toy:ratio=0.25")->config_tag(), c->config_tag());
+}
+
+TEST(Registry, ErrorsNameTheProblemAndTheChoices) {
+  auto r = toy_registry();
+  EXPECT_NE(error_of([&] { r.make_codec("toyy"); }).find("known: toy"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:ratioo=1"); }).find("known: ratio, levels, mode, biased"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=0"); }).find("out of range (0, 1]"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=1.5"); }).find("out of range"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=0.1x"); }).find("not a finite number"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=nan"); }).find("not a finite number"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:levels=2.5"); }).find("not an integer"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:levels=0"); }).find("out of range [1, 1048576]"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:levels=99999999999999999999"); }).find("not an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:mode=fast"); }).find("expected one of: exact, sampled"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:biased=yes"); }).find("expected 0, 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("ef(toy)"); }).find("plain codec spec"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_memory("ef", 4); }).find("takes a codec"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_memory("ef(ef(toy))", 4); }).find("plain codec spec"), std::string::npos);
+}
+
+TEST(Registry, BiasedCodecsGetErrorFeedbackByDefault) {
+  auto r = toy_registry();
+  EXPECT_EQ(r.make_memory("toy", 8)->state().size(), 1u);            // biased: ef
+  EXPECT_EQ(r.make_memory("toy:biased=0", 8)->state().size(), 0u);   // unbiased: none
+  EXPECT_EQ(r.make_memory("noef(toy)", 8)->state().size(), 0u);      // ablation
+  EXPECT_EQ(r.make_memory("ef(toy:biased=0)", 8)->state().size(), 1u);
+  EXPECT_EQ(r.make_memory("ef(toy)", 8)->spec(), "ef(toy:ratio=0.01,levels=16,mode=exact,biased=1)");
+}
+
+TEST(Registry, RejectsDuplicateNamesAndWireIds) {
+  auto r = toy_registry();
+  CodecInfo dup = *r.find("toy");
+  EXPECT_THROW(r.add(dup), InvalidArgument);
+  dup.name = "toy2";
+  EXPECT_THROW(r.add(dup), InvalidArgument);  // same wire id
+}
+
+TEST(Registry, BuiltinCodecsHaveUniqueIdsAndDocumentedParams) {
+  const auto all = builtin_registry().all();
+  ASSERT_FALSE(all.empty());
+  for (const CodecInfo* info : all) {
+    EXPECT_FALSE(info->summary.empty()) << info->name;
+    for (const auto& p : info->params) EXPECT_FALSE(p.help.empty()) << info->name << ":" << p.key;
+    // Defaults and examples must build.
+    EXPECT_NO_THROW(builtin_registry().make_codec(info->name)) << info->name;
+    for (const auto& e : info->examples) EXPECT_NO_THROW(builtin_registry().make_codec(e)) << e;
+  }
+}
+
+}  // namespace
+}  // namespace gradcomp
