@@ -66,10 +66,12 @@ U8Labelled read_cifar10_batch(const std::filesystem::path& file) {
 }
 
 Dataset load_cifar10(const std::filesystem::path& dir, Split split) {
+  if (dir.empty()) {
+    throw InvalidArgument(std::string("load_cifar10: no data directory given (") + kHowToGet + ")");
+  }
   std::error_code ec;
-  if (dir.empty() || !std::filesystem::is_directory(dir, ec)) {
-    detail::fail(dir.empty() ? std::filesystem::path("(no directory given)") : dir,
-                 std::string("CIFAR-10 directory not found (") + kHowToGet + ")");
+  if (!std::filesystem::is_directory(dir, ec)) {
+    detail::fail(dir, std::string("CIFAR-10 directory not found (") + kHowToGet + ")");
   }
   std::vector<std::string> files;
   if (split == Split::kTrain) {

@@ -41,8 +41,8 @@ std::array<std::uint32_t, 3> read_idx_header(detail::InputFile& f, int dims, con
       detail::fail(f.path(), format("IDX element type 0x%02X, expected 0x08 (unsigned byte)",
                                     unsigned{hdr[2]}));
     }
-    detail::fail(f.path(), format("IDX file has %u dimensions, expected %d (%s)", unsigned{hdr[3]},
-                                  dims, what));
+    detail::fail(f.path(), format("IDX file has %u dimension%s, expected %d (%s)", unsigned{hdr[3]},
+                                  hdr[3] == 1 ? "" : "s", dims, what));
   }
   if (got < header_bytes) {
     detail::fail(f.path(), format("truncated: the IDX header needs %zu bytes, file holds %zu",

@@ -201,8 +201,9 @@ std::vector<BadFile> bad_image_files() {
   const Bytes px = pattern(kN * kRows * kCols, 3);
   const Bytes good = idx_images(kN, kRows, kCols, px);
   std::vector<BadFile> bad;
-  bad.push_back(
-      {"labels magic", idx_images(kN, kRows, kCols, px, 0x00000801), {"dimensions", "expected 3"}});
+  bad.push_back({"labels magic",
+                 idx_images(kN, kRows, kCols, px, 0x00000801),
+                 {"has 1 dimension, expected 3"}});
   bad.push_back({"two dims", idx_images(kN, kRows, kCols, px, 0x00000802), {"2 dimensions"}});
   bad.push_back(
       {"float type", idx_images(kN, kRows, kCols, px, 0x00000D03), {"element type 0x0D"}});
@@ -288,7 +289,7 @@ TEST(DataIdx, RejectsDamagedGzipStreams) {
   for (std::size_t len : {gz.size() - 1, gz.size() - 8, gz.size() / 2, std::size_t{12}}) {
     SCOPED_TRACE(len);
     write_plain(p, Bytes(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(len)));
-    expect_invalid([&] { read_idx_images(p); }, {p.string() + ": "});
+    expect_invalid([&] { read_idx_images(p); }, {p.string() + ": damaged or truncated gzip data"});
   }
   // A flipped byte inside the deflate data or the CRC.
   for (std::size_t at : {gz.size() - 6, gz.size() / 2}) {
@@ -410,6 +411,7 @@ TEST(DataCifar, RejectsMalformedBatches) {
   expect_invalid([&] { read_cifar10_batch(p); },
                  {p.string() + ": label 10 of record 1 (byte offset 3073) is out of range"});
   // Missing directory and a missing batch.
+  expect_invalid([&] { load_cifar10({}, Split::kTrain); }, {"load_cifar10", "--data-dir"});
   expect_invalid([&] { load_cifar10(dir / "nope", Split::kTrain); },
                  {(dir / "nope").string(), "not found", "--data-dir"});
   for (int b = 1; b <= 5; ++b) {
