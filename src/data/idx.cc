@@ -49,8 +49,9 @@ std::array<std::uint32_t, 3> read_idx_header(detail::InputFile& f, int dims, con
                                   header_bytes, got));
   }
   std::array<std::uint32_t, 3> sizes{};
-  for (int d = 0; d < dims; ++d)
-    sizes[static_cast<std::size_t>(d)] = detail::load_be32(hdr + 4 + 4 * d);
+  for (std::size_t d = 0; d < static_cast<std::size_t>(dims); ++d) {
+    sizes[d] = detail::load_be32(hdr + 4 + 4 * d);
+  }
   return sizes;
 }
 

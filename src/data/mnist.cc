@@ -32,7 +32,7 @@ constexpr IdxSource kMnist{"MNIST", "mnist",
 std::filesystem::path find_file(const std::filesystem::path& dir, const std::string& base,
                                 const IdxSource& src) {
   std::error_code ec;
-  const std::filesystem::path plain = dir / base;
+  std::filesystem::path plain = dir / base;
   if (std::filesystem::exists(plain, ec)) return plain;
   std::filesystem::path gz = plain;
   gz += ".gz";
