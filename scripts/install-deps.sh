@@ -16,8 +16,8 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-pthread
   # dense linear algebra for ATOMO's SVD, kept out of LibTorch
   libeigen3-dev
-  # data
-  dataset-fashion-mnist
+  # data: zlib reads the gzipped IDX files; Fashion-MNIST itself
+  zlib1g-dev dataset-fashion-mnist
 )
 
 missing=()
