@@ -113,6 +113,10 @@ class CodecRegistry {
   // A full compressor spec, wrappers allowed, for a bucket of n elements.
   std::unique_ptr<Memory> make_memory(std::string_view spec, std::size_t n) const;
 
+  // The codec inside a compressor spec: ef(...) and noef(...) are stripped, so
+  // "ef(topk:ratio=0.01)" gives the codec that decodes what make_memory's memory sends.
+  std::shared_ptr<const Codec> make_codec_of(std::string_view compressor_spec) const;
+
   // Validates `node`'s parameters against info's declarations, filling defaults.
   static Params resolve_params(const CodecInfo& info, const SpecNode& node);
 

@@ -73,14 +73,29 @@ std::shared_ptr<const Codec> CodecRegistry::make_codec(std::string_view spec) co
   return make_codec(parse_spec(spec));
 }
 
+namespace {
+
+// The node a wrapper spec wraps; throws for a wrapper written without its codec.
+const SpecNode& wrapped_codec(const SpecNode& node, std::string_view spec) {
+  if (!node.inner) {
+    throw InvalidArgument("spec '" + std::string(spec) + "': " + node.name +
+                          " takes a codec in parentheses, e.g. " + node.name + "(topk)");
+  }
+  return *node.inner;
+}
+
+}  // namespace
+
+std::shared_ptr<const Codec> CodecRegistry::make_codec_of(std::string_view compressor_spec) const {
+  const SpecNode node = parse_spec(compressor_spec);
+  if (is_wrapper(node.name)) return make_codec(wrapped_codec(node, compressor_spec));
+  return make_codec(node);
+}
+
 std::unique_ptr<Memory> CodecRegistry::make_memory(std::string_view spec, std::size_t n) const {
   const SpecNode node = parse_spec(spec);
-  if (node.name == "ef" || node.name == "noef") {
-    if (!node.inner) {
-      throw InvalidArgument("spec '" + std::string(spec) + "': " + node.name +
-                            " takes a codec in parentheses, e.g. " + node.name + "(topk)");
-    }
-    auto codec = make_codec(*node.inner);
+  if (is_wrapper(node.name)) {
+    auto codec = make_codec(wrapped_codec(node, spec));
     return node.name == "ef" ? make_error_feedback(std::move(codec), n)
                              : make_pass_through(std::move(codec), n);
   }

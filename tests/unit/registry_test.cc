@@ -102,6 +102,24 @@ TEST(Registry, BiasedCodecsGetErrorFeedbackByDefault) {
   EXPECT_EQ(r.make_memory("ef(toy)", 8)->spec(), "ef(toy:ratio=0.01,levels=16,mode=exact,biased=1)");
 }
 
+TEST(Registry, MakeCodecOfStripsMemoryWrappers) {
+  auto r = toy_registry();
+  const auto plain = r.make_codec("toy:ratio=0.5");
+  for (const char* spec : {"toy:ratio=0.5", "ef(toy:ratio=0.5)", "noef(toy:ratio=0.5)"}) {
+    const auto c = r.make_codec_of(spec);
+    EXPECT_EQ(c->spec(), plain->spec()) << spec;
+    EXPECT_EQ(c->config_tag(), plain->config_tag()) << spec;
+  }
+  // The codec that decodes what the memory sends.
+  EXPECT_EQ(r.make_codec_of("ef(toy)")->spec(), r.make_memory("ef(toy)", 4)->codec().spec());
+  EXPECT_NE(error_of([&] { r.make_codec_of("ef"); }).find("takes a codec"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec_of("ef(noef(toy))"); }).find("plain codec spec"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec_of("ef(toyy)"); }).find("known: toy"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec_of("toy:ratio=2"); }).find("out of range"),
+            std::string::npos);
+}
+
 TEST(Registry, RejectsDuplicateNamesAndWireIds) {
   auto r = toy_registry();
   CodecInfo dup = *r.find("toy");

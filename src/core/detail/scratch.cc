@@ -1,6 +1,5 @@
 #include "detail/scratch.h"
 
-#include <cstdlib>
 #include <new>
 #include <string>
 
@@ -10,12 +9,16 @@ namespace gradcomp::detail {
 
 namespace {
 
-struct FreeDeleter {
-  void operator()(std::byte* p) const { std::free(p); }
+inline constexpr std::align_val_t kScratchAlign{64};
+
+// Scratch comes from the (aligned) global operator new, not aligned_alloc, so that
+// allocation counters that replace operator new (the benchmark harness) see its growth.
+struct AlignedDeleter {
+  void operator()(std::byte* p) const { ::operator delete(p, kScratchAlign); }
 };
 
 struct Slot {
-  std::unique_ptr<std::byte, FreeDeleter> data;
+  std::unique_ptr<std::byte, AlignedDeleter> data;
   std::size_t capacity = 0;
 };
 
@@ -31,9 +34,9 @@ std::span<std::byte> scratch_bytes(int slot, std::size_t bytes) {
     // Grow geometrically so buckets of slightly different sizes do not reallocate.
     std::size_t cap = s.capacity == 0 ? 4096 : s.capacity;
     while (cap < bytes) cap *= 2;
-    void* p = std::aligned_alloc(64, cap);
-    if (p == nullptr) throw std::bad_alloc();
-    s.data.reset(static_cast<std::byte*>(p));
+    s.data.reset();  // release the old buffer first: peak memory stays at the new size
+    s.capacity = 0;
+    s.data.reset(static_cast<std::byte*>(::operator new(cap, kScratchAlign)));
     s.capacity = cap;
   }
   return {s.data.get(), bytes};

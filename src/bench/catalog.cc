@@ -1,0 +1,165 @@
+#include "bench/catalog.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <vector>
+
+#include "bench/json.h"
+
+namespace gradcomp::bench {
+
+namespace {
+
+constexpr const char* kRule =
+    "biased codecs (traits: memory) get error feedback unless wrapped in noef(...)";
+
+struct WrapperDoc {
+  const char* name;
+  const char* usage;
+  const char* help;
+};
+
+constexpr WrapperDoc kWrappers[] = {
+    {"ef", "ef(SPEC)",
+     "error feedback: p = g + e; send encode(p); e = p - decode(msg). Adds a residual to any "
+     "codec; the default for biased codecs"},
+    {"noef", "noef(SPEC)",
+     "no memory: send encode(g) and forget the error (ablations of biased codecs)"},
+};
+
+const char* kind_name(ParamKind k) {
+  switch (k) {
+    case ParamKind::kInt:
+      return "int";
+    case ParamKind::kFloat:
+      return "float";
+    case ParamKind::kChoice:
+      return "choice";
+    case ParamKind::kBool:
+      return "bool";
+  }
+  return "?";
+}
+
+std::string number(double v, ParamKind kind) {
+  if (kind == ParamKind::kInt) return std::to_string(static_cast<std::int64_t>(v));
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+// "(0, 1]", "one of: exact, sampled", "0 or 1".
+std::string domain(const ParamDef& p) {
+  switch (p.kind) {
+    case ParamKind::kInt:
+    case ParamKind::kFloat:
+      return std::string(p.min_exclusive ? "(" : "[") + number(p.min, p.kind) + ", " +
+             number(p.max, p.kind) + "]";
+    case ParamKind::kChoice:
+      return "one of: " + join(p.choices, ", ");
+    case ParamKind::kBool:
+      return "0 or 1";
+  }
+  return "";
+}
+
+std::vector<std::string> trait_list(const CodecTraits& t) {
+  std::vector<std::string> out;
+  if (t.linear) out.emplace_back("linear");
+  if (t.unbiased) out.emplace_back("unbiased");
+  if (t.needs_memory) out.emplace_back("memory");
+  if (t.stochastic) out.emplace_back("stochastic");
+  return out;
+}
+
+std::string default_spec(const CodecRegistry& registry, const CodecInfo& info) {
+  return registry.make_codec(info.name)->spec();
+}
+
+}  // namespace
+
+std::string describe_codecs_text(const CodecRegistry& registry) {
+  std::string out = "Codecs (spec: name[:key=value,...]; " + std::string(kRule) + "):\n";
+  for (const CodecInfo* info : registry.all()) {
+    const auto traits = trait_list(info->traits);
+    out += "\n" + info->name + "  (wire id " + std::to_string(info->wire_id) +
+           ")  traits: " + (traits.empty() ? "none" : join(traits, ", ")) + "\n";
+    out += "  " + info->summary + "\n";
+    out += "  default: " + default_spec(registry, *info) + "\n";
+    if (info->params.empty()) {
+      out += "  params: none\n";
+    } else {
+      out += "  params:\n";
+      std::size_t wk = 0, wt = 0, wd = 0, wr = 0;
+      for (const auto& p : info->params) {
+        wk = std::max(wk, p.key.size());
+        wt = std::max(wt, std::string(kind_name(p.kind)).size());
+        wd = std::max(wd, p.default_value.size());
+        wr = std::max(wr, domain(p).size());
+      }
+      auto pad = [](const std::string& s, std::size_t w) {
+        return s + std::string(w - s.size(), ' ');
+      };
+      for (const auto& p : info->params) {
+        out += "    " + pad(p.key, wk) + "  " + pad(kind_name(p.kind), wt) + "  default " +
+               pad(p.default_value, wd) + "  " + pad(domain(p), wr) + "  " + p.help + "\n";
+      }
+    }
+    if (!info->examples.empty()) out += "  examples: " + join(info->examples, "  ") + "\n";
+  }
+  out += "\nWrappers (memory):\n";
+  for (const auto& w : kWrappers) {
+    out += "  " + std::string(w.usage) + std::string(12 - std::string(w.usage).size(), ' ') +
+           w.help + "\n";
+  }
+  out += "  Rule: " + std::string(kRule) + ".\n";
+  return out;
+}
+
+std::string describe_codecs_json(const CodecRegistry& registry) {
+  std::string out;
+  for (const CodecInfo* info : registry.all()) {
+    JsonObject traits;
+    traits.add("linear", info->traits.linear)
+        .add("unbiased", info->traits.unbiased)
+        .add("memory", info->traits.needs_memory)
+        .add("stochastic", info->traits.stochastic);
+    std::vector<JsonObject> params;
+    for (const auto& p : info->params) {
+      JsonObject o;
+      o.add("key", p.key).add("type", kind_name(p.kind)).add("default", p.default_value);
+      if (p.kind == ParamKind::kInt || p.kind == ParamKind::kFloat) {
+        o.add("min", p.min).add("max", p.max).add("min_exclusive", p.min_exclusive);
+      }
+      if (p.kind == ParamKind::kChoice) o.add("choices", p.choices);
+      o.add("help", p.help);
+      params.push_back(std::move(o));
+    }
+    JsonObject o;
+    o.add("kind", "codec")
+        .add("name", info->name)
+        .add("wire_id", static_cast<std::int64_t>(info->wire_id))
+        .add("summary", info->summary)
+        .add("traits", traits)
+        .add("default_spec", default_spec(registry, *info))
+        .add("params", params)
+        .add("examples", info->examples);
+    out += o.str() + "\n";
+  }
+  for (const auto& w : kWrappers) {
+    JsonObject o;
+    o.add("kind", "wrapper").add("name", w.name).add("usage", w.usage).add("help", w.help);
+    if (std::string(w.name) == "ef") o.add("default_for", "codecs with traits.memory (biased)");
+    out += o.str() + "\n";
+  }
+  return out;
+}
+
+}  // namespace gradcomp::bench

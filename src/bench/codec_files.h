@@ -1,0 +1,45 @@
+// `gradcomp codec encode|decode`: one codec step on files (raw little-endian float32
+// gradients, wire messages, and the memory's state for stateful specs).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "gradcomp/registry.h"
+#include "gradcomp/step_context.h"
+
+namespace gradcomp::bench {
+
+struct EncodeFileRequest {
+  std::string spec;      // a compressor spec: wrappers allowed ("ef(topk:ratio=0.01)")
+  std::string in;        // float32 gradient
+  std::string out;       // the message
+  std::string residual;  // optional: the memory's state, read if present, written back
+  StepContext ctx;
+};
+
+struct EncodeFileResult {
+  std::size_t n = 0;
+  std::size_t message_bytes = 0;
+  std::string memory_spec;  // canonical
+  bool residual_loaded = false;
+};
+
+// Reads the gradient, builds make_memory(spec, n), loads the state (the concatenation
+// of Memory::state() buffers) from `residual` when that file exists, compresses, and
+// writes the message and then the new state, each atomically. Nothing is written if
+// anything before the first write fails.
+EncodeFileResult encode_file(const CodecRegistry& registry, const EncodeFileRequest& request);
+
+struct DecodeFileResult {
+  std::size_t n = 0;
+  std::string codec_spec;  // canonical
+};
+
+// Decodes the message in `in` with the codec of `spec` (ef()/noef() stripped) into
+// n zeros, n taken from the message header, and writes the floats to `out`
+// atomically. A message that fails validation leaves `out` untouched.
+DecodeFileResult decode_file(const CodecRegistry& registry, const std::string& spec,
+                             const std::string& in, const std::string& out);
+
+}  // namespace gradcomp::bench

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# End-to-end tests of the gradcomp CLI binary (registered with ctest as cli.*).
+#   usage: cli_test.sh /path/to/gradcomp
+# Round trips of small float32 files, and every kind of bad input: each must exit 1
+# with exactly one line on stderr and leave existing output files untouched.
+set -uo pipefail
+
+GRADCOMP=${1:?usage: cli_test.sh /path/to/gradcomp}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gradcomp-cli.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+
+failures=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+
+# Writes little-endian float32 values (perl is part of every Debian install).
+floats() { local out=$1; shift; perl -e 'print pack("f<*", @ARGV)' -- "$@" > "$out"; }
+
+# run NAME CMD...: expects exit 0 and an empty stderr.
+run_ok() {
+  local name=$1; shift
+  if "$@" > out.txt 2> err.txt && [ ! -s err.txt ]; then pass "$name"; else
+    fail "$name (exit $?)"; cat err.txt; fi
+}
+
+# run_err NAME PATTERN CMD...: expects exit 1, exactly one stderr line starting with
+# "gradcomp: " and matching PATTERN (extended regex, case-insensitive).
+run_err() {
+  local name=$1 pattern=$2; shift 2
+  "$@" > out.txt 2> err.txt
+  local rc=$? lines
+  lines=$(wc -l < err.txt)
+  if [ "$rc" -ne 1 ]; then fail "$name: exit $rc, expected 1"; cat err.txt; return; fi
+  if [ "$lines" -ne 1 ]; then fail "$name: $lines stderr lines, expected 1"; cat err.txt; return; fi
+  if ! grep -q '^gradcomp: ' err.txt; then fail "$name: no 'gradcomp: ' prefix"; cat err.txt; return; fi
+  if ! grep -qiE "$pattern" err.txt; then fail "$name: stderr does not match /$pattern/"; cat err.txt; return; fi
+  pass "$name: $(cat err.txt)"
+}
+
+# ---- list, help, version ----------------------------------------------------------
+run_ok "list" "$GRADCOMP" list
+grep -q '^none ' out.txt && grep -q 'noef(' out.txt && grep -qi 'error feedback' out.txt \
+  && pass "list names none and the wrappers" || { fail "list output"; cat out.txt; }
+run_ok "list --json" "$GRADCOMP" list --json
+if grep -q '"kind":"codec","name":"none"' out.txt && ! grep -qv '^{.*}$' out.txt; then
+  pass "list --json: one object per line, names none"
+else fail "list --json output"; cat out.txt; fi
+codecs=$(grep -o '"kind":"codec","name":"[^"]*"' out.txt | sed 's/.*"name":"\([^"]*\)"/\1/')
+run_ok "--version" "$GRADCOMP" --version
+grep -q '^gradcomp [0-9]' out.txt && pass "version printed" || fail "version output"
+run_ok "--help" "$GRADCOMP" --help
+
+# ---- round trips ------------------------------------------------------------------
+floats g.f32 1 -2.5 3.25 0 1e-30 -1e30 7 0.125 -0.5 42
+run_ok "encode none" "$GRADCOMP" codec encode --spec none --in g.f32 --out m.bin
+run_ok "decode none" "$GRADCOMP" codec decode --spec none --in m.bin --out d.f32
+cmp -s g.f32 d.f32 && pass "none round trip reproduces the input" || fail "none round trip"
+
+run_ok "encode ef(none) --residual (new file)" "$GRADCOMP" codec encode --spec 'ef(none)' \
+  --in g.f32 --out m2.bin --residual r.f32 --seed 3 --step 4 --rank 1 --bucket 2
+run_ok "decode ef(none)" "$GRADCOMP" codec decode --spec 'ef(none)' --in m2.bin --out d2.f32
+cmp -s g.f32 d2.f32 && pass "ef(none) round trip reproduces the input" || fail "ef(none) round trip"
+floats zeros.f32 0 0 0 0 0 0 0 0 0 0
+cmp -s r.f32 zeros.f32 && pass "ef(none) residual written (zeros)" || fail "ef(none) residual"
+run_ok "encode ef(none) --residual (existing file)" "$GRADCOMP" codec encode --spec 'ef(none)' \
+  --in g.f32 --out m3.bin --residual r.f32
+grep -q 'residual loaded' out.txt && pass "residual loaded" || fail "residual not loaded"
+cmp -s m2.bin m3.bin && pass "same message from a zero residual" || fail "messages differ"
+# A nonzero residual is added to the gradient: none is exact, so decode gives g + r.
+floats g1.f32 1 2 3 4
+floats r1.f32 0.5 0.25 -1 8
+floats expect1.f32 1.5 2.25 2 12
+run_ok "encode with a nonzero residual" "$GRADCOMP" codec encode --spec 'ef(none)' \
+  --in g1.f32 --out m4.bin --residual r1.f32
+run_ok "decode it" "$GRADCOMP" codec decode --spec none --in m4.bin --out d4.f32
+cmp -s d4.f32 expect1.f32 && pass "residual added before encoding" || fail "residual not applied"
+: > empty.f32
+run_ok "encode an empty gradient" "$GRADCOMP" codec encode --spec none --in empty.f32 --out m0.bin
+run_ok "decode an empty gradient" "$GRADCOMP" codec decode --spec none --in m0.bin --out d0.f32
+[ -f d0.f32 ] && [ ! -s d0.f32 ] && pass "empty round trip" || fail "empty round trip"
+
+# ---- bad inputs: exit 1, one line, nothing overwritten -------------------------------
+floats keep.f32 9 9 9
+cp keep.f32 out.f32
+run_err "missing input file" "no-such\.f32.*(no such file|cannot open)" \
+  "$GRADCOMP" codec encode --spec none --in no-such.f32 --out out.f32
+printf '0123456789' > ten.bin
+run_err "10-byte float file" "multiple of 4" "$GRADCOMP" codec encode --spec none --in ten.bin --out out.f32
+run_err "unknown codec" "unknown codec 'nosuchcodec'" \
+  "$GRADCOMP" codec encode --spec nosuchcodec --in g.f32 --out out.f32
+# A bad parameter value for the first codec that has a parameter (a bad key where
+# no codec has parameters yet).
+bad_spec="none:nosuchkey=1"
+for c in $codecs; do
+  key=$(grep -o "\"kind\":\"codec\",\"name\":\"$c\".*" <("$GRADCOMP" list --json) \
+    | grep -o '"params":\[{"key":"[^"]*"' | sed 's/.*"key":"\([^"]*\)"/\1/')
+  if [ -n "$key" ]; then bad_spec="$c:$key=not-a-value"; break; fi
+done
+run_err "bad parameter ($bad_spec)" "nosuchkey|not-a-value" \
+  "$GRADCOMP" codec encode --spec "$bad_spec" --in g.f32 --out out.f32
+run_err "malformed spec" "spec|expected" "$GRADCOMP" codec encode --spec 'ef(none' --in g.f32 --out out.f32
+head -c 30 m.bin > trunc.bin
+run_err "truncated message" "trunc\.bin" "$GRADCOMP" codec decode --spec none --in trunc.bin --out out.f32
+head -c 10 m.bin > tiny.bin
+run_err "message shorter than a header" "header" "$GRADCOMP" codec decode --spec none --in tiny.bin --out out.f32
+run_err "not a message" "magic" "$GRADCOMP" codec decode --spec none --in g.f32 --out out.f32
+# A message of another spec: decode with a different codec when there is one; else
+# the message's codec id is patched to look like another codec's.
+other=""
+for c in $codecs; do [ "$c" != none ] && { other=$c; break; }; done
+if [ -n "$other" ]; then
+  run_err "message of another codec ($other)" "codec id|other parameters" \
+    "$GRADCOMP" codec decode --spec "$other" --in m.bin --out out.f32
+else
+  perl -e 'local $/; my $m = <STDIN>; substr($m, 6, 2) = pack("v", 999); print $m' < m.bin > other.bin
+  run_err "message of another codec (patched id)" "codec id" \
+    "$GRADCOMP" codec decode --spec none --in other.bin --out out.f32
+fi
+run_err "missing message file" "cannot open" "$GRADCOMP" codec decode --spec none --in nope.bin --out out.f32
+cmp -s keep.f32 out.f32 && pass "out file untouched after failed commands" || fail "out file was modified"
+[ ! -e out.f32.tmp ] && pass "no temporary left behind" || fail "out.f32.tmp left behind"
+
+floats r_wrong.f32 1 2 3
+cp r_wrong.f32 r_wrong.keep
+run_err "residual of the wrong size" "r_wrong\.f32.*3.*10" \
+  "$GRADCOMP" codec encode --spec 'ef(none)' --in g.f32 --out out.f32 --residual r_wrong.f32
+cmp -s r_wrong.f32 r_wrong.keep && cmp -s keep.f32 out.f32 \
+  && pass "nothing written after a bad residual" || fail "files changed after a bad residual"
+run_err "residual with a stateless spec" "keeps no memory" \
+  "$GRADCOMP" codec encode --spec none --in g.f32 --out out.f32 --residual r.f32
+run_err "residual that is a directory" "directory" \
+  "$GRADCOMP" codec encode --spec 'ef(none)' --in g.f32 --out out.f32 --residual "$WORK"
+run_err "output in a missing directory" "cannot create" \
+  "$GRADCOMP" codec encode --spec none --in g.f32 --out no/such/dir/m.bin
+
+run_err "unknown flag" "bogus" "$GRADCOMP" codec encode --bogus
+run_err "missing required flag" "required" "$GRADCOMP" codec encode --spec none --in g.f32
+run_err "no command" "subcommand" "$GRADCOMP"
+run_err "unknown command" "nosuchcommand" "$GRADCOMP" nosuchcommand
+run_err "bad number" "size" "$GRADCOMP" bench codec --size abc
+
+# ---- bench ------------------------------------------------------------------------
+run_ok "bench codec --json" "$GRADCOMP" bench codec --size 100000 --repeats 1 --json
+rows=$(wc -l < out.txt)
+if [ "$rows" -ge 3 ] && ! grep -qv '^{.*}$' out.txt \
+  && grep -q '"kind":"reference","spec":"memcpy"' out.txt \
+  && grep -q '"kind":"codec","spec":"none"' out.txt \
+  && grep -q '"kind":"baseline","spec":"torch::topk' out.txt; then
+  pass "bench --json: $rows lines, one JSON object each (memcpy, none, torch::topk)"
+else fail "bench --json output"; cat out.txt; fi
+if command -v jq > /dev/null; then
+  jq -e . out.txt > /dev/null && pass "bench --json parses (jq)" || fail "bench --json is not valid JSON"
+fi
+run_ok "bench codec table" "$GRADCOMP" bench codec --size 5000 --repeats 1 --spec none --spec 'ef(none)' --no-torch
+grep -q '^memcpy' out.txt && grep -q '^ef(none)' out.txt && pass "bench table rows" || { fail "bench table"; cat out.txt; }
+run_err "bench with an unknown spec" "unknown codec" "$GRADCOMP" bench codec --size 1000 --spec nosuch --no-torch
+
+if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "all CLI tests passed"

@@ -1,0 +1,86 @@
+// gradcomp bench codec [--spec S ...] [--size N] [--threads T] [--repeats R] [--json]:
+// encode/decode throughput of codec specs against memcpy and LibTorch's top-k.
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/harness.h"
+#include "bench/torch_baseline.h"
+#include "commands.h"
+#include "gradcomp/registry.h"
+
+namespace gradcomp::cli {
+
+namespace {
+
+// "--size: abc is not a positive integer" (CLI11's PositiveNumber prints its whole
+// double range instead).
+CLI::Validator integer_at_least(long long min) {
+  return CLI::Validator(
+      [min](std::string& value) -> std::string {
+        long long v = 0;
+        std::size_t used = 0;
+        try {
+          v = std::stoll(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != value.size() || v < min) {
+          return value + " is not an integer >= " + std::to_string(min);
+        }
+        return {};
+      },
+      "INT>=" + std::to_string(min));
+}
+
+struct BenchFlags {
+  bench::BenchOptions options;
+  bool json = false;
+  bool no_torch = false;
+};
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+
+  auto f = std::make_shared<BenchFlags>();
+  CLI::App* codec = bench->add_subcommand(
+      "codec",
+      "Encode/decode throughput (GB/s of fp32 input), message size and ratio per spec, with a "
+      "memcpy row and LibTorch's topk of |g| measured in the same run");
+  codec->add_option("--spec", f->options.specs,
+                    "Spec to measure (repeatable; default: every codec's default spec and "
+                    "top-k at ratio 0.001, sampled and exact)");
+  codec->add_option("--size", f->options.size, "Elements of the gradient")
+      ->capture_default_str()
+      ->check(integer_at_least(1));
+  codec->add_option("--threads", f->options.threads, "Threads (OpenMP and LibTorch)")
+      ->capture_default_str()
+      ->check(integer_at_least(1));
+  codec->add_option("--repeats", f->options.repeats, "Timed calls per measurement (median)")
+      ->capture_default_str()
+      ->check(integer_at_least(1));
+  codec->add_option("--warmup", f->options.warmup, "Untimed calls before them")
+      ->capture_default_str()
+      ->check(integer_at_least(0));
+  codec->add_option("--seed", f->options.seed, "Input data seed")->capture_default_str();
+  codec->add_flag("--json", f->json, "One JSON object per row (and per comparison, note)");
+  codec->add_flag("--no-torch", f->no_torch, "Skip the LibTorch topk baseline");
+  codec->callback([f] {
+    bench::set_threads(f->options.threads);
+    std::vector<bench::Baseline> baselines;
+    if (!f->no_torch) {
+      bench::set_torch_threads(f->options.threads);
+      baselines.push_back(bench::torch_topk_baseline(0.001));
+    }
+    const auto report = bench::run_codec_bench(builtin_registry(), f->options, baselines);
+    std::cout << (f->json ? bench::format_json_lines(report) : bench::format_table(report))
+              << std::flush;
+  });
+}
+
+}  // namespace gradcomp::cli
