@@ -121,7 +121,8 @@ void register_topk(CodecRegistry& registry) {
                               true)},
        .examples = {"topk:ratio=0.5,select=exact", "topk:ratio=0.07,select=exact",
                     "topk:ratio=0.001,select=sampled", "topk:ratio=0.05,select=sampled,sample=0.1",
-                    "topk:values=fp16", "topk:ratio=1,values=fp16"},
+                    "topk:values=fp16", "topk:ratio=1,values=fp16",
+                    "topk:ratio=0.02,select=sampled,values=fp16"},
        .make = [](CodecIdentity id, const Params& p) -> std::unique_ptr<Codec> {
          const std::string& s = p.get_choice("select");
          const Select select = s == "exact"     ? Select::kExact
