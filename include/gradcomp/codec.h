@@ -25,7 +25,7 @@ struct CodecTraits {
 };
 
 // Element type of a linear codec's summable region.
-enum class WireDType : std::uint8_t { kFloat32, kFloat16 };
+enum class WireDType : std::uint8_t { kFloat32, kFloat16, kBFloat16 };
 
 // The part of a linear codec's message that ranks sum elementwise (e.g. random-k's
 // values). Everything outside it is identical on every rank for the same step.

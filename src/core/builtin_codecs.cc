@@ -10,6 +10,9 @@ void register_builtin_codecs(CodecRegistry& registry) {
   // dense
   register_none(registry);  // wire id 1
   // REGISTER-LIST (one line per codec; keep wire ids unique, see codecs/codecs.h)
+  register_fp16(registry);       // wire id 2
+  register_topk(registry);       // wire id 3
+  register_threshold(registry);  // wire ids 5 (threshold) and 6 (mask)
 }
 
 }  // namespace gradcomp

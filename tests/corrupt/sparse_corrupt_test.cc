@@ -1,0 +1,187 @@
+// Payload attacks on the sparse (index, value) codecs and on fp16: each hand-built
+// message has a valid header, so only the codec's own payload validation stands between
+// it and the destination. Every one must throw CorruptMessage naming the codec and leave
+// the destination untouched.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+
+#include "gradcomp/error.h"
+#include "gradcomp/registry.h"
+#include "gradcomp/wire.h"
+#include "support/test_support.h"
+
+namespace gradcomp {
+namespace {
+
+constexpr std::size_t kN = 1000;
+
+std::vector<std::byte> message(const Codec& c, std::size_t n,
+                               const std::vector<std::byte>& payload) {
+  std::vector<std::byte> msg(kHeaderBytes + payload.size());
+  write_header(msg, c.wire_id(), c.config_tag(), n, payload.size());
+  if (!payload.empty()) std::memcpy(msg.data() + kHeaderBytes, payload.data(), payload.size());
+  return msg;
+}
+
+// count, indices, then values as fp32 or fp16 bit patterns.
+std::vector<std::byte> sparse_payload(std::uint32_t count, const std::vector<std::uint32_t>& idx,
+                                      const std::vector<std::uint32_t>& value_bits, bool fp16) {
+  std::vector<std::byte> p(4 + 4 * idx.size() + (fp16 ? 2 : 4) * value_bits.size());
+  store_le<std::uint32_t>(p.data(), count);
+  for (std::size_t j = 0; j < idx.size(); ++j)
+    store_le<std::uint32_t>(p.data() + 4 + 4 * j, idx[j]);
+  std::byte* v = p.data() + 4 + 4 * idx.size();
+  for (std::size_t j = 0; j < value_bits.size(); ++j) {
+    if (fp16) {
+      store_le<std::uint16_t>(v + 2 * j, static_cast<std::uint16_t>(value_bits[j]));
+    } else {
+      store_le<std::uint32_t>(v + 4 * j, value_bits[j]);
+    }
+  }
+  return p;
+}
+
+void expect_rejected(const Codec& c, const std::vector<std::byte>& msg, const std::string& what,
+                     const std::string& contains = "") {
+  SCOPED_TRACE(c.spec() + ": " + what);
+  auto out = test::random_gradient(kN, 5);
+  const auto before = out;
+  try {
+    c.decode_add(msg, out);
+    ADD_FAILURE() << "accepted";
+  } catch (const CorruptMessage& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind(c.name() + " decode: ", 0), 0u) << m;
+    if (!contains.empty()) {
+      EXPECT_NE(m.find(contains), std::string::npos) << m;
+    }
+  }
+  EXPECT_EQ(0, std::memcmp(out.data(), before.data(), 4 * kN)) << "destination modified";
+}
+
+struct SparseCase {
+  const char* spec;
+  std::uint32_t count;  // a valid count for n = kN
+  bool fp16;
+};
+
+class SparseCorrupt : public ::testing::TestWithParam<SparseCase> {};
+
+TEST_P(SparseCorrupt, PayloadAttacksAreRejected) {
+  const SparseCase& sc = GetParam();
+  auto c = builtin_registry().make_codec(sc.spec);
+  const std::uint32_t k = sc.count;
+  std::vector<std::uint32_t> idx(k), val(k);
+  const std::uint32_t one = sc.fp16 ? 0x3C00u : 0x3F800000u;
+  for (std::uint32_t j = 0; j < k; ++j) {
+    idx[j] = 7 + 97 * j;
+    val[j] = one;
+  }
+  // The unmodified payload is valid: each attack below is the only defect.
+  {
+    auto out = std::vector<float>(kN, 0.0f);
+    c->decode_add(message(*c, kN, sparse_payload(k, idx, val, sc.fp16)), out);
+    EXPECT_EQ(out[7], 1.0f);
+  }
+  const auto with = [&](auto edit) {
+    auto i2 = idx;
+    auto v2 = val;
+    std::uint32_t count = k;
+    edit(i2, v2, count);
+    return message(*c, kN, sparse_payload(count, i2, v2, sc.fp16));
+  };
+  expect_rejected(*c, with([](auto& i, auto&, auto&) { i.back() = kN; }), "index == n",
+                  "index 1000 >= n 1000");
+  expect_rejected(*c, with([](auto& i, auto&, auto&) { i.back() = kN + 1; }), "index > n",
+                  "index 1001 >= n 1000");
+  expect_rejected(*c, with([](auto& i, auto&, auto&) { i.back() = 0xFFFFFFFFu; }), "index 2^32-1",
+                  ">= n 1000");
+  expect_rejected(*c, with([](auto& i, auto&, auto&) { i[1] = i[0]; }), "duplicate index");
+  expect_rejected(*c, with([](auto& i, auto&, auto&) { std::swap(i[1], i[2]); }),
+                  "decreasing indices");
+  expect_rejected(*c, with([](auto&, auto&, auto& n) { n = n + 1; }), "count larger than payload");
+  expect_rejected(*c, with([](auto&, auto&, auto& n) { n = n - 1; }), "count smaller than payload");
+  expect_rejected(*c, with([](auto&, auto&, auto& n) { n = 0xFFFFFFFFu; }),
+                  "count 2^32-1 (count*8 overflows u32)");
+  expect_rejected(*c, with([](auto&, auto&, auto& n) { n = 0x20000000u; }), "count*8 == 2^32");
+  if (sc.fp16) {
+    for (std::uint32_t bad : {0x7C00u, 0xFC00u, 0x7E00u, 0x7C01u, 0xFFFFu}) {
+      expect_rejected(*c, with([&](auto&, auto& v, auto&) { v[k / 2] = bad; }),
+                      "non-finite fp16 value", "non-finite");
+    }
+  } else {
+    for (std::uint32_t bad : {0x7FC00000u, 0x7F800000u, 0xFF800000u, 0x7F800001u}) {
+      expect_rejected(*c, with([&](auto&, auto& v, auto&) { v[k / 2] = bad; }), "non-finite value",
+                      "non-finite");
+    }
+  }
+  // More entries than n: every index would have to repeat.
+  {
+    std::vector<std::uint32_t> many(kN + 1), vals(kN + 1, one);
+    for (std::uint32_t j = 0; j <= kN; ++j) many[j] = j;
+    expect_rejected(*c, message(*c, kN, sparse_payload(kN + 1, many, vals, sc.fp16)), "count > n");
+  }
+  // Shorter than the count field.
+  for (std::size_t len : {0, 1, 3}) {
+    expect_rejected(*c, message(*c, kN, std::vector<std::byte>(len)), "payload < 4 bytes");
+  }
+}
+
+// Counts outside what this configuration can produce, with a consistent length.
+TEST(SparseCorrupt, CountsTheEncoderNeverWritesAreRejected) {
+  const auto build = [](const Codec& c, std::uint32_t count) {
+    std::vector<std::uint32_t> idx(count), val(count, 0x3F800000u);
+    for (std::uint32_t j = 0; j < count; ++j) idx[j] = j;
+    return message(c, kN, sparse_payload(count, idx, val, false));
+  };
+  auto ex = builtin_registry().make_codec("topk:ratio=0.01,select=exact");  // k = 10
+  expect_rejected(*ex, build(*ex, 9), "exact mode, k-1 entries", "count 9 outside [10, 10]");
+  expect_rejected(*ex, build(*ex, 11), "exact mode, k+1 entries");
+  expect_rejected(*ex, build(*ex, 0), "exact mode, empty");
+  auto sa = builtin_registry().make_codec("topk:ratio=0.01,select=sampled");  // max 13
+  expect_rejected(*sa, build(*sa, 14), "sampled mode, > 1.3k entries", "count 14 outside [0, 13]");
+  std::vector<float> out(kN, 0.0f);
+  EXPECT_NO_THROW(sa->decode_add(build(*sa, 13), out));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sparse, SparseCorrupt,
+    ::testing::Values(SparseCase{"topk:ratio=0.01,select=exact", 10, false},
+                      SparseCase{"topk:ratio=0.01,select=sampled", 9, false},
+                      SparseCase{"topk:ratio=0.01,select=exact,values=fp16", 10, true},
+                      SparseCase{"threshold", 10, false}, SparseCase{"mask", 6, false}),
+    [](const auto& p) { return test::spec_test_name(p.param.spec); });
+
+TEST(HalfCorrupt, NonFinitePatternsAreRejected) {
+  for (const char* spec : {"fp16", "fp16:format=bf16"}) {
+    auto c = builtin_registry().make_codec(spec);
+    const bool bf = c->spec() == "fp16:format=bf16";
+    std::vector<std::byte> payload(2 * kN);
+    for (std::size_t i = 0; i < kN; ++i)
+      store_le<std::uint16_t>(payload.data() + 2 * i, bf ? 0x3F80 : 0x3C00);
+    {
+      std::vector<float> out(kN, 0.0f);
+      c->decode_add(message(*c, kN, payload), out);
+      EXPECT_EQ(out[0], 1.0f);
+    }
+    const std::vector<std::uint16_t> bad =
+        bf ? std::vector<std::uint16_t>{0x7F80, 0xFF80, 0x7FC0, 0x7F81, 0xFFFF}
+           : std::vector<std::uint16_t>{0x7C00, 0xFC00, 0x7E00, 0x7C01, 0xFFFF};
+    for (std::uint16_t pattern : bad) {
+      for (std::size_t at : {std::size_t{0}, std::size_t{17}, kN - 1}) {
+        auto p = payload;
+        store_le<std::uint16_t>(p.data() + 2 * at, pattern);
+        expect_rejected(*c, message(*c, kN, p), "pattern at " + std::to_string(at),
+                        "at index " + std::to_string(at));
+      }
+    }
+    auto odd = payload;
+    odd.pop_back();
+    expect_rejected(*c, message(*c, kN, odd), "odd payload length");
+  }
+}
+
+}  // namespace
+}  // namespace gradcomp
