@@ -10,6 +10,10 @@ void register_builtin_codecs(CodecRegistry& registry) {
   // dense
   register_none(registry);  // wire id 1
   // REGISTER-LIST (one line per codec; keep wire ids unique, see codecs/codecs.h)
+  register_threshold_2bit(registry);  // wire id 7
+  register_onebit(registry);          // wire id 8
+  register_terngrad(registry);        // wire id 10
+  register_signsgd(registry);         // wire ids 11 (signsgd), 12 (efsign)
 }
 
 }  // namespace gradcomp
