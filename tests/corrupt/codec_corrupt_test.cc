@@ -28,7 +28,7 @@ class CorruptCodec : public ::testing::TestWithParam<std::string> {
     auto out = test::random_gradient(n, 77);
     const auto before = out;
     EXPECT_THROW(c.decode_add(msg, out), CorruptMessage);
-    EXPECT_EQ(0, std::memcmp(out.data(), before.data(), 4 * n)) << "destination modified";
+    EXPECT_EQ(out, before) << "destination modified";
   }
 };
 
