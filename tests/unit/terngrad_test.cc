@@ -146,13 +146,16 @@ TEST(TernGrad, ConstantGradientWithClipping) {
 }
 
 TEST(TernGrad, NonFiniteInputIsRejected) {
-  auto c = builtin_registry().make_codec("terngrad");
-  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                    std::numeric_limits<float>::quiet_NaN()}) {
-    std::vector<float> g(50, 0.1f);
-    g[33] = bad;
-    std::vector<std::byte> msg(c->max_encoded_bytes(g.size()));
-    EXPECT_THROW(c->encode(g, {}, msg), InvalidArgument);
+  for (const char* spec : {"terngrad", "terngrad:clip=2.5"}) {
+    auto c = builtin_registry().make_codec(spec);
+    for (float bad :
+         {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+          std::numeric_limits<float>::quiet_NaN()}) {
+      std::vector<float> g(50, 0.1f);
+      g[33] = bad;
+      std::vector<std::byte> msg(c->max_encoded_bytes(g.size()));
+      EXPECT_THROW(c->encode(g, {}, msg), InvalidArgument);
+    }
   }
   EXPECT_THROW(builtin_registry().make_codec("terngrad:clip=-1"), InvalidArgument);
 }

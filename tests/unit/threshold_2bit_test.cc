@@ -25,7 +25,7 @@ std::vector<std::byte> payload_of(const std::vector<std::byte>& msg) {
 }
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
 }
 
 // tau = 0.5. Codes: 11 for p >= 0.5, 10 for p <= -0.5, else 00; four per byte, first

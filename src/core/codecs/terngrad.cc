@@ -56,7 +56,14 @@ class TernGradCodec final : public Codec {
   std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,
                              std::span<std::byte> payload) const override {
     const std::size_t n = in.size();
-    const std::uint32_t max_bits = detail::abs_max_bits(in.data(), n);
+    // One reading pass for max|g| (and, when clipping, the mean and variance with it).
+    detail::Moments m;
+    if (clip_ > 0.0) {
+      m = detail::moments(in.data(), n);
+    } else {
+      m.abs_max_bits = detail::abs_max_bits(in.data(), n);
+    }
+    const std::uint32_t max_bits = m.abs_max_bits;
     if (max_bits >= 0x7F800000u) {
       throw InvalidArgument(std::string("terngrad encode: non-finite gradient value (max |g| = ") +
                             (max_bits == 0x7F800000u ? "inf" : "nan") + ")");
@@ -64,7 +71,6 @@ class TernGradCodec final : public Codec {
     float s = std::bit_cast<float>(max_bits);
     float bound = std::numeric_limits<float>::infinity();
     if (clip_ > 0.0 && n > 0) {
-      const detail::Moments m = detail::moments(in.data(), n);
       const double mean = m.sum / static_cast<double>(n);
       const double var = std::max(0.0, m.sum_sq / static_cast<double>(n) - mean * mean);
       const double c = clip_ * std::sqrt(var);

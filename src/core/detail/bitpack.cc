@@ -352,9 +352,12 @@ template <bool kFast>
 Moments moments_block(const float* x, std::size_t begin, std::size_t end) {
   alignas(32) double sum[16] = {};
   alignas(32) double sq[16] = {};
+  std::uint32_t max_bits = 0;
   std::size_t i = begin;
 #ifdef __AVX2__
   if constexpr (kFast) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+    __m256i mx = _mm256_setzero_si256();
     __m256d s[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
                     _mm256_setzero_pd()};
     __m256d q[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
@@ -362,6 +365,8 @@ Moments moments_block(const float* x, std::size_t begin, std::size_t end) {
     for (; i + 16 <= end; i += 16) {
       const __m256 a = _mm256_loadu_ps(x + i);
       const __m256 b = _mm256_loadu_ps(x + i + 8);
+      mx = _mm256_max_epu32(mx, _mm256_and_si256(as_int(a), abs_mask));
+      mx = _mm256_max_epu32(mx, _mm256_and_si256(as_int(b), abs_mask));
       const __m256d d[4] = {
           _mm256_cvtps_pd(_mm256_castps256_ps128(a)), _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
           _mm256_cvtps_pd(_mm256_castps256_ps128(b)), _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1))};
@@ -375,14 +380,18 @@ Moments moments_block(const float* x, std::size_t begin, std::size_t end) {
       _mm256_store_pd(sum + 4 * k, s[k]);
       _mm256_store_pd(sq + 4 * k, q[k]);
     }
+    alignas(32) std::uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), mx);
+    for (std::uint32_t v : lanes) max_bits = std::max(max_bits, v);
   }
 #endif
   for (; i < end; ++i) {
     const double d = x[i];
     sum[(i - begin) % 16] += d;
     sq[(i - begin) % 16] += d * d;
+    max_bits = std::max(max_bits, std::bit_cast<std::uint32_t>(x[i]) & 0x7FFFFFFFu);
   }
-  return {combine16(sum), combine16(sq)};
+  return {combine16(sum), combine16(sq), max_bits};
 }
 
 // Blocks of kSumBlock values, partials in block order; parallel when kFast and large.
@@ -419,7 +428,7 @@ double abs_sum_impl(const float* x, std::size_t n) {
 template <bool kFast>
 Moments moments_impl(const float* x, std::size_t n) {
   return blocked_sum<kFast, Moments>(x, n, moments_block<kFast>, [](Moments a, Moments b) {
-    return Moments{a.sum + b.sum, a.sum_sq + b.sum_sq};
+    return Moments{a.sum + b.sum, a.sum_sq + b.sum_sq, std::max(a.abs_max_bits, b.abs_max_bits)};
   });
 }
 

@@ -120,8 +120,9 @@ inline constexpr int kSumScratchSlot = 3;
 double abs_sum_ref(const float* x, std::size_t n);  // sum |x_i|
 double abs_sum(const float* x, std::size_t n);
 struct Moments {
-  double sum = 0;     // sum x_i
-  double sum_sq = 0;  // sum x_i^2 (each square is exact in double)
+  double sum = 0;                  // sum x_i
+  double sum_sq = 0;               // sum x_i^2 (each square is exact in double)
+  std::uint32_t abs_max_bits = 0;  // abs_max_bits(x, n), in the same pass
 };
 Moments moments_ref(const float* x, std::size_t n);
 Moments moments(const float* x, std::size_t n);
