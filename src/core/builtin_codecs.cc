@@ -9,10 +9,15 @@ namespace gradcomp {
 void register_builtin_codecs(CodecRegistry& registry) {
   // dense
   register_none(registry);  // wire id 1
-  // REGISTER-LIST (one line per codec; keep wire ids unique, see codecs/codecs.h)
-  register_fp16(registry);       // wire id 2
+  register_fp16(registry);  // wire id 2
+  // sparsifiers
   register_topk(registry);       // wire id 3
-  register_threshold(registry);  // wire ids 5 (threshold) and 6 (mask)
+  register_threshold(registry);  // wire ids 5 (threshold), 6 (mask)
+  // quantizers
+  register_threshold_2bit(registry);  // wire id 7
+  register_onebit(registry);          // wire id 8
+  register_terngrad(registry);        // wire id 10
+  register_signsgd(registry);         // wire ids 11 (signsgd), 12 (efsign)
 }
 
 }  // namespace gradcomp

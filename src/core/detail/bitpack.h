@@ -1,0 +1,130 @@
+// Bit-packing kernels for the 1- and 2-bit quantizers (2bit, 1bit, terngrad, signsgd,
+// efsign). Every fast kernel (AVX2 intrinsics when compiled with __AVX2__, OpenMP over
+// word-aligned chunks for large n) has a scalar *_ref twin; tests hold them bit-equal.
+//
+// 2-bit layout (MXNet's "2bit"): four codes per byte, the FIRST value in the MOST
+// significant bits (masks 0xC0, 0x30, 0x0C, 0x03), bytes in order: value i sits in byte
+// i/4, bits (7 - 2(i%4)) .. (6 - 2(i%4)). Sixteen values per 32-bit word; the payload is
+// 4*ceil(n/16) bytes and the codes after n are 00.
+//
+// 1-bit layout (MXNet 1.x "1bit"): eight values per byte, the first value in the MSB:
+// value i is bit (7 - i%8) of byte i/8. The payload is 4*ceil(n/32) bytes, padding bits 0.
+//
+// Codes: 11 = +v, 10 = -v, 00 = 0, 01 invalid (2-bit); 1 = +v, 0 = -v (1-bit).
+// Decoding adds lut[code] to out, where the codec fills lut with alpha * value: the same
+// float ops as out += alpha * decode, so fused error feedback (lut built with alpha = -1)
+// equals the generic encode-then-decode_add(-1) bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "gradcomp/rng.h"
+
+namespace gradcomp::detail {
+
+inline constexpr std::size_t kNoIndex = static_cast<std::size_t>(-1);
+
+// Payload bytes of n packed codes (n <= 2^32 - 1, so no overflow on 64-bit size_t).
+constexpr std::size_t packed2_bytes(std::size_t n) { return 4 * ((n + 15) / 16); }
+constexpr std::size_t packed1_bytes(std::size_t n) { return 4 * ((n + 31) / 32); }
+
+// Code of value i (the format's definition; used by references, tests and error paths).
+inline unsigned code2_at(const std::byte* packed, std::size_t i) {
+  return (std::to_integer<unsigned>(packed[i / 4]) >> (6 - 2 * (i % 4))) & 3u;
+}
+inline unsigned bit1_at(const std::byte* packed, std::size_t i) {
+  return (std::to_integer<unsigned>(packed[i / 8]) >> (7 - i % 8)) & 1u;
+}
+
+// Packs arbitrary codes (each 0..3, resp. 0..1) into the layouts above, padding included.
+void pack2_ref(const std::uint8_t* codes, std::size_t n, std::byte* out);
+void pack1_ref(const std::uint8_t* bits, std::size_t n, std::byte* out);
+
+// Values added to out per code: v[code] = alpha * decoded value.
+struct Lut2 {
+  float v[4];  // codes 00, 01 (invalid: never reached after validation), 10, 11
+};
+struct Lut1 {
+  float v[2];  // bits 0, 1
+};
+
+// ---- 2-bit threshold quantisation (MXNet / Strom 2015) --------------------------------
+// code 11 if p >= tau, 10 if p <= -tau, else 00 (NaN: 00). tau > 0.
+void threshold2_encode_ref(const float* p, std::size_t n, float tau, std::byte* out);
+void threshold2_encode(const float* p, std::size_t n, float tau, std::byte* out);
+// The same codes, and p[i] += lut.v[code_i] in the same pass (error feedback).
+void threshold2_encode_feedback_ref(float* p, std::size_t n, float tau, const Lut2& lut,
+                                    std::byte* out);
+void threshold2_encode_feedback(float* p, std::size_t n, float tau, const Lut2& lut,
+                                std::byte* out);
+
+// ---- stochastic ternary codes (TernGrad) ----------------------------------------------
+// a_i = min(|g_i|, bound); code 11 (g_i > 0) or 10 (g_i < 0) if rng.uniform(i) < a_i / s,
+// else 00. Requires s > 0 finite and every g_i finite; bound may be +inf (no clipping).
+void ternary_encode_ref(const float* g, std::size_t n, float s, float bound, const CounterRng& rng,
+                        std::byte* out);
+void ternary_encode(const float* g, std::size_t n, float s, float bound, const CounterRng& rng,
+                    std::byte* out);
+
+// ---- sign bits (1bit, signsgd, efsign) ------------------------------------------------
+enum class SignRule : std::uint8_t {
+  kGreater,       // bit = p > t   (MXNet 1bit)
+  kGreaterEqual,  // bit = p >= t  (signSGD with t = 0: sign(0) := +1)
+};
+void sign_encode_ref(const float* p, std::size_t n, float t, SignRule rule, std::byte* out);
+void sign_encode(const float* p, std::size_t n, float t, SignRule rule, std::byte* out);
+// The same bits, and p[i] += lut.v[bit_i] in the same pass.
+void sign_encode_feedback_ref(float* p, std::size_t n, float t, SignRule rule, const Lut1& lut,
+                              std::byte* out);
+void sign_encode_feedback(float* p, std::size_t n, float t, SignRule rule, const Lut1& lut,
+                          std::byte* out);
+
+// ---- decoding: out[i] += lut.v[code_i] ------------------------------------------------
+void unpack2_add_ref(const std::byte* in, std::size_t n, const Lut2& lut, float* out);
+void unpack2_add(const std::byte* in, std::size_t n, const Lut2& lut, float* out);
+void unpack1_add_ref(const std::byte* in, std::size_t n, const Lut1& lut, float* out);
+void unpack1_add(const std::byte* in, std::size_t n, const Lut1& lut, float* out);
+
+// ---- validation of untrusted packed payloads (packed2_bytes(n) / packed1_bytes(n)) ----
+struct Packed2Scan {
+  std::size_t first_invalid = kNoIndex;  // first i < n with code 01
+  bool any_nonzero = false;              // some code among the first n is not 00
+  bool padding_clean = true;             // every code after n is 00
+};
+Packed2Scan scan_packed2_ref(const std::byte* in, std::size_t n);
+Packed2Scan scan_packed2(const std::byte* in, std::size_t n);
+bool packed1_padding_clean(const std::byte* in, std::size_t n);
+
+// Throw CorruptMessage "<op>: ..." naming the element / n. validate_packed2 returns
+// whether any code is nonzero.
+bool validate_packed2(const std::byte* in, std::size_t n, std::string_view op);
+void validate_packed1(const std::byte* in, std::size_t n, std::string_view op);
+// A float scale from the wire: finite and >= +0 (a negative zero is rejected too:
+// encoders never write one).
+void validate_scale(float s, std::string_view op, std::string_view what);
+
+// ---- reductions -----------------------------------------------------------------------
+// max_i of the bit pattern of |x_i| (sign cleared). Order-independent and exact; a result
+// >= 0x7F800000 means some x_i is inf or NaN.
+std::uint32_t abs_max_bits_ref(const float* x, std::size_t n);
+std::uint32_t abs_max_bits(const float* x, std::size_t n);
+
+// Deterministic double sums, the same whatever the SIMD width or thread count: x is cut
+// into blocks of kSumBlock values; in a block, lane l (0..15) sums the values at offsets
+// = l (mod 16) in order; the lanes combine as ((l0+l8)+(l4+l12)) etc. (see bitpack.cc);
+// blocks are added in order. The blocks' partial sums use scratch slot kSumScratchSlot.
+inline constexpr std::size_t kSumBlock = std::size_t{1} << 16;
+inline constexpr int kSumScratchSlot = 3;
+double abs_sum_ref(const float* x, std::size_t n);  // sum |x_i|
+double abs_sum(const float* x, std::size_t n);
+struct Moments {
+  double sum = 0;                  // sum x_i
+  double sum_sq = 0;               // sum x_i^2 (each square is exact in double)
+  std::uint32_t abs_max_bits = 0;  // abs_max_bits(x, n), in the same pass
+};
+Moments moments_ref(const float* x, std::size_t n);
+Moments moments(const float* x, std::size_t n);
+
+}  // namespace gradcomp::detail

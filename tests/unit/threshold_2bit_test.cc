@@ -1,0 +1,203 @@
+// The 2bit codec: hand-computed messages, MXNet semantics step by step against a
+// transcription of MXNet's quantize_2bit / dequantize_2bit loops, parameters and traits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gradcomp/error.h"
+#include "gradcomp/registry.h"
+#include "gradcomp/wire.h"
+#include "support/test_support.h"
+
+namespace gradcomp {
+namespace {
+
+std::vector<std::byte> bytes_of(std::initializer_list<int> v) {
+  std::vector<std::byte> out;
+  for (int x : v) out.push_back(static_cast<std::byte>(x));
+  return out;
+}
+
+std::vector<std::byte> payload_of(const std::vector<std::byte>& msg) {
+  return {msg.begin() + kHeaderBytes, msg.end()};
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
+}
+
+// tau = 0.5. Codes: 11 for p >= 0.5, 10 for p <= -0.5, else 00; four per byte, first
+// value in the top two bits.
+const std::vector<float> kHandInput = {
+    0.6f,       -0.7f,       0.1f,   0.5f,    // 11 10 00 11 = 0xE3
+    -0.5f,      0.49f,       -0.49f, 2.0f,    // 10 00 00 11 = 0x83
+    -3.0f,      0.0f,        -0.0f,  0.25f,   // 10 00 00 00 = 0x80
+    0.5000001f, -0.4999999f, 1e-8f,  -1e30f,  // 11 00 00 10 = 0xC2
+    0.7f,       -0.7f};                       // 11 10 then padding 00 00 = 0xE0, 3 zero bytes
+const std::vector<float> kHandDecoded = {0.5f, -0.5f, 0.0f, 0.5f, -0.5f, 0.0f, 0.0f,  0.5f, -0.5f,
+                                         0.0f, 0.0f,  0.0f, 0.5f, 0.0f,  0.0f, -0.5f, 0.5f, -0.5f};
+
+TEST(TwoBit, HandComputedMessage) {
+  auto c = builtin_registry().make_codec("2bit");
+  EXPECT_EQ(c->spec(), "2bit:threshold=0.5");
+  EXPECT_EQ(c->wire_id(), 7);
+  const auto msg = test::encode(*c, kHandInput);
+  ASSERT_EQ(msg.size(), kHeaderBytes + 8);
+  EXPECT_EQ(payload_of(msg), bytes_of({0xE3, 0x83, 0x80, 0xC2, 0xE0, 0x00, 0x00, 0x00}));
+  const WireHeader h = read_header(msg, "test");
+  EXPECT_EQ(h.codec_id, 7);
+  EXPECT_EQ(h.elements, 18u);
+  EXPECT_EQ(h.payload_bytes, 8u);
+  EXPECT_EQ(h.config_tag, fnv1a32("2bit:threshold=0.5"));
+
+  const auto d = test::decode(*c, msg, kHandInput.size());
+  EXPECT_EQ(d, kHandDecoded);
+
+  // decode_add accumulates alpha * value.
+  std::vector<float> acc(kHandInput.size(), 1.0f);
+  c->decode_add(msg, acc, -2.0f);
+  for (std::size_t i = 0; i < acc.size(); ++i)
+    EXPECT_EQ(acc[i], 1.0f - 2.0f * kHandDecoded[i]) << i;
+}
+
+TEST(TwoBit, FusedFeedbackLeavesTheResidual) {
+  auto c = builtin_registry().make_codec("2bit");
+  auto p = kHandInput;
+  std::vector<std::byte> msg(c->max_encoded_bytes(p.size()));
+  msg.resize(c->encode_feedback(p, {}, msg));
+  EXPECT_EQ(payload_of(msg), bytes_of({0xE3, 0x83, 0x80, 0xC2, 0xE0, 0x00, 0x00, 0x00}));
+  // p - tau, p + tau or p, in float.
+  EXPECT_EQ(p[0], 0.6f - 0.5f);
+  EXPECT_EQ(p[1], -0.7f + 0.5f);
+  EXPECT_EQ(p[2], 0.1f);
+  EXPECT_EQ(p[3], 0.0f);
+  EXPECT_EQ(p[4], 0.0f);
+  EXPECT_EQ(p[7], 1.5f);
+  EXPECT_EQ(p[8], -2.5f);
+  EXPECT_EQ(p[12], 0.5000001f - 0.5f);
+  EXPECT_EQ(p[15], -1e30f);
+  for (std::size_t i = 0; i < p.size(); ++i) EXPECT_EQ(p[i], kHandInput[i] - kHandDecoded[i]) << i;
+}
+
+TEST(TwoBit, OtherThresholds) {
+  auto c = builtin_registry().make_codec("2bit:threshold=0.25");
+  const std::vector<float> p = {0.25f, 0.2499f, -0.25f, -0.3f, 0.3f};  // 11 00 10 10 | 11
+  const auto msg = test::encode(*c, p);
+  EXPECT_EQ(payload_of(msg), bytes_of({0xCA, 0xC0, 0x00, 0x00}));
+  EXPECT_EQ(test::decode(*c, msg, p.size()),
+            (std::vector<float>{0.25f, 0.0f, -0.25f, -0.25f, 0.25f}));
+
+  // A message encoded with another threshold is rejected by the header's config tag.
+  auto other = builtin_registry().make_codec("2bit:threshold=1");
+  std::vector<float> out(p.size(), 0.0f);
+  EXPECT_THROW(other->decode_add(msg, out), CorruptMessage);
+}
+
+TEST(TwoBit, ParametersAndTraits) {
+  auto c = builtin_registry().make_codec("2bit");
+  EXPECT_TRUE(c->traits().needs_memory);
+  EXPECT_FALSE(c->traits().unbiased);
+  EXPECT_FALSE(c->traits().linear);
+  EXPECT_FALSE(c->traits().stochastic);
+  EXPECT_EQ(builtin_registry().make_memory("2bit", 10)->spec(), "ef(2bit:threshold=0.5)");
+  EXPECT_THROW(builtin_registry().make_codec("2bit:threshold=0"), InvalidArgument);
+  EXPECT_THROW(builtin_registry().make_codec("2bit:threshold=-0.5"), InvalidArgument);
+  EXPECT_THROW(builtin_registry().make_codec("2bit:threshold=nan"), InvalidArgument);
+  EXPECT_THROW(builtin_registry().make_codec("2bit:tau=0.5"), InvalidArgument);
+  EXPECT_EQ(c->max_encoded_bytes(0), kHeaderBytes);
+  EXPECT_EQ(c->max_encoded_bytes(16), kHeaderBytes + 4);
+  EXPECT_EQ(c->max_encoded_bytes(17), kHeaderBytes + 8);
+}
+
+// ---- MXNet ----------------------------------------------------------------------------
+// The operations of Apache MXNet 1.x's 2-bit kernels (src/kvstore/gradient_compression-inl.h,
+// quantize_2bit / dequantize_2bit), transcribed: one output float (16 codes) per block,
+// the residual updated in place, neg_threshold = -tau.
+
+void mxnet_quantize_2bit_block(int block, int size, float* out, const float* grad, float* residual,
+                               float neg_threshold, float pos_threshold) {
+  float* compressed = out + block;
+  *compressed = 0;
+  const int start = block << 4;
+  const int end = (start + 16 <= size) ? start + 16 : size;
+  char* bytes = reinterpret_cast<char*>(compressed);
+  const std::uint8_t pos_bits[] = {0xc0, 0x30, 0x0c, 0x03};
+  const std::uint8_t neg_bits[] = {0x80, 0x20, 0x08, 0x02};
+  for (int i = start; i < end; ++i) {
+    char* byte = bytes + ((i - start) >> 2);
+    residual[i] += grad[i];
+    if (residual[i] >= pos_threshold) {
+      *byte = static_cast<char>(*byte | pos_bits[i & 3]);
+      residual[i] -= pos_threshold;
+    } else if (residual[i] <= neg_threshold) {
+      *byte = static_cast<char>(*byte | neg_bits[i & 3]);
+      residual[i] -= neg_threshold;
+    }
+  }
+}
+
+void mxnet_dequantize_2bit(int i, float* out, const float* in, float neg_threshold,
+                           float pos_threshold) {
+  const char* byte = reinterpret_cast<const char*>(in + (i >> 4)) + ((i & 15) >> 2);
+  const std::uint8_t pos_bits[] = {0xc0, 0x30, 0x0c, 0x03};
+  const std::uint8_t neg_bits[] = {0x80, 0x20, 0x08, 0x02};
+  const std::uint8_t mask = pos_bits[i & 3];
+  const std::uint8_t masked = static_cast<std::uint8_t>(*byte & mask);
+  if (masked == mask) {
+    out[i] = pos_threshold;
+  } else if (masked == neg_bits[i & 3]) {
+    out[i] = neg_threshold;
+  } else {
+    out[i] = 0;
+  }
+}
+
+TEST(TwoBit, MatchesMxnetStepByStep) {
+  for (float tau : {0.5f, 0.25f, 1.0f}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{17}, std::size_t{1003}, std::size_t{70001}}) {
+      SCOPED_TRACE("tau=" + std::to_string(tau) + " n=" + std::to_string(n));
+      auto memory =
+          builtin_registry().make_memory("2bit:threshold=" + std::string(tau == 0.5f    ? "0.5"
+                                                                         : tau == 0.25f ? "0.25"
+                                                                                        : "1"),
+                                         n);
+      const Codec& codec = memory->codec();
+      std::vector<float> residual(n, 0.0f);
+      const int blocks = static_cast<int>((n + 15) / 16);
+      std::vector<float> mx_out(static_cast<std::size_t>(blocks));
+      std::vector<std::byte> msg(memory->max_encoded_bytes());
+      for (std::uint64_t step = 0; step < 12; ++step) {
+        auto g = test::random_gradient(n, 100 + step, 0.4f);
+        if (n > 8) g[5] = tau;  // exact threshold hits
+        for (int b = 0; b < blocks; ++b) {
+          mxnet_quantize_2bit_block(b, static_cast<int>(n), mx_out.data(), g.data(),
+                                    residual.data(), -tau, tau);
+        }
+        const std::size_t bytes = memory->compress(g, {.seed = 1, .step = step}, msg);
+        ASSERT_EQ(bytes, kHeaderBytes + 4 * mx_out.size());
+        ASSERT_EQ(0, std::memcmp(msg.data() + kHeaderBytes, mx_out.data(), 4 * mx_out.size()))
+            << "step " << step;
+        ASSERT_TRUE(same_bits(memory->state().at(0).data, residual)) << "step " << step;
+
+        std::vector<float> mx_decoded(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          mxnet_dequantize_2bit(static_cast<int>(i), mx_decoded.data(), mx_out.data(), -tau, tau);
+        }
+        const auto decoded = test::decode(codec, {msg.data(), bytes}, n);
+        ASSERT_TRUE(same_bits(decoded, mx_decoded)) << "step " << step;
+      }
+    }
+  }
+}
+
+TEST(TwoBit, NanEncodesAsZeroCode) {
+  auto c = builtin_registry().make_codec("2bit");
+  const std::vector<float> p = {std::nanf(""), 1.0f};
+  const auto msg = test::encode(*c, p);
+  EXPECT_EQ(payload_of(msg), bytes_of({0x30, 0, 0, 0}));
+}
+
+}  // namespace
+}  // namespace gradcomp
