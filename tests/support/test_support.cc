@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "gradcomp/rng.h"
+#include "gradcomp/wire.h"
 
 namespace gradcomp::test {
 
@@ -25,7 +26,8 @@ std::vector<float> integer_gradient(std::size_t n, std::uint64_t seed, int range
   std::vector<float> g(n);
   const auto span = static_cast<std::uint32_t>(2 * range + 1);
   for (std::size_t i = 0; i < n; ++i) {
-    g[i] = static_cast<float>(static_cast<int>(rng.below(static_cast<std::uint32_t>(i), span)) - range);
+    g[i] = static_cast<float>(static_cast<int>(rng.below(static_cast<std::uint32_t>(i), span)) -
+                              range);
   }
   return g;
 }
@@ -50,6 +52,20 @@ std::vector<float> decode(const Codec& codec, std::span<const std::byte> msg, st
   std::vector<float> out(n, 0.0f);
   codec.decode_add(msg, out);
   return out;
+}
+
+std::vector<std::byte> bytes_of(std::initializer_list<int> v) {
+  std::vector<std::byte> out;
+  for (int x : v) out.push_back(static_cast<std::byte>(x));
+  return out;
+}
+
+std::vector<std::byte> payload_of(const std::vector<std::byte>& msg) {
+  return {msg.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes), msg.end()};
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
 }
 
 std::string spec_test_name(const std::string& spec) {

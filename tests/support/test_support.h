@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,7 +17,7 @@ namespace gradcomp::test {
 
 // Sizes every codec is swept over: 0, 1, odd sizes, and both sides of every packing
 // boundary (8/16/32 values per byte/word, SIMD widths).
-inline const std::vector<std::size_t> kSweepSizes = {0,  1,  2,  3,  7,    15,   16,
+inline const std::vector<std::size_t> kSweepSizes = {0,  1,  2,  3,  7,  15,   16,
                                                      17, 31, 33, 64, 65, 1000, 65539};
 
 // Gaussian-ish values (sum of uniforms), deterministic in (seed, n).
@@ -54,6 +55,13 @@ std::vector<std::byte> encode(const Codec& codec, std::span<const float> in,
                               const StepContext& ctx = {});
 // decode of a message into n zeros.
 std::vector<float> decode(const Codec& codec, std::span<const std::byte> msg, std::size_t n);
+
+// Bytes from a list of ints (hand-written expected messages).
+std::vector<std::byte> bytes_of(std::initializer_list<int> v);
+// The payload of a message (everything after the header).
+std::vector<std::byte> payload_of(const std::vector<std::byte>& msg);
+// Bitwise equality of float arrays (tells -0 from +0 and compares NaN payloads).
+bool same_bits(std::span<const float> a, std::span<const float> b);
 
 // Readable name for a parameterised test from a spec string.
 std::string spec_test_name(const std::string& spec);

@@ -17,6 +17,10 @@
 namespace gradcomp::detail {
 namespace {
 
+using test::bytes_of;
+using test::payload_of;
+using test::same_bits;
+
 std::vector<std::size_t> sizes() {
   std::vector<std::size_t> s;
   for (std::size_t n = 0; n <= 300; ++n) s.push_back(n);
@@ -85,12 +89,6 @@ std::vector<std::byte> guarded(std::size_t bytes, const F& f) {
   }
   buf.resize(bytes);
   return buf;
-}
-
-std::vector<std::byte> bytes_of(std::initializer_list<int> v) {
-  std::vector<std::byte> out;
-  for (int x : v) out.push_back(static_cast<std::byte>(x));
-  return out;
 }
 
 TEST(BitPack, TwoBitLayoutByHand) {

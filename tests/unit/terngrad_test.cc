@@ -18,6 +18,10 @@
 namespace gradcomp {
 namespace {
 
+using test::bytes_of;
+using test::payload_of;
+using test::same_bits;
+
 // TernGrad, literally: s = max|clip(g)|, code_i = 11/10 if uniform(i) < |clip(g_i)|/s.
 std::vector<std::byte> expected_payload(const std::vector<float>& g, const StepContext& ctx,
                                         float bound = std::numeric_limits<float>::infinity()) {
@@ -35,10 +39,6 @@ std::vector<std::byte> expected_payload(const std::vector<float>& g, const StepC
   std::memcpy(out.data(), &s, 4);
   detail::pack2_ref(codes.data(), g.size(), out.data() + 4);
   return out;
-}
-
-std::vector<std::byte> payload_of(const std::vector<std::byte>& msg) {
-  return {msg.begin() + kHeaderBytes, msg.end()};
 }
 
 TEST(TernGrad, HandComputedMessage) {

@@ -14,19 +14,9 @@
 namespace gradcomp {
 namespace {
 
-std::vector<std::byte> bytes_of(std::initializer_list<int> v) {
-  std::vector<std::byte> out;
-  for (int x : v) out.push_back(static_cast<std::byte>(x));
-  return out;
-}
-
-std::vector<std::byte> payload_of(const std::vector<std::byte>& msg) {
-  return {msg.begin() + kHeaderBytes, msg.end()};
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
-}
+using test::bytes_of;
+using test::payload_of;
+using test::same_bits;
 
 // tau = 0.5. Codes: 11 for p >= 0.5, 10 for p <= -0.5, else 00; four per byte, first
 // value in the top two bits.
