@@ -10,6 +10,8 @@ void register_builtin_codecs(CodecRegistry& registry) {
   // dense
   register_none(registry);  // wire id 1
   // REGISTER-LIST (one line per codec; keep wire ids unique, see codecs/codecs.h)
+  register_randomk(registry);  // wire id 4
+  register_qsgd(registry);     // wire id 9
 }
 
 }  // namespace gradcomp
