@@ -71,7 +71,7 @@ TEST(Bitstream, FastEqualsReferenceForEveryWidthAndLength) {
       pack_codes(codes.data(), n, w, fast.data());
       pack_codes_ref(codes.data(), n, w, ref.data());
       ASSERT_TRUE(fast.guard_intact()) << "pack wrote past packed_bytes";
-      ASSERT_EQ(0, std::memcmp(fast.data(), ref.data(), bytes));
+      ASSERT_TRUE(bytes == 0 || std::memcmp(fast.data(), ref.data(), bytes) == 0);
       ASSERT_TRUE(padding_is_zero(ref.data(), n, w));
 
       // Unpack from an exactly sized buffer (ASan catches reads past its end).

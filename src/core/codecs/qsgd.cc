@@ -17,14 +17,16 @@
 //
 // Numerics, fixed so that a message is a pure function of (input, seed, step, rank,
 // bucket) whatever the thread count:
-//   nu:  element j of a bucket goes into accumulator j % 32: acc = fma(v_j, v_j, acc),
+//   nu:  element j of a bucket goes into accumulator j % 32: acc = v_j * v_j + acc,
 //        in float; then acc[k] += acc[k + h] for h = 16, 8, 4, 2, 1; nu = sqrt(acc[0]).
 //        If that sum is outside [2^-60, 2^120] (tiny, huge or non-finite input), the
 //        same in double (exact squares, no overflow for finite input), then rounded
 //        to float.
 //   a:   min((|v| * pre) * (s / nu), s) in float, pre = 1, or 2^64 with s / (nu * 2^64)
 //        when s / nu overflows float (denormal norms).
-//   decode: out[i] = fma(alpha, +-((nu / s) * level), out[i]).
+//   decode: out[i] = alpha * (+-((nu / s) * level)) + out[i].
+//   Each "x * y + z" is one fused multiply-add where the target has FMA, else two
+//   roundings (see mul_add).
 //
 // Aggregation: not linear (norms differ per rank): gather, then decode_add each message.
 #include <algorithm>
@@ -66,6 +68,21 @@ bool use_parallel(std::size_t n) {
 #endif
 }
 
+// a * b + c with one rounding where the target has FMA (what vectorises, and what
+// -ffp-contract could otherwise produce in some loops and not others); without FMA
+// hardware std::fma is a library call per element, so there it is the plain
+// product and sum, which the compiler then cannot contract either. Messages are a
+// pure function of the input on a given build; decoders read the norms from the
+// message, so builds with and without FMA interoperate.
+template <class T>
+inline T mul_add(T a, T b, T c) {
+#if defined(__FMA__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 // The bucket norm, in the fixed order described at the top of the file. 32
 // accumulators: four independent 8-wide FMA chains keep both FMA pipes busy.
 constexpr std::size_t kNormLanes = 32;
@@ -77,12 +94,12 @@ T sum_of_squares(const float* v, std::size_t len) {
   for (; j + kNormLanes <= len; j += kNormLanes) {
     for (std::size_t k = 0; k < kNormLanes; ++k) {
       const T x = v[j + k];
-      acc[k] = std::fma(x, x, acc[k]);  // explicit: no dependence on FP contraction
+      acc[k] = mul_add(x, x, acc[k]);
     }
   }
   for (std::size_t k = 0; j + k < len; ++k) {
     const T x = v[j + k];
-    acc[k] = std::fma(x, x, acc[k]);
+    acc[k] = mul_add(x, x, acc[k]);
   }
   for (std::size_t h = kNormLanes / 2; h >= 1; h /= 2) {
     for (std::size_t k = 0; k < h; ++k) acc[k] += acc[k + h];
@@ -207,7 +224,7 @@ void dequantize_add(const std::uint32_t* codes, std::size_t len, float unit, uns
     const std::uint32_t c = codes[j];
     const float mag = unit * static_cast<float>(static_cast<std::int32_t>(c & mask));
     const float val = std::bit_cast<float>(std::bit_cast<std::uint32_t>(mag) ^ (c >> m << 31));
-    out[j] = std::fma(alpha, val, out[j]);  // explicit: no dependence on FP contraction
+    out[j] = mul_add(alpha, val, out[j]);
   }
 }
 
