@@ -50,34 +50,44 @@ void unpack_generic(const std::byte* in, std::size_t n, unsigned w, std::uint32_
 }
 
 #if defined(__AVX2__)
-// ---- AVX2: 8 codes <-> w bytes per step, for w <= 16 -----------------------------
+// ---- AVX2: 8 codes <-> w bytes per step (w <= 16 packing, w <= 17 unpacking) ----
 // Group g (codes 8g..8g+7) is byte aligned at byte w*g. The kernels work on blocks of
 // 4 groups (32 codes = w words) so the generic path can take over at a word boundary,
 // and stop before a load or store of the last block would leave [0, total).
 
+// Unpacking loads a group's bytes into both 128-bit halves: the same 16 (or 8) bytes
+// for W <= 16; for W = 17 (17 bytes per group) the high half starts at byte 8, where
+// code 4 begins (bit 68).
 template <unsigned W>
-constexpr unsigned kWindow = W <= 8 ? 8 : 16;  // bytes loaded / stored per group
+constexpr unsigned kHighHalf = W <= 16 ? 0 : 4 * W / 8;
+// Bytes a group's load or store may touch from its first byte.
+template <unsigned W>
+constexpr unsigned kWindow = W <= 8    ? 8
+                             : W <= 16 ? 16
+                                       : kHighHalf<W> + 16;
 
 // Number of leading 32-code blocks whose group windows stay inside `total` bytes.
 template <unsigned W>
 std::size_t safe_blocks(std::size_t n, std::size_t total) {
   std::size_t blocks = n / 32;
-  // Block b's last group starts at byte 4*W*b + 3*W and touches kWindow bytes.
-  while (blocks > 0 && 4 * W * (blocks - 1) + 3 * W + kWindow < W >> total) --blocks;
+  // Block b's last group starts at byte 4*W*b + 3*W.
+  constexpr std::size_t window = kWindow<W>;  // (named: clang-format misreads "<W> >")
+  while (blocks > 0 && 4 * W * (blocks - 1) + 3 * W + window > total) --blocks;
   return blocks;
 }
 
 // pshufb control for unpacking: 32-bit lane j (lanes 0-3 in the low 128-bit half,
-// 4-7 in the high half, each half seeing a copy of the group's bytes) gathers bytes
-// b_j .. b_j+3 where b_j = (j*W)/8; bytes past the group read as zero.
+// 4-7 in the high half) gathers the group's bytes b_j .. b_j+3, b_j = (j*W)/8, from
+// its half's copy; bytes past the group read as zero.
 template <unsigned W>
 constexpr std::array<std::int8_t, 32> unpack_shuffle() {
   std::array<std::int8_t, 32> ctl{};
   for (unsigned j = 0; j < 8; ++j) {
     const unsigned b = j * W / 8;
+    const unsigned base = j < 4 ? 0 : kHighHalf<W>;
     for (unsigned k = 0; k < 4; ++k) {
       const unsigned src = b + k;
-      ctl[4 * j + k] = src < W ? static_cast<std::int8_t>(src) : std::int8_t{-128};
+      ctl[4 * j + k] = src < W ? static_cast<std::int8_t>(src - base) : std::int8_t{-128};
     }
   }
   return ctl;
@@ -85,6 +95,7 @@ constexpr std::array<std::int8_t, 32> unpack_shuffle() {
 
 template <unsigned W>
 std::size_t unpack_avx2(const std::byte* in, std::size_t n, std::uint32_t* codes) {
+  static_assert(W <= 17);
   static constexpr auto kCtl = unpack_shuffle<W>();
   const std::size_t blocks = safe_blocks<W>(n, packed_bytes(n, W));
   const __m256i ctl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kCtl.data()));
@@ -96,8 +107,12 @@ std::size_t unpack_avx2(const std::byte* in, std::size_t n, std::uint32_t* codes
     __m256i bytes;
     if constexpr (W <= 8) {
       bytes = _mm256_set1_epi64x(static_cast<long long>(load_le<std::uint64_t>(src)));
-    } else {
+    } else if constexpr (W <= 16) {
       bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+    } else {
+      bytes = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + kHighHalf<W>)), 1);
     }
     __m256i c = _mm256_shuffle_epi8(bytes, ctl);
     c = _mm256_and_si256(_mm256_srlv_epi32(c, shift), mask);
@@ -165,22 +180,27 @@ std::size_t pack_avx2(const std::uint32_t* codes, std::size_t n, std::byte* out)
 using PackFn = std::size_t (*)(const std::uint32_t*, std::size_t, std::byte*);
 using UnpackFn = std::size_t (*)(const std::byte*, std::size_t, std::uint32_t*);
 
+// Indexed by width; null where the generic path does it.
 template <unsigned... Ws>
-constexpr std::array<PackFn, 17> make_pack_table(std::integer_sequence<unsigned, Ws...>) {
-  std::array<PackFn, 17> t{};
+constexpr std::array<PackFn, kMaxCodeBits + 1> make_pack_table(
+    std::integer_sequence<unsigned, Ws...>) {
+  std::array<PackFn, kMaxCodeBits + 1> t{};
   ((t[Ws] = &pack_avx2<Ws>), ...);
   return t;
 }
 template <unsigned... Ws>
-constexpr std::array<UnpackFn, 17> make_unpack_table(std::integer_sequence<unsigned, Ws...>) {
-  std::array<UnpackFn, 17> t{};
+constexpr std::array<UnpackFn, kMaxCodeBits + 1> make_unpack_table(
+    std::integer_sequence<unsigned, Ws...>) {
+  std::array<UnpackFn, kMaxCodeBits + 1> t{};
   ((t[Ws] = &unpack_avx2<Ws>), ...);
   return t;
 }
-using AvxWidths =
-    std::integer_sequence<unsigned, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16>;
-constexpr auto kPackTable = make_pack_table(AvxWidths{});
-constexpr auto kUnpackTable = make_unpack_table(AvxWidths{});
+// Packing 17-bit codes stays on the generic path (8 codes = 136 bits: the merge tree
+// overflows 64-bit lanes); unpacking has the two-load variant above.
+constexpr auto kPackTable = make_pack_table(
+    std::integer_sequence<unsigned, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16>{});
+constexpr auto kUnpackTable = make_unpack_table(
+    std::integer_sequence<unsigned, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17>{});
 #endif  // __AVX2__
 
 }  // namespace
@@ -197,7 +217,7 @@ void pack_codes(const std::uint32_t* codes, std::size_t n, unsigned w, std::byte
 void unpack_codes(const std::byte* in, std::size_t n, unsigned w, std::uint32_t* codes) {
   std::size_t done = 0;
 #if defined(__AVX2__)
-  if (w <= 16) done = kUnpackTable[w](in, n, codes);
+  if (w <= 17) done = kUnpackTable[w](in, n, codes);
 #endif
   unpack_generic(in + done / 32 * w * 4, n - done, w, codes + done);
 }
