@@ -12,10 +12,12 @@ void register_builtin_codecs(CodecRegistry& registry) {
   register_fp16(registry);  // wire id 2
   // sparsifiers
   register_topk(registry);       // wire id 3
+  register_randomk(registry);    // wire id 4
   register_threshold(registry);  // wire ids 5 (threshold), 6 (mask)
   // quantizers
   register_threshold_2bit(registry);  // wire id 7
   register_onebit(registry);          // wire id 8
+  register_qsgd(registry);            // wire id 9
   register_terngrad(registry);        // wire id 10
   register_signsgd(registry);         // wire ids 11 (signsgd), 12 (efsign)
 }
