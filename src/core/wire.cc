@@ -63,18 +63,30 @@ WireHeader read_header(std::span<const std::byte> msg, std::string_view op) {
 
 std::span<const std::byte> open_payload(std::span<const std::byte> msg, const Codec& codec,
                                         std::size_t n) {
-  const std::string op = codec.name() + " decode";
-  const WireHeader h = read_header(msg, op);
-  if (h.codec_id != codec.wire_id()) {
-    corrupt(op, "message from codec id " + std::to_string(h.codec_id) + ", expected " +
-                    std::to_string(codec.wire_id()));
+  // The op name is only built on failure: this runs for every message in the training
+  // loop, which must not allocate.
+  auto fail = [&codec](const std::string& what) { corrupt(codec.name() + " decode", what); };
+  if (msg.size() < kHeaderBytes) {
+    read_header(msg, codec.name() + " decode");  // throws with the framing error
   }
-  if (h.config_tag != codec.config_tag()) {
-    corrupt(op, "message encoded with other parameters than '" + codec.spec() + "'");
+  const std::byte* p = msg.data();
+  const bool framing_ok = load_le<std::uint32_t>(p) == kWireMagic &&
+                          load_le<std::uint8_t>(p + 4) == kWireVersion &&
+                          load_le<std::uint8_t>(p + 5) == 0 &&
+                          load_le<std::uint32_t>(p + 16) == msg.size() - kHeaderBytes;
+  if (!framing_ok) read_header(msg, codec.name() + " decode");  // throws naming the field
+  const auto codec_id = load_le<std::uint16_t>(p + 6);
+  const auto config_tag = load_le<std::uint32_t>(p + 8);
+  const auto elements = load_le<std::uint32_t>(p + 12);
+  if (codec_id != codec.wire_id()) {
+    fail("message from codec id " + std::to_string(codec_id) + ", expected " +
+         std::to_string(codec.wire_id()));
   }
-  if (h.elements != n) {
-    corrupt(op, "message has " + std::to_string(h.elements) + " elements, destination " +
-                    std::to_string(n));
+  if (config_tag != codec.config_tag()) {
+    fail("message encoded with other parameters than '" + codec.spec() + "'");
+  }
+  if (elements != n) {
+    fail("message has " + std::to_string(elements) + " elements, destination " + std::to_string(n));
   }
   return msg.subspan(kHeaderBytes);
 }

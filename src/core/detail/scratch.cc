@@ -24,16 +24,17 @@ struct Slot {
 
 }  // namespace
 
-std::span<std::byte> scratch_bytes(int slot, std::size_t bytes) {
+std::span<std::byte> scratch_bytes(int slot, std::size_t bytes, std::size_t reserve) {
   thread_local Slot slots[kScratchSlots];
   if (slot < 0 || slot >= kScratchSlots) {
     throw InvalidArgument("scratch: slot " + std::to_string(slot) + " out of range");
   }
   Slot& s = slots[slot];
-  if (s.capacity < bytes) {
+  const std::size_t need = std::max(bytes, reserve);
+  if (s.capacity < need) {
     // Grow geometrically so buckets of slightly different sizes do not reallocate.
     std::size_t cap = s.capacity == 0 ? 4096 : s.capacity;
-    while (cap < bytes) cap *= 2;
+    while (cap < need) cap *= 2;
     s.data.reset();  // release the old buffer first: peak memory stays at the new size
     s.capacity = 0;
     s.data.reset(static_cast<std::byte*>(::operator new(cap, kScratchAlign)));

@@ -232,9 +232,9 @@ std::size_t select_topk_exact(std::span<const float> x, std::size_t k, std::span
   const std::size_t m = hist[b];
 
   // Pass 2: indices above the bucket (all taken) and the bucket's candidates.
-  std::uint32_t* above_idx = scratch<std::uint32_t>(1, above).data();
-  std::uint32_t* cand_idx = scratch<std::uint32_t>(2, m).data();
-  std::uint32_t* cand_u = scratch<std::uint32_t>(3, m).data();
+  std::uint32_t* above_idx = scratch<std::uint32_t>(1, above, n).data();
+  std::uint32_t* cand_idx = scratch<std::uint32_t>(2, m, n).data();
+  std::uint32_t* cand_u = scratch<std::uint32_t>(3, m, n).data();
   std::size_t a = 0, c = 0;
   const auto hi = static_cast<std::uint32_t>(cut.hi);
   for_each_at_least(x.data(), n, cut.lo, [&](std::size_t i, std::uint32_t u) {
@@ -263,7 +263,7 @@ std::size_t select_topk_among(std::span<const float> x, std::span<std::uint32_t>
                               std::size_t k) {
   const std::size_t m = list.size();
   if (k >= m) return m;
-  std::uint32_t* vals = scratch<std::uint32_t>(3, m).data();
+  std::uint32_t* vals = scratch<std::uint32_t>(3, m, x.size()).data();
   for (std::size_t j = 0; j < m; ++j) vals[j] = abs_bits(x[list[j]]);
   return topk_among_values(x, list.data(), vals, m, k);
 }
@@ -283,7 +283,7 @@ std::uint32_t kth_largest_abs_bits(std::span<const float> x, std::size_t k, std:
   const std::uint32_t b = pick_bucket(hist, 1024, k, &above);
   const Cut cut{b << 21, std::uint64_t{b + 1} << 21, k - above};
   const std::size_t m = hist[b];
-  std::uint32_t* vals = scratch<std::uint32_t>(3, m).data();
+  std::uint32_t* vals = scratch<std::uint32_t>(3, m, x.size()).data();
   std::size_t c = 0;
   const auto hi = static_cast<std::uint32_t>(cut.hi);
   for_each_at_least(x.data(), n, cut.lo, [&](std::size_t, std::uint32_t u) {
