@@ -12,7 +12,7 @@ namespace gradcomp::bench {
 namespace {
 
 constexpr const char* kRule =
-    "biased codecs (traits: memory) get error feedback unless wrapped in noef(...)";
+    "codecs marked 'error feedback by default' get it unless wrapped in noef(...)";
 
 struct WrapperDoc {
   const char* name;
@@ -70,13 +70,11 @@ std::string domain(const ParamDef& p) {
   return "";
 }
 
+// Every trait spelled out both ways, so a codec with none of them reads clearly.
 std::vector<std::string> trait_list(const CodecTraits& t) {
-  std::vector<std::string> out;
-  if (t.linear) out.emplace_back("linear");
-  if (t.unbiased) out.emplace_back("unbiased");
-  if (t.needs_memory) out.emplace_back("memory");
-  if (t.stochastic) out.emplace_back("stochastic");
-  return out;
+  return {t.linear ? "linear (allreduce)" : "gathered", t.unbiased ? "unbiased" : "biased",
+          t.needs_memory ? "error feedback by default" : "no memory by default",
+          t.stochastic ? "stochastic" : "deterministic"};
 }
 
 std::string default_spec(const CodecRegistry& registry, const CodecInfo& info) {
@@ -89,8 +87,8 @@ std::string describe_codecs_text(const CodecRegistry& registry) {
   std::string out = "Codecs (spec: name[:key=value,...]; " + std::string(kRule) + "):\n";
   for (const CodecInfo* info : registry.all()) {
     const auto traits = trait_list(info->traits);
-    out += "\n" + info->name + "  (wire id " + std::to_string(info->wire_id) +
-           ")  traits: " + (traits.empty() ? "none" : join(traits, ", ")) + "\n";
+    out += "\n" + info->name + "  (wire id " + std::to_string(info->wire_id) + ")  " +
+           join(traits, ", ") + "\n";
     out += "  " + info->summary + "\n";
     out += "  default: " + default_spec(registry, *info) + "\n";
     if (info->params.empty()) {
