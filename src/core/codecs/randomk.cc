@@ -30,6 +30,7 @@
 
 #include "codecs.h"
 #include "detail/scratch.h"
+#include "detail/select.h"
 #include "gradcomp/error.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"
@@ -39,17 +40,6 @@ namespace gradcomp {
 namespace {
 
 constexpr std::size_t kKeyBytes = 8;
-
-// k = ceil(ratio * n), in [1, n] for n >= 1. A ratio's decimal literal is inexact
-// (0.07 * 100 = 7.000000000000001 in double): a product within a relative 1e-9 of an
-// integer counts as that integer, so "ratio=0.07" on 100 elements sends 7, not 8.
-std::size_t sample_count(double ratio, std::size_t n) {
-  if (n == 0) return 0;
-  const double x = ratio * static_cast<double>(n);
-  const double r = std::round(x);
-  const double k = std::fabs(x - r) <= 1e-9 * std::max(1.0, x) ? r : std::ceil(x);
-  return std::clamp(static_cast<std::size_t>(k), std::size_t{1}, n);
-}
 
 // Marks k distinct indices of [0, n) (Floyd's algorithm) in a bitmap of n bits from
 // scratch slot 0. Every k-subset is equally likely (up to below()'s 2^-32 bias).
@@ -87,12 +77,12 @@ class RandomkCodec final : public Codec {
       : Codec(std::move(id), traits_for(rescale)), ratio_(ratio), rescale_(rescale) {}
 
   LinearRegion linear_region(std::size_t n) const override {
-    return {kHeaderBytes + kKeyBytes, sample_count(ratio_, n), WireDType::kFloat32};
+    return {kHeaderBytes + kKeyBytes, detail::count_for_fraction(ratio_, n), WireDType::kFloat32};
   }
 
  protected:
   std::size_t max_payload_bytes(std::size_t n) const override {
-    return kKeyBytes + 4 * sample_count(ratio_, n);
+    return kKeyBytes + 4 * detail::count_for_fraction(ratio_, n);
   }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,
@@ -117,7 +107,7 @@ class RandomkCodec final : public Codec {
   void decode_payload_add(std::span<const std::byte> payload, std::span<float> out,
                           float alpha) const override {
     const std::size_t n = out.size();
-    const std::size_t k = sample_count(ratio_, n);
+    const std::size_t k = detail::count_for_fraction(ratio_, n);
     expect_payload_bytes(payload, kKeyBytes + 4 * k, "randomk decode", n);
     const std::byte* vals = payload.data() + kKeyBytes;
     std::uint32_t bad = 0;
@@ -148,7 +138,7 @@ class RandomkCodec final : public Codec {
   std::span<const std::uint64_t> encode_impl(std::span<const float> in, const StepContext& ctx,
                                              std::byte* payload) const {
     const std::size_t n = in.size();
-    const std::size_t k = sample_count(ratio_, n);
+    const std::size_t k = detail::count_for_fraction(ratio_, n);
     const CounterRng rng = CounterRng::for_step(ctx, RngScope::kShared);
     store_le<std::uint64_t>(payload, rng.key());
     std::byte* vals = payload + kKeyBytes;
