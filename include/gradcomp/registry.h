@@ -48,9 +48,9 @@ struct ParamDef {
   ParamKind kind = ParamKind::kFloat;
   std::string default_value;  // as a user would type it
   std::string help;
-  double min = 0;             // inclusive bounds for kInt / kFloat ...
+  double min = 0;  // inclusive bounds for kInt / kFloat ...
   double max = 0;
-  bool min_exclusive = false;  // ... unless the lower bound is exclusive (ratio > 0)
+  bool min_exclusive = false;        // ... unless the lower bound is exclusive (ratio > 0)
   std::vector<std::string> choices;  // kChoice
 };
 

@@ -120,8 +120,7 @@ std::string range_text(const ParamDef& def) {
   return std::string(def.min_exclusive ? "(" : "[") + fmt(def.min) + ", " + fmt(def.max) + "]";
 }
 
-void check_range(const std::string& codec, const ParamDef& def, const std::string& text,
-                 double v) {
+void check_range(const std::string& codec, const ParamDef& def, const std::string& text, double v) {
   const bool low_ok = def.min_exclusive ? v > def.min : v >= def.min;
   if (!low_ok || v > def.max) bad_value(codec, def, text, "out of range " + range_text(def));
 }
@@ -172,8 +171,8 @@ Params CodecRegistry::resolve_params(const CodecInfo& info, const SpecNode& node
     if (!known) {
       std::string keys;
       for (const auto& def : info.params) keys += (keys.empty() ? "" : ", ") + def.key;
-      throw InvalidArgument(info.name + ": unknown parameter '" + key + "'; known: " +
-                            (keys.empty() ? "(none)" : keys));
+      throw InvalidArgument(info.name + ": unknown parameter '" + key +
+                            "'; known: " + (keys.empty() ? "(none)" : keys));
     }
   }
   Params params;

@@ -347,10 +347,11 @@ TEST(Catalog, ShowsEveryKindOfParameter) {
            return std::make_unique<Toy>(std::move(id));
          }});
   const std::string text = describe_codecs_text(r);
-  for (const char* want : {"toy  (wire id 900)  gathered, biased, error feedback by default, stochastic", "a toy codec",
-                           "default: toy:ratio=0.01,levels=16,select=sampled,fp16=0", "(0, 1]",
-                           "[1, 1048576]", "one of: exact, sampled", "0 or 1", "default 0.01",
-                           "fraction sent", "examples: toy:ratio=0.5,select=exact"}) {
+  for (const char* want :
+       {"toy  (wire id 900)  gathered, biased, error feedback by default, stochastic",
+        "a toy codec", "default: toy:ratio=0.01,levels=16,select=sampled,fp16=0", "(0, 1]",
+        "[1, 1048576]", "one of: exact, sampled", "0 or 1", "default 0.01", "fraction sent",
+        "examples: toy:ratio=0.5,select=exact"}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   }
   const std::string json = describe_codecs_json(r);

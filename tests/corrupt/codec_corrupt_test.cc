@@ -37,7 +37,8 @@ TEST_P(CorruptCodec, TruncatedAtEveryLength) {
   for (std::size_t n : {0, 1, 17, 100}) {
     const auto msg = test::encode(*c, test::random_gradient(n, 1), {.seed = 2});
     for (std::size_t len = 0; len < msg.size(); ++len) {
-      expect_rejected(*c, {msg.data(), len}, n, "n=" + std::to_string(n) + " len=" + std::to_string(len));
+      expect_rejected(*c, {msg.data(), len}, n,
+                      "n=" + std::to_string(n) + " len=" + std::to_string(len));
     }
     auto longer = msg;
     longer.push_back(std::byte{0});
@@ -53,7 +54,8 @@ TEST_P(CorruptCodec, EveryHeaderByteIsChecked) {
     for (int flip : {0x01, 0x80, 0xFF}) {
       auto bad = msg;
       bad[b] ^= static_cast<std::byte>(flip);
-      expect_rejected(*c, bad, n, "header byte " + std::to_string(b) + " ^ " + std::to_string(flip));
+      expect_rejected(*c, bad, n,
+                      "header byte " + std::to_string(b) + " ^ " + std::to_string(flip));
     }
   }
 }
@@ -96,8 +98,9 @@ TEST_P(CorruptCodec, RandomPayloadFlipsNeverEscapeValidation) {
     auto bad = msg;
     const std::uint32_t flips = 1 + rng.below(3 * trial, 4);
     for (std::uint32_t f = 0; f < flips; ++f) {
-      const auto pos = kHeaderBytes + rng.below(3 * trial + 1 + 7 * f,
-                                                static_cast<std::uint32_t>(msg.size() - kHeaderBytes));
+      const auto pos =
+          kHeaderBytes +
+          rng.below(3 * trial + 1 + 7 * f, static_cast<std::uint32_t>(msg.size() - kHeaderBytes));
       bad[pos] ^= std::byte{static_cast<std::uint8_t>(1u << rng.below(3 * trial + 2 + 7 * f, 8))};
     }
     std::vector<float> out(n, 0.0f);

@@ -57,9 +57,10 @@ TEST(SpecParser, ParsesNamesParamsAndWrappers) {
 }
 
 TEST(SpecParser, RejectsMalformedSpecs) {
-  for (const char* bad : {"", ":", "topk:", "topk:ratio", "topk:ratio=", "topk:=1", "topk:ratio=1,",
-                          "ef(", "ef(topk", "ef(topk))", "Topk", "topk ratio=1", " topk",
-                          "topk:ratio=1:levels=2", "topk:ratio=1,ratio=2", "ef()", "a(b(c(d(e(f(g(h(i(j))))))))))"}) {
+  for (const char* bad :
+       {"", ":", "topk:", "topk:ratio", "topk:ratio=", "topk:=1", "topk:ratio=1,", "ef(", "ef(topk",
+        "ef(topk))", "Topk", "topk ratio=1", " topk", "topk:ratio=1:levels=2",
+        "topk:ratio=1,ratio=2", "ef()", "a(b(c(d(e(f(g(h(i(j))))))))))"}) {
     EXPECT_THROW(parse_spec(bad), InvalidArgument) << "'" << bad << "'";
   }
 }
@@ -75,31 +76,43 @@ TEST(Registry, FillsDefaultsAndCanonicalises) {
 TEST(Registry, ErrorsNameTheProblemAndTheChoices) {
   auto r = toy_registry();
   EXPECT_NE(error_of([&] { r.make_codec("toyy"); }).find("known: toy"), std::string::npos);
-  EXPECT_NE(error_of([&] { r.make_codec("toy:ratioo=1"); }).find("known: ratio, levels, mode, biased"),
+  EXPECT_NE(
+      error_of([&] { r.make_codec("toy:ratioo=1"); }).find("known: ratio, levels, mode, biased"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=0"); }).find("out of range (0, 1]"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=0"); }).find("out of range (0, 1]"), std::string::npos);
-  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=1.5"); }).find("out of range"), std::string::npos);
-  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=0.1x"); }).find("not a finite number"), std::string::npos);
-  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=nan"); }).find("not a finite number"), std::string::npos);
-  EXPECT_NE(error_of([&] { r.make_codec("toy:levels=2.5"); }).find("not an integer"), std::string::npos);
-  EXPECT_NE(error_of([&] { r.make_codec("toy:levels=0"); }).find("out of range [1, 1048576]"), std::string::npos);
-  EXPECT_NE(error_of([&] { r.make_codec("toy:levels=99999999999999999999"); }).find("not an integer"),
+  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=1.5"); }).find("out of range"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { r.make_codec("toy:mode=fast"); }).find("expected one of: exact, sampled"),
+  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=0.1x"); }).find("not a finite number"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { r.make_codec("toy:biased=yes"); }).find("expected 0, 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:ratio=nan"); }).find("not a finite number"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:levels=2.5"); }).find("not an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:levels=0"); }).find("out of range [1, 1048576]"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { r.make_codec("toy:levels=99999999999999999999"); }).find("not an integer"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([&] { r.make_codec("toy:mode=fast"); }).find("expected one of: exact, sampled"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_codec("toy:biased=yes"); }).find("expected 0, 1"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { r.make_codec("ef(toy)"); }).find("plain codec spec"), std::string::npos);
   EXPECT_NE(error_of([&] { r.make_memory("ef", 4); }).find("takes a codec"), std::string::npos);
-  EXPECT_NE(error_of([&] { r.make_memory("ef(ef(toy))", 4); }).find("plain codec spec"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.make_memory("ef(ef(toy))", 4); }).find("plain codec spec"),
+            std::string::npos);
 }
 
 TEST(Registry, BiasedCodecsGetErrorFeedbackByDefault) {
   auto r = toy_registry();
-  EXPECT_EQ(r.make_memory("toy", 8)->state().size(), 1u);            // biased: ef
-  EXPECT_EQ(r.make_memory("toy:biased=0", 8)->state().size(), 0u);   // unbiased: none
-  EXPECT_EQ(r.make_memory("noef(toy)", 8)->state().size(), 0u);      // ablation
+  EXPECT_EQ(r.make_memory("toy", 8)->state().size(), 1u);           // biased: ef
+  EXPECT_EQ(r.make_memory("toy:biased=0", 8)->state().size(), 0u);  // unbiased: none
+  EXPECT_EQ(r.make_memory("noef(toy)", 8)->state().size(), 0u);     // ablation
   EXPECT_EQ(r.make_memory("ef(toy:biased=0)", 8)->state().size(), 1u);
-  EXPECT_EQ(r.make_memory("ef(toy)", 8)->spec(), "ef(toy:ratio=0.01,levels=16,mode=exact,biased=1)");
+  EXPECT_EQ(r.make_memory("ef(toy)", 8)->spec(),
+            "ef(toy:ratio=0.01,levels=16,mode=exact,biased=1)");
 }
 
 TEST(Registry, MakeCodecOfStripsMemoryWrappers) {

@@ -13,9 +13,9 @@ class PassThrough final : public Memory {
       : codec_(std::move(codec)), n_(n) {}
 
   const Codec& codec() const override { return *codec_; }
-  std::string spec() const override { return codec_->traits().needs_memory
-                                                 ? "noef(" + codec_->spec() + ")"
-                                                 : codec_->spec(); }
+  std::string spec() const override {
+    return codec_->traits().needs_memory ? "noef(" + codec_->spec() + ")" : codec_->spec();
+  }
   std::size_t size() const override { return n_; }
 
   std::size_t compress(std::span<const float> grad, const StepContext& ctx,
