@@ -1,0 +1,59 @@
+// A Reducer owns the communication of one training step: it turns every worker's
+// local gradient buckets into the mean gradient over all workers, in place. Dense
+// allreduce, allreduce of linear codec messages, allgather of the rest, a parameter
+// server and multi-round schemes (PowerSGD, Sketched-SGD) are all Reducers.
+//
+// This header is torch-free: buckets are flat fp32 spans the trainer owns (it copies
+// parameter gradients in and out of them), so reducers are testable without LibTorch.
+// Collectives must be issued in the same order on every rank (Gloo hangs otherwise):
+// every rank calls reduce() with the same buckets (ids, sizes, order) every step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradcomp/memory.h"
+#include "gradcomp/step_context.h"
+
+namespace gradcomp {
+
+// One bucket's gradient: a layer, or a fused group of layers, flattened.
+struct BucketRef {
+  std::uint32_t id = 0;     // stable across steps and ranks; keys RNG streams and memories
+  std::span<float> grad;    // in: this worker's gradient; out: the mean over workers
+  bool compressed = true;   // false: exchanged dense (small or 1-D tensors, warm-up)
+};
+
+// What a step cost, accumulated since the last take_stats().
+struct ReduceStats {
+  std::uint64_t bytes_sent = 0;      // payload bytes this rank put on the wire
+  std::uint64_t bytes_received = 0;  // payload bytes this rank took off the wire
+  double encode_seconds = 0;         // Memory::compress (error feedback included)
+  double comm_seconds = 0;           // time inside collectives
+  double decode_seconds = 0;         // decode_add and averaging
+  std::uint64_t steps = 0;
+};
+
+class Reducer {
+ public:
+  virtual ~Reducer() = default;
+
+  // Replaces every bucket's local gradient with the mean over all workers.
+  // Throws CommError when a peer fails or an operation times out.
+  virtual void reduce(std::span<const BucketRef> buckets, const StepContext& ctx) = 0;
+
+  // Statistics since the previous call, then resets them.
+  virtual ReduceStats take_stats() = 0;
+
+  // Every per-bucket Memory state in a fixed order (bucket id, then buffer), for
+  // checkpoints. Empty for stateless reducers.
+  virtual std::vector<StateBuffer> state() = 0;
+
+  // e.g. "allgather(ef(topk:ratio=0.01,...))".
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace gradcomp
