@@ -1,0 +1,51 @@
+// Starting a run's local worker processes: what `gradcomp train --workers N` does when
+// no rendezvous is given. The launcher starts every rank as a child process, lets rank
+// 0 print (the others' stdout is discarded; every rank's stderr passes through), waits,
+// and, as soon as one rank fails, stops the others (SIGTERM, then SIGKILL after a
+// grace period) so that no process is left behind. Its exit status is non-zero when
+// any rank failed, with a message naming the first one.
+//
+// Torch-free: the caller decides each rank's argv and environment (RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT ...).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace gradcomp::launch {
+
+struct WorkerCommand {
+  std::vector<std::string> argv;  // argv[0]: the executable (a path, or found on PATH)
+  std::vector<std::string> env;   // "KEY=VALUE" entries added to the launcher's environment
+};
+
+struct LaunchOptions {
+  int workers = 1;
+  std::function<WorkerCommand(int rank)> command;
+  // After the first failure, how long the other ranks get to exit on SIGTERM.
+  std::chrono::milliseconds kill_grace{3000};
+  bool quiet_other_ranks = true;  // discard stdout of ranks > 0
+};
+
+struct LaunchResult {
+  int exit_code = 0;     // 0 when every rank exited 0
+  int failed_rank = -1;  // the first rank that failed, or -1
+  std::string message;   // e.g. "rank 2 exited with status 1"; empty on success
+};
+
+// Starts the workers and waits for all of them. SIGINT/SIGTERM sent to the launcher
+// are forwarded to every worker. Throws InvalidArgument for bad options and Error
+// when a process cannot be started (after stopping the ones already started).
+LaunchResult run_local_workers(const LaunchOptions& options);
+
+// Environment variable the launcher sets in each worker to its own pid.
+inline constexpr const char* kLauncherPidEnv = "GRADCOMP_LAUNCHER_PID";
+
+// Call early in a worker: when started by run_local_workers, arrange to receive
+// SIGTERM if the launcher dies (Linux PR_SET_PDEATHSIG), and exit at once if it is
+// already gone. Does nothing in processes started otherwise.
+void die_with_launcher();
+
+}  // namespace gradcomp::launch

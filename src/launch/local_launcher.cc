@@ -1,0 +1,228 @@
+// Local worker processes (see include/gradcomp/launch.h). posix_spawn, not fork: the
+// launcher may hold threads (LibTorch's pools, a TCPStore server), and fork() in a
+// threaded process may only call async-signal-safe functions before exec.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "gradcomp/error.h"
+#include "gradcomp/launch.h"
+
+extern char** environ;
+
+namespace gradcomp::launch {
+
+namespace {
+
+volatile sig_atomic_t g_forward_signal = 0;
+
+void remember_signal(int sig) { g_forward_signal = sig; }
+
+// Installs the forwarding handlers for the launcher's lifetime, restores them after.
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    g_forward_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = remember_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: waitpid returns EINTR so the signal is forwarded
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalForwarding() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+// The launcher's environment with `extra` entries added or replacing same-named ones.
+std::vector<std::string> merged_environment(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  auto key_of = [](const std::string& kv) { return kv.substr(0, kv.find('=')); };
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv(*e);
+    bool replaced = false;
+    for (const auto& x : extra) replaced = replaced || key_of(x) == key_of(kv);
+    if (!replaced) env.push_back(kv);
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (auto& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+struct Child {
+  pid_t pid = -1;
+  bool running = false;
+};
+
+// Each worker leads its own process group, so a signal reaches whatever the worker
+// started too (a shell's children, helper processes): nothing is left behind.
+void signal_running(std::vector<Child>& children, int sig) {
+  for (const auto& c : children) {
+    if (c.running) kill(-c.pid, sig);
+  }
+}
+
+int rank_of(const std::vector<Child>& children, pid_t pid) {
+  for (std::size_t r = 0; r < children.size(); ++r) {
+    if (children[r].pid == pid) return static_cast<int>(r);
+  }
+  return -1;
+}
+
+bool any_running(const std::vector<Child>& children) {
+  for (const auto& c : children) {
+    if (c.running) return true;
+  }
+  return false;
+}
+
+// Reaps what has exited (blocking when `block`); returns false when nothing was reaped.
+bool reap_one(std::vector<Child>& children, bool block, int* rank, int* status) {
+  for (;;) {
+    const pid_t pid = waitpid(-1, status, block ? 0 : WNOHANG);
+    if (pid > 0) {
+      *rank = rank_of(children, pid);
+      if (*rank < 0) continue;  // not one of ours
+      children[static_cast<std::size_t>(*rank)].running = false;
+      return true;
+    }
+    if (pid == 0) return false;
+    if (errno == EINTR) {
+      if (g_forward_signal != 0) {
+        signal_running(children, g_forward_signal);
+        g_forward_signal = 0;
+      }
+      if (!block) return false;
+      continue;
+    }
+    return false;  // ECHILD: nothing left
+  }
+}
+
+// After a failure: SIGTERM to the rest, SIGKILL to whatever outlives the grace period.
+// A worker's group is killed even after the worker itself exited (its children may
+// linger), hence the final SIGKILL to every group.
+void stop_the_rest(std::vector<Child>& children, std::chrono::milliseconds grace) {
+  signal_running(children, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  int rank = 0, status = 0;
+  while (any_running(children) && std::chrono::steady_clock::now() < deadline) {
+    if (!reap_one(children, false, &rank, &status)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  signal_running(children, SIGKILL);
+  while (any_running(children) && reap_one(children, true, &rank, &status)) {
+  }
+  for (const auto& c : children) {
+    if (c.pid > 0) kill(-c.pid, SIGKILL);  // stragglers of workers that already exited
+  }
+}
+
+pid_t spawn_worker(int rank, const WorkerCommand& cmd, bool quiet) {
+  if (cmd.argv.empty()) {
+    throw InvalidArgument("launch: rank " + std::to_string(rank) + " has an empty command");
+  }
+  std::vector<std::string> argv = cmd.argv;
+  std::vector<std::string> extra = cmd.env;
+  extra.push_back(std::string(kLauncherPidEnv) + "=" + std::to_string(getpid()));
+  std::vector<std::string> env = merged_environment(extra);
+  auto c_argv = c_strings(argv);
+  auto c_env = c_strings(env);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (quiet) {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  }
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);  // a new group led by the worker
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, c_argv[0], &actions, &attr, c_argv.data(), c_env.data());
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    throw Error("launch: cannot start rank " + std::to_string(rank) + " ('" + argv[0] +
+                "'): " + std::strerror(rc));
+  }
+  return pid;
+}
+
+}  // namespace
+
+LaunchResult run_local_workers(const LaunchOptions& options) {
+  if (options.workers < 1) {
+    throw InvalidArgument("launch: --workers " + std::to_string(options.workers) + " < 1");
+  }
+  if (!options.command) throw InvalidArgument("launch: no worker command");
+
+  SignalForwarding forwarding;
+  std::vector<Child> children(static_cast<std::size_t>(options.workers));
+  for (int r = 0; r < options.workers; ++r) {
+    try {
+      const WorkerCommand cmd = options.command(r);
+      children[static_cast<std::size_t>(r)] = {
+          spawn_worker(r, cmd, options.quiet_other_ranks && r > 0), true};
+    } catch (...) {
+      stop_the_rest(children, options.kill_grace);
+      throw;
+    }
+  }
+
+  LaunchResult result;
+  int rank = 0, status = 0;
+  while (any_running(children) && reap_one(children, true, &rank, &status)) {
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok && result.failed_rank < 0) {
+      result.failed_rank = rank;
+      result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      result.message = "rank " + std::to_string(rank) + " " + describe_status(status);
+      stop_the_rest(children, options.kill_grace);
+    }
+  }
+  return result;
+}
+
+void die_with_launcher() {
+  const char* launcher = std::getenv(kLauncherPidEnv);
+  if (launcher == nullptr) return;
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // The launcher may have died between our start and the prctl call.
+  if (std::to_string(getppid()) != launcher) std::_Exit(1);
+}
+
+}  // namespace gradcomp::launch

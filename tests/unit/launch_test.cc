@@ -1,0 +1,138 @@
+// The local launcher, with /bin/sh workers: environment per rank, success, the first
+// failure stops every other rank quickly, and no process is left behind.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gradcomp/error.h"
+#include "gradcomp/launch.h"
+
+namespace gradcomp::launch {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Launch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("gradcomp_launch_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static WorkerCommand sh(const std::string& script, int rank) {
+    return {{"/bin/sh", "-c", script}, {"RANK=" + std::to_string(rank), "WORLD_SIZE=3"}};
+  }
+  std::string read(const fs::path& p) const {
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+
+  // Alive and not a zombie (an orphan's zombie lingers until init reaps it).
+  bool running(pid_t pid) const {
+    for (int i = 0; i < 300; ++i) {
+      if (kill(pid, 0) != 0) return false;
+      const std::string stat = read("/proc/" + std::to_string(pid) + "/stat");
+      const auto close = stat.rfind(')');
+      if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z') {
+        return false;
+      }
+      usleep(10000);
+    }
+    return true;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(Launch, EveryRankGetsItsEnvironmentAndSuccessIsZero) {
+  LaunchOptions o;
+  o.workers = 3;
+  o.command = [&](int r) {
+    return sh("echo \"$RANK/$WORLD_SIZE $" + std::string(kLauncherPidEnv) + "\" > " +
+                  (dir_ / ("r" + std::to_string(r))).string(),
+              r);
+  };
+  const LaunchResult res = run_local_workers(o);
+  EXPECT_EQ(res.exit_code, 0);
+  EXPECT_EQ(res.failed_rank, -1);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(read(dir_ / ("r" + std::to_string(r))),
+              std::to_string(r) + "/3 " + std::to_string(getpid()) + "\n");
+  }
+}
+
+TEST_F(Launch, FirstFailureStopsTheOthersAndIsNamed) {
+  LaunchOptions o;
+  o.workers = 3;
+  o.kill_grace = std::chrono::milliseconds(500);
+  o.command = [&](int r) {
+    // Ranks 0 and 2 would run for a minute and record their pids; rank 1 fails.
+    if (r == 1) return sh("sleep 0.2; exit 3", r);
+    return sh("echo $$ > " + (dir_ / ("pid" + std::to_string(r))).string() + "; exec sleep 60", r);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const LaunchResult res = run_local_workers(o);
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(res.failed_rank, 1);
+  EXPECT_EQ(res.exit_code, 3);
+  EXPECT_EQ(res.message, "rank 1 exited with status 3");
+  EXPECT_LT(elapsed, std::chrono::seconds(20)) << "the others were not stopped";
+  for (int r : {0, 2}) {
+    const pid_t pid = std::stoi(read(dir_ / ("pid" + std::to_string(r))));
+    EXPECT_FALSE(running(pid)) << "rank " << r << " still alive";
+  }
+}
+
+TEST_F(Launch, WorkersIgnoringSigtermAreKilled) {
+  LaunchOptions o;
+  o.workers = 2;
+  o.kill_grace = std::chrono::milliseconds(200);
+  o.command = [&](int r) {
+    if (r == 0) return sh("sleep 0.3; exit 1", r);
+    // The worker ignores SIGTERM and has a child of its own, which must go too.
+    return sh("trap '' TERM; sleep 30 & echo $! > " + (dir_ / "grandchild").string() + "; wait", r);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const LaunchResult res = run_local_workers(o);
+  EXPECT_EQ(res.failed_rank, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  const pid_t grandchild = std::stoi(read(dir_ / "grandchild"));
+  EXPECT_FALSE(running(grandchild)) << "the worker's child outlived the run";
+}
+
+TEST_F(Launch, SignalDeathIsReported) {
+  LaunchOptions o;
+  o.workers = 1;
+  o.command = [&](int r) { return sh("kill -KILL $$", r); };
+  const LaunchResult res = run_local_workers(o);
+  EXPECT_EQ(res.failed_rank, 0);
+  EXPECT_EQ(res.exit_code, 128 + SIGKILL);
+  EXPECT_NE(res.message.find("killed by signal 9"), std::string::npos) << res.message;
+}
+
+TEST_F(Launch, BadOptionsAndMissingExecutables) {
+  LaunchOptions o;
+  o.workers = 0;
+  o.command = [&](int r) { return sh("true", r); };
+  EXPECT_THROW(run_local_workers(o), InvalidArgument);
+  o.workers = 2;
+  o.command = [&](int r) -> WorkerCommand {
+    if (r == 1) return {{"/nonexistent/gradcomp-worker"}, {}};
+    return sh("exec sleep 60", r);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(run_local_workers(o), Error);  // rank 0 is stopped before the throw
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+}  // namespace
+}  // namespace gradcomp::launch
