@@ -123,7 +123,8 @@ struct Communicator::Impl {
   std::vector<std::vector<at::Tensor>> out_tensors;
 
   std::string where() const {
-    return " (rank " + std::to_string(rank) + " of " + std::to_string(world) + ")";
+    // Gloo reports the peer's address, not its rank: we name our own.
+    return " (on rank " + std::to_string(rank) + " of " + std::to_string(world) + ")";
   }
 
   void check_usable(const char* op) const {
