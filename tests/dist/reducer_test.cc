@@ -136,7 +136,7 @@ void check_case(const Case& c, int world) {
         std::vector<std::byte> all;
         std::vector<std::size_t> offsets;
         comm.allgather_bytes(std::as_bytes(std::span<const float>(grads[b])), all, offsets);
-        for (int r = 1; r < world; ++r) {
+        for (int r = 1; r < world && n > 0; ++r) {
           ASSERT_EQ(
               std::memcmp(all.data(), all.data() + offsets[static_cast<std::size_t>(r)], 4 * n), 0)
               << "rank " << r << " differs from rank 0 in bucket " << b;
