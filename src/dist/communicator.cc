@@ -1,0 +1,325 @@
+// The Communicator over c10d's ProcessGroupGloo, and the Store handles around c10d's
+// TCPStore / HashStore / PrefixStore. This is the only file of gradcomp that includes
+// c10d (and so the only slow one to compile: it gets a precompiled header).
+//
+// Every collective wraps caller memory with at::from_blob (no copy), is issued on the
+// process group, and is waited for with the configured timeout. Gloo's own operations
+// use the same timeout (Options::timeout), so a silent peer ends the operation from
+// either side; a dead peer closes its sockets and Gloo fails the operation at once.
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "gradcomp/dist/communicator.h"
+#include "gradcomp/error.h"
+
+namespace gradcomp::dist {
+
+namespace {
+
+// First line of an exception message, without c10's backtrace.
+std::string first_line(const std::exception& e) {
+  std::string msg;
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) {
+    msg = ce->msg();
+  } else {
+    msg = e.what();
+  }
+  const auto nl = msg.find('\n');
+  if (nl != std::string::npos) msg.resize(nl);
+  return msg;
+}
+
+// Runs `f`, turning any exception into a one-line CommError that names `op`.
+template <class F>
+auto comm_guard(const std::string& op, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const gradcomp::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CommError(op + ": " + first_line(e));
+  }
+}
+
+constexpr std::chrono::milliseconds kWaitGrace{2000};
+
+bool is_loopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1";
+}
+
+}  // namespace
+
+// ---- Store ---------------------------------------------------------------------------
+
+struct Store::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  std::uint16_t port = 0;
+};
+
+Store::Store(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Store Store::in_process() {
+  return Store(std::make_shared<Impl>(Impl{c10::make_intrusive<c10d::HashStore>(), 0}));
+}
+
+Store Store::tcp_server(const std::string& host, std::uint16_t port, int world_size,
+                        std::chrono::milliseconds timeout) {
+  return comm_guard("rendezvous: TCPStore server on " + host + ":" + std::to_string(port), [&] {
+    c10d::TCPStoreOptions opts;
+    opts.port = port;
+    opts.isServer = true;
+    opts.numWorkers = static_cast<std::size_t>(world_size);
+    opts.waitWorkers = false;  // the process group's own rendezvous waits for everyone
+    opts.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    const auto actual = store->getPort();
+    return Store(std::make_shared<Impl>(Impl{std::move(store), actual}));
+  });
+}
+
+Store Store::tcp_client(const std::string& host, std::uint16_t port,
+                        std::chrono::milliseconds timeout) {
+  return comm_guard("rendezvous: TCPStore at " + host + ":" + std::to_string(port), [&] {
+    c10d::TCPStoreOptions opts;
+    opts.port = port;
+    opts.isServer = false;
+    opts.waitWorkers = false;
+    opts.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    return Store(std::make_shared<Impl>(Impl{std::move(store), port}));
+  });
+}
+
+Store Store::with_prefix(const std::string& prefix) const {
+  return Store(std::make_shared<Impl>(
+      Impl{c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store), impl_->port}));
+}
+
+std::uint16_t Store::port() const { return impl_->port; }
+
+// ---- Communicator --------------------------------------------------------------------
+
+struct Communicator::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  int rank = 0;
+  int world = 1;
+  std::chrono::milliseconds timeout{0};
+  bool broken = false;
+  std::string broken_reason;
+  CommCounters counters;
+  // allgather_bytes scratch, reused across calls.
+  std::vector<std::int64_t> my_size{0};
+  std::vector<std::int64_t> sizes;
+  std::vector<std::byte> padded;
+  std::vector<at::Tensor> in_tensors;
+  std::vector<std::vector<at::Tensor>> out_tensors;
+
+  std::string where() const {
+    // Gloo reports the peer's address, not its rank: we name our own.
+    return " (on rank " + std::to_string(rank) + " of " + std::to_string(world) + ")";
+  }
+
+  void check_usable(const char* op) const {
+    if (broken) {
+      throw CommError(std::string(op) + ": communicator unusable after an earlier failure (" +
+                      broken_reason + ")");
+    }
+  }
+
+  // Issues one collective (make_work) and waits for it, with the timeout.
+  template <class MakeWork>
+  void run(const char* op, MakeWork&& make_work) {
+    check_usable(op);
+    try {
+      c10::intrusive_ptr<c10d::Work> work = make_work();
+      // Gloo's own timeout (the same value) normally ends a stuck operation first; the
+      // grace keeps us from returning while Gloo's thread may still write our buffers.
+      if (!work->wait(timeout + kWaitGrace)) throw CommError("wait returned false");
+      ++counters.operations;
+    } catch (const std::exception& e) {
+      broken = true;
+      broken_reason = std::string(op) + ": " + first_line(e);
+      throw CommError(broken_reason + where());
+    }
+  }
+
+  void count_ring_allreduce(std::size_t bytes) {
+    const auto w = static_cast<std::uint64_t>(world);
+    const std::uint64_t moved = 2 * (w - 1) * bytes / w;
+    counters.bytes_sent += moved;
+    counters.bytes_received += moved;
+  }
+  void count_allgather(std::size_t bytes_per_rank) {
+    const std::uint64_t moved = static_cast<std::uint64_t>(world - 1) * bytes_per_rank;
+    counters.bytes_sent += moved;
+    counters.bytes_received += moved;
+  }
+};
+
+Communicator Communicator::connect(const RendezvousConfig& config) {
+  if (config.world_size == 1) return Communicator(Store::in_process(), config);
+  const Store store =
+      config.rank == 0 ? Store::tcp_server(config.master_addr, config.master_port,
+                                           config.world_size, config.timeout)
+                       : Store::tcp_client(config.master_addr, config.master_port, config.timeout);
+  return Communicator(store, config);
+}
+
+Communicator::Communicator(const Store& store, const RendezvousConfig& config)
+    : impl_(std::make_unique<Impl>()) {
+  if (config.world_size < 1 || config.rank < 0 || config.rank >= config.world_size) {
+    throw InvalidArgument("communicator: rank " + std::to_string(config.rank) +
+                          " outside world size " + std::to_string(config.world_size));
+  }
+  if (config.timeout.count() <= 0) {
+    throw InvalidArgument("communicator: timeout must be positive, got " +
+                          std::to_string(config.timeout.count()) + " ms");
+  }
+  impl_->rank = config.rank;
+  impl_->world = config.world_size;
+  impl_->timeout = config.timeout;
+  const std::string op = "rendezvous: Gloo group of " + std::to_string(config.world_size) +
+                         " as rank " + std::to_string(config.rank);
+  impl_->pg = comm_guard(op, [&] {
+    auto options = c10d::ProcessGroupGloo::Options::create(config.timeout);
+    if (!config.interface.empty()) {
+      options->devices.push_back(
+          c10d::ProcessGroupGloo::createDeviceForInterface(config.interface));
+    } else if (is_loopback(config.master_addr)) {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store.impl()->store, config.rank,
+                                                       config.world_size, options);
+  });
+  impl_->out_tensors.resize(1);
+}
+
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::world_size() const { return impl_->world; }
+std::chrono::milliseconds Communicator::timeout() const { return impl_->timeout; }
+
+void Communicator::allreduce_sum(std::span<float> data) {
+  if (data.empty()) return;
+  std::vector<at::Tensor> t{at::from_blob(data.data(), {static_cast<std::int64_t>(data.size())},
+                                          at::TensorOptions().dtype(at::kFloat))};
+  impl_->run("allreduce_sum", [&] { return impl_->pg->allreduce(t); });
+  impl_->count_ring_allreduce(data.size_bytes());
+}
+
+void Communicator::allreduce_sum_f16(std::span<std::uint16_t> data) {
+  if (data.empty()) return;
+  std::vector<at::Tensor> t{at::from_blob(data.data(), {static_cast<std::int64_t>(data.size())},
+                                          at::TensorOptions().dtype(at::kHalf))};
+  impl_->run("allreduce_sum_f16", [&] { return impl_->pg->allreduce(t); });
+  impl_->count_ring_allreduce(data.size_bytes());
+}
+
+void Communicator::allgather_bytes(std::span<const std::byte> mine, std::vector<std::byte>& all,
+                                   std::vector<std::size_t>& offsets) {
+  Impl& im = *impl_;
+  const auto w = static_cast<std::size_t>(im.world);
+  im.sizes.resize(w);
+  offsets.resize(w + 1);
+
+  // Round 1: every rank's size (8 bytes each).
+  im.my_size[0] = static_cast<std::int64_t>(mine.size());
+  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  im.in_tensors.assign(1, at::from_blob(im.my_size.data(), {1}, long_opts));
+  im.out_tensors[0].clear();
+  for (std::size_t r = 0; r < w; ++r) {
+    im.out_tensors[0].push_back(at::from_blob(im.sizes.data() + r, {1}, long_opts));
+  }
+  im.run("allgather_bytes (sizes)",
+         [&] { return im.pg->allgather(im.out_tensors, im.in_tensors); });
+  im.count_allgather(sizeof(std::int64_t));
+
+  std::size_t max_size = 0;
+  for (std::size_t r = 0; r < w; ++r) {
+    if (im.sizes[r] < 0) {
+      im.broken = true;
+      im.broken_reason = "allgather_bytes: rank " + std::to_string(r) + " sent size " +
+                         std::to_string(im.sizes[r]);
+      throw CommError(im.broken_reason + im.where());
+    }
+    max_size = std::max(max_size, static_cast<std::size_t>(im.sizes[r]));
+  }
+  if (static_cast<std::size_t>(im.sizes[static_cast<std::size_t>(im.rank)]) != mine.size()) {
+    throw CommError("allgather_bytes: size exchange returned a wrong size for this rank" +
+                    im.where());
+  }
+
+  // Round 2: buffers padded to the largest, skipped when everything is empty.
+  all.resize(w * max_size);
+  if (max_size > 0) {
+    im.padded.resize(max_size);
+    if (!mine.empty()) std::memcpy(im.padded.data(), mine.data(), mine.size());
+    std::memset(im.padded.data() + mine.size(), 0, max_size - mine.size());
+    const auto byte_opts = at::TensorOptions().dtype(at::kByte);
+    const auto len = static_cast<std::int64_t>(max_size);
+    im.in_tensors.assign(1, at::from_blob(im.padded.data(), {len}, byte_opts));
+    im.out_tensors[0].clear();
+    for (std::size_t r = 0; r < w; ++r) {
+      im.out_tensors[0].push_back(at::from_blob(all.data() + r * max_size, {len}, byte_opts));
+    }
+    im.run("allgather_bytes", [&] { return im.pg->allgather(im.out_tensors, im.in_tensors); });
+    im.count_allgather(max_size);
+  }
+  im.in_tensors.clear();
+  im.out_tensors[0].clear();
+
+  // Compact in place: rank r's bytes move down from r*max_size (never overlapping
+  // forward, so memmove in rank order is safe).
+  std::size_t pos = 0;
+  for (std::size_t r = 0; r < w; ++r) {
+    offsets[r] = pos;
+    const auto sz = static_cast<std::size_t>(im.sizes[r]);
+    if (sz > 0 && pos != r * max_size)
+      std::memmove(all.data() + pos, all.data() + r * max_size, sz);
+    pos += sz;
+  }
+  offsets[w] = pos;
+  all.resize(pos);
+}
+
+void Communicator::broadcast_bytes(std::span<std::byte> data, int root) {
+  if (root < 0 || root >= impl_->world) {
+    throw InvalidArgument("broadcast_bytes: root " + std::to_string(root) + " >= world size " +
+                          std::to_string(impl_->world));
+  }
+  if (data.empty()) return;
+  std::vector<at::Tensor> t{at::from_blob(data.data(), {static_cast<std::int64_t>(data.size())},
+                                          at::TensorOptions().dtype(at::kByte))};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  impl_->run("broadcast_bytes", [&] { return impl_->pg->broadcast(t, opts); });
+  const auto w = static_cast<std::uint64_t>(impl_->world);
+  if (impl_->rank == root) {
+    impl_->counters.bytes_sent += (w - 1) * data.size();
+  } else {
+    impl_->counters.bytes_received += data.size();
+  }
+}
+
+void Communicator::barrier() {
+  impl_->run("barrier", [&] { return impl_->pg->barrier(); });
+}
+
+CommCounters Communicator::counters() const { return impl_->counters; }
+
+CommCounters Communicator::take_counters() { return std::exchange(impl_->counters, {}); }
+
+}  // namespace gradcomp::dist

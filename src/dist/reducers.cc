@@ -1,0 +1,330 @@
+// The dense, allreduce and allgather reducers (see gradcomp/dist/reducers.h): one class,
+// three modes, sharing the fused dense allreduce. No c10d here: everything goes through
+// the Communicator.
+//
+// One step (every rank, same order):
+//   encode   compressed buckets: Memory::compress into this bucket's message buffer
+//            (allreduce mode) or appended to this rank's send buffer (allgather mode),
+//            StepContext {seed, step, rank, bucket id};
+//   pack     uncompressed buckets and fp32/bf16 linear regions into one fp32 buffer,
+//            fp16 linear regions into one u16 buffer;
+//   comm     allreduce fp32, allreduce fp16, then (allgather mode) the message allgather;
+//   decode   dense slices * 1/W back into their buckets; summed regions back into the
+//            messages, then grad = decode(summed message) / W; gathered messages: grad =
+//            sum over ranks r = 0..W-1 of decode(msg_r) / W, in rank order on every rank,
+//            so every rank ends with bit-identical buckets.
+// Buffers are sized at construction (the gather buffer grows to its high-water mark),
+// so a steady-state step allocates nothing in gradcomp (c10d allocates its work objects).
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "detail/half.h"
+#include "gradcomp/dist/reducers.h"
+#include "gradcomp/error.h"
+#include "gradcomp/wire.h"
+
+namespace gradcomp::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::size_t dtype_bytes(WireDType d) { return d == WireDType::kFloat32 ? 4 : 2; }
+
+enum class Mode { kDense, kAllreduce, kAllgather };
+
+class FusedReducer final : public Reducer {
+ public:
+  FusedReducer(Mode mode, const std::string& compressor_spec, Communicator& comm,
+               std::span<const std::size_t> sizes, const CodecRegistry& registry)
+      : mode_(mode), comm_(comm), sizes_(sizes.begin(), sizes.end()) {
+    std::size_t dense_cap = 0;
+    for (std::size_t n : sizes_) dense_cap += n;
+    if (mode_ == Mode::kDense) {
+      describe_ = "dense";
+      fused32_.resize(dense_cap);
+      return;
+    }
+    codec_ = registry.make_codec_of(compressor_spec);
+    describe_ = std::string(mode_ == Mode::kAllreduce ? "allreduce(" : "allgather(") +
+                registry.make_memory(compressor_spec, 0)->spec() + ")";
+    std::size_t cap32 = dense_cap;
+    std::size_t cap16 = 0;
+    std::size_t send_cap = 0;
+    memories_.reserve(sizes_.size());
+    for (std::size_t n : sizes_) {
+      memories_.push_back(registry.make_memory(compressor_spec, n));
+      const std::size_t max_bytes = memories_.back()->max_encoded_bytes();
+      if (mode_ == Mode::kAllreduce) {
+        const LinearRegion r = codec_->linear_region(n);
+        if (r.offset + r.count * dtype_bytes(r.dtype) > max_bytes) {
+          throw InvalidArgument("allreduce reducer: " + codec_->spec() +
+                                " linear region ends past its message for n " + std::to_string(n));
+        }
+        regions_.push_back(r);
+        (r.dtype == WireDType::kFloat16 ? cap16 : cap32) += r.count;
+        messages_.emplace_back(max_bytes);
+      } else {
+        send_cap += max_bytes;
+      }
+    }
+    fused32_.resize(cap32);
+    fused16_.resize(cap16);
+    send_.resize(send_cap);
+    message_lengths_.resize(sizes_.size());
+  }
+
+  void reduce(std::span<const BucketRef> buckets, const StepContext& ctx) override {
+    check_buckets(buckets);
+    const auto before = comm_.counters();
+    const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
+
+    // ---- encode
+    auto t0 = Clock::now();
+    std::size_t send_len = 0;
+    std::size_t n_messages = 0;
+    if (mode_ != Mode::kDense) {
+      for (std::size_t b = 0; b < buckets.size(); ++b) {
+        const BucketRef& bk = buckets[b];
+        if (!bk.compressed) continue;
+        const StepContext c{ctx.seed, ctx.step, static_cast<std::uint32_t>(comm_.rank()), bk.id};
+        if (mode_ == Mode::kAllreduce) {
+          message_lengths_[b] = memories_[b]->compress(bk.grad, c, messages_[b]);
+          const LinearRegion& r = regions_[b];
+          if (r.offset + r.count * dtype_bytes(r.dtype) > message_lengths_[b]) {
+            throw InvalidArgument("allreduce reducer: bucket " + std::to_string(bk.id) +
+                                  " message of " + std::to_string(message_lengths_[b]) +
+                                  " bytes is shorter than its linear region");
+          }
+        } else {
+          send_len +=
+              memories_[b]->compress(bk.grad, c, std::span<std::byte>(send_).subspan(send_len));
+        }
+        ++n_messages;
+      }
+    }
+    stats_.encode_seconds += seconds_since(t0);
+
+    // ---- pack + communicate
+    t0 = Clock::now();
+    std::size_t n32 = 0;
+    std::size_t n16 = 0;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const BucketRef& bk = buckets[b];
+      if (mode_ == Mode::kDense || !bk.compressed) {
+        copy_floats(fused32_.data() + n32, bk.grad.data(), bk.grad.size());
+        n32 += bk.grad.size();
+      } else if (mode_ == Mode::kAllreduce) {
+        const LinearRegion& r = regions_[b];
+        const std::byte* src = messages_[b].data() + r.offset;
+        if (r.dtype == WireDType::kFloat32) {
+          if (r.count > 0) std::memcpy(fused32_.data() + n32, src, 4 * r.count);
+          n32 += r.count;
+        } else if (r.dtype == WireDType::kBFloat16) {
+          for (std::size_t i = 0; i < r.count; ++i) {
+            fused32_[n32 + i] = detail::bf16_to_float_ref(load_le<std::uint16_t>(src + 2 * i));
+          }
+          n32 += r.count;
+        } else {
+          if (r.count > 0) std::memcpy(fused16_.data() + n16, src, 2 * r.count);
+          n16 += r.count;
+        }
+      }
+    }
+    comm_.allreduce_sum(std::span<float>(fused32_.data(), n32));
+    comm_.allreduce_sum_f16(std::span<std::uint16_t>(fused16_.data(), n16));
+    if (mode_ == Mode::kAllgather) {
+      comm_.allgather_bytes(std::span<const std::byte>(send_.data(), send_len), gathered_,
+                            offsets_);
+    }
+    stats_.comm_seconds += seconds_since(t0);
+
+    // ---- unpack + decode
+    t0 = Clock::now();
+    n32 = 0;
+    n16 = 0;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const BucketRef& bk = buckets[b];
+      if (mode_ == Mode::kDense || !bk.compressed) {
+        float* g = bk.grad.data();
+        const float* s = fused32_.data() + n32;
+        for (std::size_t i = 0; i < bk.grad.size(); ++i) g[i] = s[i] * inv_w;
+        n32 += bk.grad.size();
+      } else if (mode_ == Mode::kAllreduce) {
+        const LinearRegion& r = regions_[b];
+        std::byte* dst = messages_[b].data() + r.offset;
+        if (r.dtype == WireDType::kFloat32) {
+          if (r.count > 0) std::memcpy(dst, fused32_.data() + n32, 4 * r.count);
+          n32 += r.count;
+        } else if (r.dtype == WireDType::kBFloat16) {
+          for (std::size_t i = 0; i < r.count; ++i) {
+            store_le<std::uint16_t>(dst + 2 * i, detail::float_to_bf16_ref(fused32_[n32 + i]));
+          }
+          n32 += r.count;
+        } else {
+          if (r.count > 0) std::memcpy(dst, fused16_.data() + n16, 2 * r.count);
+          n16 += r.count;
+        }
+        std::fill(bk.grad.begin(), bk.grad.end(), 0.0f);
+        codec_->decode_add(std::span<const std::byte>(messages_[b].data(), message_lengths_[b]),
+                           bk.grad, inv_w);
+      }
+    }
+    if (mode_ == Mode::kAllgather && n_messages > 0) decode_gathered(buckets, n_messages, inv_w);
+    stats_.decode_seconds += seconds_since(t0);
+
+    const auto after = comm_.counters();
+    stats_.bytes_sent += after.bytes_sent - before.bytes_sent;
+    stats_.bytes_received += after.bytes_received - before.bytes_received;
+    ++stats_.steps;
+  }
+
+  ReduceStats take_stats() override { return std::exchange(stats_, {}); }
+
+  std::vector<StateBuffer> state() override {
+    std::vector<StateBuffer> out;
+    for (auto& m : memories_) {
+      for (auto& s : m->state()) out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  std::string describe() const override { return describe_; }
+
+ private:
+  static void copy_floats(float* dst, const float* src, std::size_t n) {
+    if (n > 0) std::memcpy(dst, src, 4 * n);
+  }
+
+  void check_buckets(std::span<const BucketRef> buckets) const {
+    if (buckets.size() != sizes_.size()) {
+      throw InvalidArgument("reduce: " + std::to_string(buckets.size()) +
+                            " buckets, reducer built for " + std::to_string(sizes_.size()));
+    }
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      if (buckets[b].grad.size() != sizes_[b]) {
+        throw InvalidArgument("reduce: bucket " + std::to_string(b) + " has " +
+                              std::to_string(buckets[b].grad.size()) + " elements, expected " +
+                              std::to_string(sizes_[b]));
+      }
+    }
+  }
+
+  // Splits each rank's segment into its n_messages messages (framing checked here,
+  // contents by decode_add), then decodes bucket by bucket in rank order.
+  void decode_gathered(std::span<const BucketRef> buckets, std::size_t n_messages, float inv_w) {
+    const auto w = static_cast<std::size_t>(comm_.world_size());
+    spans_.resize(w * n_messages);
+    for (std::size_t r = 0; r < w; ++r) {
+      std::size_t pos = offsets_[r];
+      const std::size_t end = offsets_[r + 1];
+      for (std::size_t j = 0; j < n_messages; ++j) {
+        if (end - pos < kHeaderBytes) {
+          throw CorruptMessage("allgather reducer: rank " + std::to_string(r) + " message " +
+                               std::to_string(j) + " truncated: " + std::to_string(end - pos) +
+                               " bytes < header " + std::to_string(kHeaderBytes));
+        }
+        const std::size_t payload = load_le<std::uint32_t>(gathered_.data() + pos + 16);
+        if (end - pos - kHeaderBytes < payload) {
+          throw CorruptMessage("allgather reducer: rank " + std::to_string(r) + " message " +
+                               std::to_string(j) + " payload " + std::to_string(payload) +
+                               " bytes > " + std::to_string(end - pos - kHeaderBytes) + " left");
+        }
+        spans_[r * n_messages + j] = {gathered_.data() + pos, kHeaderBytes + payload};
+        pos += kHeaderBytes + payload;
+      }
+      if (pos != end) {
+        throw CorruptMessage("allgather reducer: rank " + std::to_string(r) + " sent " +
+                             std::to_string(end - pos) + " trailing bytes");
+      }
+    }
+    std::size_t j = 0;
+    for (const BucketRef& bk : buckets) {
+      if (!bk.compressed) continue;
+      std::fill(bk.grad.begin(), bk.grad.end(), 0.0f);
+      for (std::size_t r = 0; r < w; ++r)
+        codec_->decode_add(spans_[r * n_messages + j], bk.grad, inv_w);
+      ++j;
+    }
+  }
+
+  Mode mode_;
+  Communicator& comm_;
+  std::vector<std::size_t> sizes_;
+  std::string describe_;
+  std::shared_ptr<const Codec> codec_;
+  std::vector<std::unique_ptr<Memory>> memories_;  // one per bucket (none when dense)
+  std::vector<LinearRegion> regions_;              // allreduce: per bucket
+  std::vector<std::vector<std::byte>> messages_;   // allreduce: per bucket
+  std::vector<std::size_t> message_lengths_;
+  std::vector<float> fused32_;
+  std::vector<std::uint16_t> fused16_;
+  std::vector<std::byte> send_;      // allgather: this rank's messages, back to back
+  std::vector<std::byte> gathered_;  // allgather: every rank's, compacted
+  std::vector<std::size_t> offsets_;
+  std::vector<std::span<const std::byte>> spans_;
+  ReduceStats stats_;
+};
+
+}  // namespace
+
+ReducerKind parse_reducer_kind(std::string_view name) {
+  if (name == "auto") return ReducerKind::kAuto;
+  if (name == "dense") return ReducerKind::kDense;
+  if (name == "allreduce") return ReducerKind::kAllreduce;
+  if (name == "allgather") return ReducerKind::kAllgather;
+  throw InvalidArgument("reducer: unknown kind '" + std::string(name) +
+                        "' (known: auto, allgather, allreduce, dense)");
+}
+
+const char* to_string(ReducerKind kind) {
+  switch (kind) {
+    case ReducerKind::kAuto:
+      return "auto";
+    case ReducerKind::kDense:
+      return "dense";
+    case ReducerKind::kAllreduce:
+      return "allreduce";
+    case ReducerKind::kAllgather:
+      return "allgather";
+  }
+  return "?";
+}
+
+std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
+                                      Communicator& comm, std::span<const std::size_t> bucket_sizes,
+                                      const CodecRegistry& registry) {
+  // Validates the spec whatever the kind (a typo must not pass silently under dense).
+  const auto codec = registry.make_codec_of(compressor_spec);
+  Mode mode = Mode::kAllgather;
+  switch (kind) {
+    case ReducerKind::kAuto:
+      mode = codec->name() == "none"  ? Mode::kDense
+             : codec->traits().linear ? Mode::kAllreduce
+                                      : Mode::kAllgather;
+      break;
+    case ReducerKind::kDense:
+      mode = Mode::kDense;
+      break;
+    case ReducerKind::kAllreduce:
+      if (!codec->traits().linear) {
+        throw InvalidArgument("reducer: allreduce needs a linear codec; " + codec->spec() +
+                              " is not (use allgather or auto)");
+      }
+      mode = Mode::kAllreduce;
+      break;
+    case ReducerKind::kAllgather:
+      mode = Mode::kAllgather;
+      break;
+  }
+  return std::make_unique<FusedReducer>(mode, compressor_spec, comm, bucket_sizes, registry);
+}
+
+}  // namespace gradcomp::dist

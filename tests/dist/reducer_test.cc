@@ -1,0 +1,234 @@
+// Reducers over real Gloo groups (one thread per rank) against a single-process
+// simulation: every rank's gradients are a deterministic function of (rank, step,
+// bucket), so each rank can rebuild all W memories, encode every rank's message and
+// decode them in rank order -- the mean the reducer must produce. The allgather path
+// must match it bit for bit; the allreduce path sums compressed regions in Gloo's ring
+// order (fp16 sums round in fp16), so it matches within a tolerance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dist_test_support.h"
+#include "gradcomp/dist/reducers.h"
+#include "gradcomp/error.h"
+#include "support/test_support.h"
+
+namespace gradcomp::dist {
+namespace {
+
+using test::run_ranks;
+
+const std::vector<std::size_t> kBucketSizes = {0, 1, 7, 1000, 33};
+constexpr std::size_t kDenseBucket = 4;  // passed with compressed == false
+constexpr int kSteps = 3;
+constexpr std::uint64_t kSeed = 1234;
+
+std::uint32_t bucket_id(std::size_t b) { return static_cast<std::uint32_t>(10 + b); }
+
+std::vector<float> gradient_of(int rank, int step, std::size_t b, bool integers) {
+  const std::uint64_t key = 1000003ull * static_cast<std::uint64_t>(rank) + 7919ull * step + b;
+  return integers ? gradcomp::test::integer_gradient(kBucketSizes[b], key, 8)
+                  : gradcomp::test::random_gradient(kBucketSizes[b], key);
+}
+
+struct Case {
+  std::string spec;
+  ReducerKind kind;
+  std::string mode;       // describe() prefix
+  bool exact;             // bit-identical to the simulation
+  float tolerance;        // otherwise: |got - want| <= tolerance * (1 + |want|)
+  bool error_feedback;    // check conservation through state()
+  bool integers = false;  // integer-valued gradients
+};
+
+const std::vector<Case> kCases = {
+    {"none", ReducerKind::kAuto, "dense", false, 1e-6f, false, true},
+    {"none", ReducerKind::kDense, "dense", false, 1e-6f, false},
+    {"none", ReducerKind::kAllreduce, "allreduce(", false, 1e-6f, false},
+    {"none", ReducerKind::kAllgather, "allgather(", true, 0, false},
+    {"randomk:ratio=0.25", ReducerKind::kAuto, "allreduce(", false, 1e-5f, true},
+    {"randomk:ratio=0.25,rescale=true", ReducerKind::kAuto, "allreduce(", false, 1e-5f, false},
+    {"fp16", ReducerKind::kAuto, "allreduce(", false, 4e-3f, false},
+    {"ef(fp16)", ReducerKind::kAllreduce, "allreduce(", false, 4e-3f, true},
+    {"fp16:format=bf16", ReducerKind::kAuto, "allreduce(", false, 2e-2f, false},
+    {"topk:ratio=0.1", ReducerKind::kAuto, "allgather(", true, 0, true},
+    {"2bit", ReducerKind::kAuto, "allgather(", true, 0, true},
+    {"qsgd", ReducerKind::kAuto, "allgather(", true, 0, false},
+    {"randomk:ratio=0.25", ReducerKind::kAllgather, "allgather(", true, 0, true},
+};
+
+void check_case(const Case& c, int world) {
+  SCOPED_TRACE(c.spec + " " + to_string(c.kind) + " world " + std::to_string(world));
+  run_ranks(world, [&](Communicator& comm) {
+    const auto reducer = make_reducer(c.spec, c.kind, comm, kBucketSizes);
+    ASSERT_EQ(reducer->describe().rfind(c.mode, 0), 0u) << reducer->describe();
+    const bool dense = c.mode == "dense";
+    const float inv_w = 1.0f / static_cast<float>(world);
+
+    // The simulation: W memories per bucket (skipped when dense).
+    const CodecRegistry& registry = builtin_registry();
+    const auto codec = registry.make_codec_of(c.spec);
+    std::vector<std::vector<std::unique_ptr<Memory>>> sim(static_cast<std::size_t>(world));
+    for (auto& per_rank : sim) {
+      for (std::size_t n : kBucketSizes) per_rank.push_back(registry.make_memory(c.spec, n));
+    }
+
+    std::vector<std::vector<float>> sum_got(kBucketSizes.size());
+    std::vector<std::vector<float>> sum_in(kBucketSizes.size());
+    for (std::size_t b = 0; b < kBucketSizes.size(); ++b) {
+      sum_got[b].assign(kBucketSizes[b], 0.0f);
+      sum_in[b].assign(kBucketSizes[b], 0.0f);
+    }
+
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<std::vector<float>> grads;
+      std::vector<BucketRef> refs;
+      for (std::size_t b = 0; b < kBucketSizes.size(); ++b) {
+        grads.push_back(gradient_of(comm.rank(), step, b, c.integers));
+      }
+      for (std::size_t b = 0; b < kBucketSizes.size(); ++b) {
+        refs.push_back({bucket_id(b), grads[b], b != kDenseBucket});
+      }
+      reducer->reduce(refs, {kSeed, static_cast<std::uint64_t>(step), 0, 0});
+
+      for (std::size_t b = 0; b < kBucketSizes.size(); ++b) {
+        const std::size_t n = kBucketSizes[b];
+        std::vector<float> want(n, 0.0f);
+        if (dense || b == kDenseBucket) {
+          for (int r = 0; r < world; ++r) {
+            const auto g = gradient_of(r, step, b, c.integers);
+            for (std::size_t i = 0; i < n; ++i) want[i] += g[i];
+          }
+          for (float& x : want) x /= static_cast<float>(world);
+        } else {
+          for (int r = 0; r < world; ++r) {
+            const auto g = gradient_of(r, step, b, c.integers);
+            auto& mem = *sim[static_cast<std::size_t>(r)][b];
+            std::vector<std::byte> msg(mem.max_encoded_bytes());
+            const StepContext ctx{kSeed, static_cast<std::uint64_t>(step),
+                                  static_cast<std::uint32_t>(r), bucket_id(b)};
+            msg.resize(mem.compress(g, ctx, msg));
+            codec->decode_add(msg, want, inv_w);
+          }
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          if (c.exact && !dense && b != kDenseBucket) {
+            ASSERT_EQ(grads[b][i], want[i]) << "step " << step << " bucket " << b << " i " << i;
+          } else {
+            // Dense sums run in Gloo's ring order, not rank order: a few ulps.
+            const float tol = std::max(c.tolerance, 1e-6f);
+            ASSERT_LE(std::fabs(grads[b][i] - want[i]), tol * (1 + std::fabs(want[i])))
+                << "step " << step << " bucket " << b << " i " << i << " got " << grads[b][i]
+                << " want " << want[i] << " " << c.spec << " world " << world;
+          }
+          sum_got[b][i] += grads[b][i];
+        }
+        for (int r = 0; r < world; ++r) {
+          const auto g = gradient_of(r, step, b, c.integers);
+          for (std::size_t i = 0; i < n; ++i) sum_in[b][i] += g[i] * inv_w;
+        }
+
+        // Every rank holds the same bucket, bit for bit.
+        std::vector<std::byte> all;
+        std::vector<std::size_t> offsets;
+        comm.allgather_bytes(std::as_bytes(std::span<const float>(grads[b])), all, offsets);
+        for (int r = 1; r < world && n > 0; ++r) {
+          ASSERT_EQ(
+              std::memcmp(all.data(), all.data() + offsets[static_cast<std::size_t>(r)], 4 * n), 0)
+              << "rank " << r << " differs from rank 0 in bucket " << b;
+        }
+      }
+    }
+
+    // state(): this rank's memories, in bucket order, equal to the simulation's.
+    auto state = reducer->state();
+    if (dense) {
+      EXPECT_TRUE(state.empty());
+    } else {
+      std::vector<StateBuffer> sim_state;
+      for (auto& m : sim[static_cast<std::size_t>(comm.rank())]) {
+        for (auto& s : m->state()) sim_state.push_back(s);
+      }
+      ASSERT_EQ(state.size(), sim_state.size());
+      for (std::size_t k = 0; k < state.size(); ++k) {
+        ASSERT_EQ(state[k].name, sim_state[k].name);
+        ASSERT_EQ(state[k].data.size(), sim_state[k].data.size());
+        for (std::size_t i = 0; i < state[k].data.size(); ++i) {
+          ASSERT_EQ(state[k].data[i], sim_state[k].data[i]);
+        }
+      }
+    }
+
+    // Error feedback conserves: sum of means + mean residual = mean of inputs.
+    if (c.error_feedback) {
+      ASSERT_EQ(state.size(), kBucketSizes.size());
+      for (std::size_t b = 0; b < kBucketSizes.size(); ++b) {
+        std::vector<float> residual(state[b].data.begin(), state[b].data.end());
+        comm.allreduce_sum(residual);
+        for (std::size_t i = 0; i < kBucketSizes[b]; ++i) {
+          const float lhs = sum_got[b][i] + residual[i] * inv_w;
+          // Exact up to float rounding -- except that an fp16 allreduce rounds the SUM
+          // in fp16, and that rounding is outside every rank's error feedback.
+          const float tol = std::max(1e-4f, c.tolerance) * kSteps;
+          ASSERT_NEAR(lhs, sum_in[b][i], tol * (1 + std::fabs(sum_in[b][i])))
+              << c.spec << " world " << world << " bucket " << b << " i " << i;
+        }
+      }
+    }
+
+    const ReduceStats stats = reducer->take_stats();
+    EXPECT_EQ(stats.steps, static_cast<std::uint64_t>(kSteps));
+    if (world == 1) {
+      EXPECT_EQ(stats.bytes_sent, 0u);
+    } else {
+      EXPECT_GT(stats.bytes_sent, 0u);
+    }
+    if (dense) {
+      std::uint64_t bytes = 0;
+      for (std::size_t n : kBucketSizes) bytes += 4 * n;
+      const auto w = static_cast<std::uint64_t>(world);
+      EXPECT_EQ(stats.bytes_sent, kSteps * (2 * (w - 1) * bytes / w));
+    }
+    EXPECT_EQ(reducer->take_stats().steps, 0u);
+  });
+}
+
+TEST(DistReducer, MatchesSimulationForEveryPath) {
+  for (const Case& c : kCases) {
+    for (int world : {1, 2, 3, 5}) check_case(c, world);
+  }
+}
+
+TEST(DistReducer, AllCompressedBucketsEmpty) {
+  // Only empty compressed buckets: the gather has nothing to send and no data round.
+  run_ranks(3, [&](Communicator& comm) {
+    const std::vector<std::size_t> sizes = {0, 0};
+    const auto reducer = make_reducer("topk:ratio=0.5", ReducerKind::kAuto, comm, sizes);
+    std::vector<BucketRef> refs = {{0, {}, true}, {1, {}, true}};
+    reducer->reduce(refs, {});
+    // topk messages of n = 0 still have a header, so there is a data round.
+    EXPECT_EQ(reducer->take_stats().steps, 1u);
+  });
+}
+
+TEST(DistReducer, RejectsMismatchedBucketsAndForcedAllreduce) {
+  run_ranks(1, [&](Communicator& comm) {
+    const std::vector<std::size_t> sizes = {4};
+    EXPECT_THROW(make_reducer("topk", ReducerKind::kAllreduce, comm, sizes), InvalidArgument);
+    EXPECT_THROW(make_reducer("nosuchcodec", ReducerKind::kDense, comm, sizes), InvalidArgument);
+    EXPECT_THROW(parse_reducer_kind("ring"), InvalidArgument);
+    EXPECT_EQ(parse_reducer_kind("allgather"), ReducerKind::kAllgather);
+    const auto reducer = make_reducer("topk", ReducerKind::kAuto, comm, sizes);
+    std::vector<float> g(5);
+    std::vector<BucketRef> refs = {{0, g, true}};
+    EXPECT_THROW(reducer->reduce(refs, {}), InvalidArgument);
+    EXPECT_THROW(reducer->reduce({}, {}), InvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace gradcomp::dist
