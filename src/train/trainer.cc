@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -45,12 +46,15 @@ std::string format_bytes(double b) {
 
 }  // namespace
 
-void set_threads(int threads) {
-  if (threads < 1) throw InvalidArgument("threads: " + std::to_string(threads) + " < 1");
+void set_threads(int threads, int blas_threads) {
+  if (threads < 1 || blas_threads < 0) {
+    throw InvalidArgument("threads: " + std::to_string(threads) + " must be >= 1, blas threads " +
+                          std::to_string(blas_threads) + " >= 0");
+  }
   at::set_num_threads(threads);
   using SetThreads = void (*)(int);
   if (auto* f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-    f(threads);
+    f(blas_threads == 0 ? threads : blas_threads);
   }
 }
 
@@ -102,7 +106,7 @@ Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
     throw InvalidArgument("trainer: test set " + test_.name + " has a different shape than " +
                           train_.name);
   }
-  set_threads(config_.threads);
+  set_threads(config_.threads, config_.blas_threads);
   config_.model.in_c = train_.c;
   config_.model.in_h = train_.h;
   config_.model.in_w = train_.w;

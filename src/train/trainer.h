@@ -47,7 +47,8 @@ struct TrainConfig {
   SgdOptions sgd;
   std::int64_t dense_steps = 0;  // the first N steps exchange every bucket dense
   LayoutOptions layout;
-  int threads = 1;  // intra-op threads (LibTorch and OpenBLAS)
+  int threads = 1;       // intra-op threads (LibTorch's OpenMP pool)
+  int blas_threads = 0;  // OpenBLAS's own pthreads; 0: the same as `threads`
   std::uint64_t seed = 0;
   int rank = 0;
   int world = 1;
@@ -155,8 +156,12 @@ class Trainer {
 };
 
 // Sets LibTorch's intra-op threads and, when LibTorch runs on OpenBLAS, OpenBLAS's own
-// thread count (the pthread build ignores OpenMP's).
-void set_threads(int threads);
+// thread count (the pthread build ignores OpenMP's); blas_threads 0 means `threads`.
+// Measured here: with both pools at 2 threads, libgomp's spin-waiting workers starve
+// OpenBLAS's threads and a step of the default MLP takes ~5x longer, unless
+// OMP_WAIT_POLICY=passive is set before the process starts (libgomp reads it once) or
+// one of the pools has a single thread. run() prints a note when that applies.
+void set_threads(int threads, int blas_threads = 0);
 
 // Which BLAS this process runs matrix products on, found after a matmul from the
 // shared objects mapped into the process (/proc/self/maps) and, for OpenBLAS, its
