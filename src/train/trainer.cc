@@ -295,6 +295,13 @@ TrainSummary Trainer::run() {
     *config_.progress << "model " << config_.model.name << " (" << params_.size() << " tensors), "
                       << buffers_->plan().size() << " buckets, reducer " << reducer_->describe()
                       << ", " << config_.threads << " thread(s), BLAS " << blas << "\n";
+    const int blas_threads = config_.blas_threads == 0 ? config_.threads : config_.blas_threads;
+    if (config_.threads > 1 && blas_threads > 1 && blas.starts_with("OpenBLAS") &&
+        std::getenv("OMP_WAIT_POLICY") == nullptr) {
+      *config_.progress << "note: OpenMP and OpenBLAS both run " << blas_threads
+                        << " threads; libgomp's spinning workers slow OpenBLAS down (measured "
+                           "5x here): set OMP_WAIT_POLICY=passive or use one BLAS thread\n";
+    }
   }
 
   const std::int64_t end_step = config_.epochs * steps_per_epoch_;
