@@ -1,0 +1,46 @@
+// The models the trainer knows, as LibTorch torch::nn modules behind one interface.
+//   mlp       fully connected, ReLU, widths from --mlp-hidden (default 1536,1536: FC-heavy,
+//             where compression pays)
+//   lenet5    LeCun et al. 1998 with ReLU and max pooling; the first conv pads by 2 so 28x28
+//             inputs get the paper's 32x32 geometry
+//   resnet20  He et al. 2016's CIFAR ResNet (3 stages x 3 basic blocks, 16/32/64 channels,
+//             option-A shortcuts: strided identity with zero-padded channels, no parameters)
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gradcomp::train {
+
+struct ModelConfig {
+  std::string name = "mlp";  // mlp | lenet5 | resnet20
+  std::vector<std::int64_t> mlp_hidden{1536, 1536};
+  // Input C x H x W and classes: from the data set.
+  std::int64_t in_c = 1;
+  std::int64_t in_h = 28;
+  std::int64_t in_w = 28;
+  std::int64_t num_classes = 10;
+  std::uint64_t seed = 0;  // torch::manual_seed before construction: same seed, same weights
+};
+
+class Model : public torch::nn::Module {
+ public:
+  // x: N x C x H x W float; returns N x num_classes logits.
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+};
+
+// Throws InvalidArgument for an unknown name, an empty/non-positive width or an input
+// too small for the architecture.
+std::shared_ptr<Model> make_model(const ModelConfig& config);
+
+// "1536,1536" -> {1536, 1536}; InvalidArgument on anything else.
+std::vector<std::int64_t> parse_widths(std::string_view s);
+
+std::string known_models();  // "lenet5, mlp, resnet20"
+
+}  // namespace gradcomp::train

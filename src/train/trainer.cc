@@ -1,0 +1,416 @@
+#include "train/trainer.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+
+#include "gradcomp/error.h"
+
+namespace gradcomp::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Step times of the first steps of a process include page faults and lazy setup.
+constexpr std::int64_t kColdSteps = 2;
+
+void accumulate(ReduceStats& into, const ReduceStats& s) {
+  into.bytes_sent += s.bytes_sent;
+  into.bytes_received += s.bytes_received;
+  into.encode_seconds += s.encode_seconds;
+  into.comm_seconds += s.comm_seconds;
+  into.decode_seconds += s.decode_seconds;
+  into.steps += s.steps;
+}
+
+std::string format_bytes(double b) {
+  char buf[32];
+  if (b >= 1e6) {
+    std::snprintf(buf, sizeof(buf), "%.2f MB", b / 1e6);
+  } else if (b >= 1e3) {
+    std::snprintf(buf, sizeof(buf), "%.1f kB", b / 1e3);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.0f B", b);
+  }
+  return buf;
+}
+
+}  // namespace
+
+void set_threads(int threads, int blas_threads) {
+  if (threads < 1 || blas_threads < 0) {
+    throw InvalidArgument("threads: " + std::to_string(threads) + " must be >= 1, blas threads " +
+                          std::to_string(blas_threads) + " >= 0");
+  }
+  at::set_num_threads(threads);
+  using SetThreads = void (*)(int);
+  if (auto* f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    f(blas_threads == 0 ? threads : blas_threads);
+  }
+}
+
+std::string describe_blas() {
+  {
+    // Make sure the BLAS is loaded and initialised.
+    torch::NoGradGuard no_grad;
+    const torch::Tensor a = torch::ones({64, 64});
+    (void)torch::mm(a, a);
+  }
+  std::set<std::string> libs;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const std::size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    const std::string base = path.substr(path.rfind('/') + 1);
+    for (const char* key : {"blas", "mkl", "blis", "atlas"}) {
+      if (base.find(key) != std::string::npos) libs.insert(path);
+    }
+  }
+  std::string where;
+  for (const std::string& l : libs) where += (where.empty() ? "" : ", ") + l;
+  using GetConfig = char* (*)();
+  if (auto* f = reinterpret_cast<GetConfig>(::dlsym(RTLD_DEFAULT, "openblas_get_config"))) {
+    std::string cfg = f();
+    while (!cfg.empty() && cfg.back() == ' ') cfg.pop_back();
+    return cfg + " (" + where + ")";
+  }
+  if (libs.empty()) return "unknown (no BLAS library mapped)";
+  return where;
+}
+
+Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
+                 const ReducerFactory& make_reducer)
+    : config_(std::move(config)), train_(std::move(train)), test_(std::move(test)) {
+  if (config_.batch_size < 1 || config_.batch_size > train_.n) {
+    throw InvalidArgument("trainer: batch size " + std::to_string(config_.batch_size) +
+                          " must be in [1, " + std::to_string(train_.n) +
+                          "] (samples in this shard)");
+  }
+  if (config_.epochs < 1) throw InvalidArgument("trainer: epochs must be >= 1");
+  if (config_.max_steps < 0 || config_.dense_steps < 0 || config_.eval_batch < 1) {
+    throw InvalidArgument("trainer: steps, dense steps must be >= 0 and eval batch >= 1");
+  }
+  if (test_.c != train_.c || test_.h != train_.h || test_.w != train_.w ||
+      test_.num_classes != train_.num_classes) {
+    throw InvalidArgument("trainer: test set " + test_.name + " has a different shape than " +
+                          train_.name);
+  }
+  set_threads(config_.threads, config_.blas_threads);
+  config_.model.in_c = train_.c;
+  config_.model.in_h = train_.h;
+  config_.model.in_w = train_.w;
+  config_.model.num_classes = train_.num_classes;
+  config_.model.seed = config_.seed;
+  model_ = make_model(config_.model);
+  params_ = model_->parameters();
+  optimizer_ = std::make_unique<Sgd>(params_, config_.sgd);
+
+  steps_per_epoch_ = train_.n / config_.batch_size;
+  LrScheduleOptions lr;
+  lr.base_lr = config_.lr;
+  lr.warmup_steps = config_.warmup_steps;
+  lr.decay = config_.decay;
+  lr.gamma = config_.gamma;
+  for (std::int64_t e : config_.milestone_epochs) lr.milestones.push_back(e * steps_per_epoch_);
+  lr.total_steps = config_.epochs * steps_per_epoch_;
+  schedule_ = std::make_unique<LrSchedule>(lr);
+
+  const std::vector<ParamInfo> infos = describe_parameters(*model_);
+  std::vector<BucketPlan> plan = plan_buckets(infos, config_.layout);
+  const std::vector<BucketShape> shapes = bucket_shapes(plan);
+  buffers_ = std::make_unique<GradientBuffers>(params_, std::move(plan));
+  reducer_ = make_reducer(shapes);
+  if (!reducer_) throw InvalidArgument("trainer: the reducer factory returned nothing");
+
+  batch_x_ = torch::empty({config_.batch_size, train_.c, train_.h, train_.w}, torch::kFloat);
+  batch_y_ = torch::empty({config_.batch_size}, torch::kLong);
+}
+
+void Trainer::fill_batch(std::int64_t index_in_epoch) {
+  const std::uint64_t epoch = epoch_of(step_);
+  if (epoch != order_epoch_) {
+    order_ = data::epoch_order(train_.n, config_.seed, epoch);
+    order_epoch_ = epoch;
+  }
+  const std::size_t sample = train_.sample_elements();
+  float* x = batch_x_.data_ptr<float>();
+  std::int64_t* y = batch_y_.data_ptr<std::int64_t>();
+  const std::int64_t first = index_in_epoch * config_.batch_size;
+  for (std::int64_t i = 0; i < config_.batch_size; ++i) {
+    const std::int64_t s = order_[static_cast<std::size_t>(first + i)];
+    std::memcpy(x + static_cast<std::size_t>(i) * sample,
+                train_.images.data() + static_cast<std::size_t>(s) * sample,
+                sample * sizeof(float));
+    y[i] = train_.labels[static_cast<std::size_t>(s)];
+  }
+}
+
+double Trainer::train_step() {
+  const auto t0 = Clock::now();
+  fill_batch(step_ % steps_per_epoch_);
+  model_->train();
+  for (torch::Tensor& p : params_) {
+    // Dropping the gradient lets autograd hand its fresh result over instead of adding
+    // it into a zeroed buffer; GradientBuffers copies it out either way.
+    p.mutable_grad().reset();
+  }
+  const torch::Tensor logits = model_->forward(batch_x_);
+  const torch::Tensor loss = at::cross_entropy_loss(logits, batch_y_);
+  loss.backward();
+  const double loss_value = loss.item<double>();
+  {
+    torch::NoGradGuard no_grad;
+    epoch_correct_ += logits.argmax(1).eq(batch_y_).sum().item<std::int64_t>();
+  }
+  buffers_->gather();
+  const auto t1 = Clock::now();
+
+  StepContext ctx;
+  ctx.seed = config_.seed;
+  ctx.step = static_cast<std::uint64_t>(step_);
+  ctx.rank = static_cast<std::uint32_t>(config_.rank);
+  const bool compress = step_ >= config_.dense_steps;
+  reducer_->reduce(buffers_->refs(compress), ctx);
+  const auto t2 = Clock::now();
+
+  buffers_->scatter();
+  optimizer_->step(schedule_->lr(step_));
+  const auto t3 = Clock::now();
+
+  compute_seconds_ += seconds(t0, t1) + seconds(t2, t3);
+  const ReduceStats s = reducer_->take_stats();
+  accumulate(totals_, s);
+  if (compress) {
+    ++compressed_steps_;
+    compressed_bytes_ += s.bytes_sent;
+    if (steps_this_process_ >= kColdSteps) step_ms_.push_back(seconds(t0, t3) * 1e3);
+  }
+  ++steps_this_process_;
+  ++step_;
+  epoch_loss_sum_ += loss_value;
+  epoch_seen_ += config_.batch_size;
+  ++epoch_steps_;
+  return loss_value;
+}
+
+EvalResult Trainer::evaluate() {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  const std::size_t sample = test_.sample_elements();
+  for (std::int64_t begin = 0; begin < test_.n; begin += config_.eval_batch) {
+    const std::int64_t n = std::min(config_.eval_batch, test_.n - begin);
+    // Views of the test arrays: no copy (the model does not write its input).
+    const torch::Tensor x = torch::from_blob(
+        const_cast<float*>(test_.images.data()) + static_cast<std::size_t>(begin) * sample,
+        {n, test_.c, test_.h, test_.w}, torch::kFloat);
+    const torch::Tensor y =
+        torch::from_blob(const_cast<std::int64_t*>(test_.labels.data()) + begin, {n}, torch::kLong);
+    const torch::Tensor logits = model_->forward(x);
+    loss_sum += at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
+    correct += logits.argmax(1).eq(y).sum().item<std::int64_t>();
+  }
+  model_->train();
+  const double n = static_cast<double>(std::max<std::int64_t>(test_.n, 1));
+  return {loss_sum / n, static_cast<double>(correct) / n};
+}
+
+std::filesystem::path Trainer::checkpoint_file() const {
+  return config_.checkpoint_dir / ("rank-" + std::to_string(config_.rank) + ".ckpt");
+}
+
+void Trainer::save_checkpoint(const std::filesystem::path& file) {
+  CheckpointMeta meta;
+  meta.step = static_cast<std::uint64_t>(step_);
+  meta.epoch = epoch_of(step_);
+  meta.seed = config_.seed;
+  meta.rank = static_cast<std::uint32_t>(config_.rank);
+  meta.world = static_cast<std::uint32_t>(config_.world);
+  const std::vector<StateBuffer> state = reducer_->state();
+  train::save_checkpoint(file, meta, *model_, *optimizer_, state);
+}
+
+void Trainer::load_checkpoint(const std::filesystem::path& file) {
+  // Check the run identity before restoring anything: read_checkpoint validates the
+  // arrays before it copies, but seed/rank/world are only known after.
+  const std::vector<StateBuffer> state = reducer_->state();
+  std::vector<ArrayView> arrays = training_arrays(*model_, *optimizer_, state);
+  // Stage into copies so that a wrong seed/rank/world leaves the trainer untouched.
+  std::vector<std::vector<std::byte>> staging(arrays.size());
+  std::vector<ArrayView> staged = arrays;
+  for (std::size_t i = 0; i < arrays.size(); ++i) {
+    staging[i].resize(arrays[i].count * (arrays[i].type == ArrayType::kInt64 ? 8 : 4));
+    staged[i].data = staging[i].data();
+  }
+  const CheckpointMeta meta = read_checkpoint(file, staged);
+  if (meta.seed != config_.seed || meta.rank != static_cast<std::uint32_t>(config_.rank) ||
+      meta.world != static_cast<std::uint32_t>(config_.world)) {
+    throw InvalidArgument("checkpoint " + file.string() + ": written by seed " +
+                          std::to_string(meta.seed) + " rank " + std::to_string(meta.rank) + "/" +
+                          std::to_string(meta.world) + ", this run is seed " +
+                          std::to_string(config_.seed) + " rank " + std::to_string(config_.rank) +
+                          "/" + std::to_string(config_.world));
+  }
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < arrays.size(); ++i) {
+    if (!staging[i].empty()) std::memcpy(arrays[i].data, staging[i].data(), staging[i].size());
+  }
+  step_ = static_cast<std::int64_t>(meta.step);
+}
+
+TrainSummary Trainer::run() {
+  const auto start = Clock::now();
+  if (config_.resume && !config_.checkpoint_dir.empty()) {
+    if (std::filesystem::exists(checkpoint_file())) {
+      load_checkpoint(checkpoint_file());
+      if (config_.progress) {
+        *config_.progress << "resumed from " << checkpoint_file().string() << " at step " << step_
+                          << "\n";
+      }
+    } else if (config_.progress) {
+      *config_.progress << "no checkpoint at " << checkpoint_file().string()
+                        << ", starting from scratch\n";
+    }
+  }
+  if (!config_.checkpoint_dir.empty()) std::filesystem::create_directories(config_.checkpoint_dir);
+  std::unique_ptr<MetricsWriter> metrics;
+  // A resumed run appends to the metrics of the run it continues.
+  if (!config_.metrics_path.empty()) {
+    metrics = std::make_unique<MetricsWriter>(config_.metrics_path, config_.resume && step_ > 0);
+  }
+  const std::string blas = describe_blas();
+  if (config_.progress) {
+    *config_.progress << "model " << config_.model.name << " (" << params_.size() << " tensors), "
+                      << buffers_->plan().size() << " buckets, reducer " << reducer_->describe()
+                      << ", " << config_.threads << " thread(s), BLAS " << blas << "\n";
+    const int blas_threads = config_.blas_threads == 0 ? config_.threads : config_.blas_threads;
+    if (config_.threads > 1 && blas_threads > 1 && blas.starts_with("OpenBLAS") &&
+        std::getenv("OMP_WAIT_POLICY") == nullptr) {
+      *config_.progress << "note: OpenMP and OpenBLAS both run " << blas_threads
+                        << " threads; libgomp's spinning workers slow OpenBLAS down (measured "
+                           "5x here): set OMP_WAIT_POLICY=passive or use one BLAS thread\n";
+    }
+  }
+
+  const std::int64_t end_step = config_.epochs * steps_per_epoch_;
+  const std::int64_t stop =
+      config_.max_steps > 0 ? std::min(config_.max_steps, end_step) : end_step;
+  const double dense_bytes = static_cast<double>(buffers_->total_elements() * sizeof(float));
+  EvalResult last_eval{};
+  bool evaluated_at_stop = false;
+  std::int64_t completed_epochs = step_ / steps_per_epoch_;
+  while (step_ < stop) {
+    epoch_loss_sum_ = 0;
+    epoch_correct_ = 0;
+    epoch_seen_ = 0;
+    epoch_steps_ = 0;
+    const std::int64_t epoch = step_ / steps_per_epoch_;
+    const std::uint64_t bytes_before = totals_.bytes_sent;
+    const std::int64_t epoch_end = std::min((epoch + 1) * steps_per_epoch_, stop);
+    while (step_ < epoch_end) train_step();
+    const bool epoch_done = step_ % steps_per_epoch_ == 0;
+    if (epoch_done) completed_epochs = step_ / steps_per_epoch_;
+    last_eval = evaluate();
+    evaluated_at_stop = true;
+    if (!config_.checkpoint_dir.empty()) save_checkpoint(checkpoint_file());
+    const double elapsed = seconds(start, Clock::now());
+    const double train_loss =
+        epoch_loss_sum_ / static_cast<double>(std::max<std::int64_t>(epoch_steps_, 1));
+    const double train_acc = static_cast<double>(epoch_correct_) /
+                             static_cast<double>(std::max<std::int64_t>(epoch_seen_, 1));
+    const double bytes_per_step = static_cast<double>(totals_.bytes_sent - bytes_before) /
+                                  static_cast<double>(std::max<std::int64_t>(epoch_steps_, 1));
+    if (config_.progress) {
+      char line[320];
+      std::snprintf(line, sizeof(line),
+                    "epoch %lld%s step %lld  loss %.4f  train acc %.4f  test loss %.4f  test acc "
+                    "%.4f  lr %.4g  sent/step %s (dense %s)  %.1f s",
+                    static_cast<long long>(epoch + 1), epoch_done ? "" : " (partial)",
+                    static_cast<long long>(step_), train_loss, train_acc, last_eval.loss,
+                    last_eval.accuracy, schedule_->lr(step_ - 1),
+                    format_bytes(bytes_per_step).c_str(), format_bytes(dense_bytes).c_str(),
+                    elapsed);
+      *config_.progress << line << std::endl;
+    }
+    if (metrics) {
+      JsonLine j;
+      j.add("type", "epoch")
+          .add("epoch", epoch + 1)
+          .add("complete", epoch_done)
+          .add("step", step_)
+          .add("train_loss", train_loss)
+          .add("train_accuracy", train_acc)
+          .add("test_loss", last_eval.loss)
+          .add("test_accuracy", last_eval.accuracy)
+          .add("lr", schedule_->lr(step_ - 1))
+          .add("bytes_sent_per_worker_per_step", bytes_per_step)
+          .add("elapsed_seconds", elapsed);
+      metrics->write(j);
+    }
+  }
+  if (!evaluated_at_stop) last_eval = evaluate();  // e.g. resumed at the end already
+
+  TrainSummary s;
+  s.steps = step_;
+  s.epochs = completed_epochs;
+  s.test_accuracy = last_eval.accuracy;
+  s.test_loss = last_eval.loss;
+  s.train_loss = epoch_loss_sum_ / static_cast<double>(std::max<std::int64_t>(epoch_steps_, 1));
+  const std::uint64_t counted_steps = compressed_steps_ > 0 ? compressed_steps_ : totals_.steps;
+  const std::uint64_t counted_bytes =
+      compressed_steps_ > 0 ? compressed_bytes_ : totals_.bytes_sent;
+  s.bytes_sent_per_worker_per_step =
+      counted_steps > 0 ? static_cast<double>(counted_bytes) / static_cast<double>(counted_steps)
+                        : 0.0;
+  s.dense_bytes_per_step = dense_bytes;
+  s.compression_ratio =
+      s.bytes_sent_per_worker_per_step > 0 ? dense_bytes / s.bytes_sent_per_worker_per_step : 0.0;
+  s.step_ms_median = median(step_ms_);
+  s.compute_seconds = compute_seconds_;
+  s.encode_seconds = totals_.encode_seconds;
+  s.comm_seconds = totals_.comm_seconds;
+  s.decode_seconds = totals_.decode_seconds;
+  s.elapsed_seconds = seconds(start, Clock::now());
+  s.blas = blas;
+  s.reducer = reducer_->describe();
+  if (metrics) {
+    JsonLine j;
+    j.add("type", "summary")
+        .add("model", config_.model.name)
+        .add("reducer", s.reducer)
+        .add("steps", s.steps)
+        .add("epochs", s.epochs)
+        .add("test_accuracy", s.test_accuracy)
+        .add("test_loss", s.test_loss)
+        .add("train_loss", s.train_loss)
+        .add("bytes_sent_per_worker_per_step", s.bytes_sent_per_worker_per_step)
+        .add("dense_bytes_per_step", s.dense_bytes_per_step)
+        .add("compression_ratio", s.compression_ratio)
+        .add("step_ms_median", s.step_ms_median)
+        .add("compute_seconds", s.compute_seconds)
+        .add("encode_seconds", s.encode_seconds)
+        .add("comm_seconds", s.comm_seconds)
+        .add("decode_seconds", s.decode_seconds)
+        .add("elapsed_seconds", s.elapsed_seconds)
+        .add("threads", config_.threads)
+        .add("rank", config_.rank)
+        .add("world", config_.world)
+        .add("blas", s.blas);
+    metrics->write(j);
+  }
+  return s;
+}
+
+}  // namespace gradcomp::train

@@ -1,0 +1,172 @@
+// The training loop of one worker: minibatches from its data shard, forward/backward,
+// gradients into flat buckets, Reducer::reduce (the exchange and any compression),
+// the mean gradient back into .grad, an SGD step; evaluation on the test set every
+// epoch, checkpoints, metrics and a progress line per epoch.
+//
+// Determinism: the model is initialised from config.seed; epoch e visits the shard in
+// data::epoch_order(n, seed, e), batch_size samples per step (the last partial batch
+// of an epoch is dropped, so every step has the same shape); everything a step
+// depends on is in the model, the optimizer, the Reducer's state and the global step,
+// which is what a checkpoint holds. So N steps, a checkpoint, a new process and N more
+// steps give the same parameters bit for bit as 2N steps (tests/train/ checks it).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradcomp/data/dataset.h"
+#include "gradcomp/reducer.h"
+#include "train/checkpoint.h"
+#include "train/layout.h"
+#include "train/metrics.h"
+#include "train/models.h"
+#include "train/optimizer.h"
+
+namespace gradcomp::train {
+
+struct TrainConfig {
+  ModelConfig model;  // in_c/in_h/in_w/num_classes are taken from the data set; seed from `seed`
+  std::int64_t batch_size = 64;
+  std::int64_t epochs = 1;
+  std::int64_t max_steps = 0;  // --steps: stop once the global step reaches this (0: no limit)
+  // Learning rate: linear warm-up over warmup_steps, then decay. Step milestones are
+  // in epochs; cosine runs to 0 at epochs * steps_per_epoch.
+  double lr = 0.1;
+  std::int64_t warmup_steps = 0;
+  LrDecay decay = LrDecay::kConstant;
+  std::vector<std::int64_t> milestone_epochs;
+  double gamma = 0.1;
+  SgdOptions sgd;
+  std::int64_t dense_steps = 0;  // the first N steps exchange every bucket dense
+  LayoutOptions layout;
+  int threads = 1;       // intra-op threads (LibTorch's OpenMP pool)
+  int blas_threads = 0;  // OpenBLAS's own pthreads; 0: the same as `threads`
+  std::uint64_t seed = 0;
+  int rank = 0;
+  int world = 1;
+  std::filesystem::path checkpoint_dir;  // empty: no checkpoints
+  bool resume = false;                   // load checkpoint_dir/rank-R.ckpt if it exists
+  std::filesystem::path metrics_path;    // empty: no metrics file
+  std::int64_t eval_batch = 1000;
+  std::ostream* progress = nullptr;  // one line per epoch; null: quiet
+};
+
+// Builds the Reducer once the bucket layout is known (e.g. a LocalReducer, or a
+// c10d reducer from gradcomp_dist).
+using ReducerFactory = std::function<std::unique_ptr<Reducer>(std::span<const BucketShape>)>;
+
+struct EvalResult {
+  double loss = 0;      // mean cross-entropy
+  double accuracy = 0;  // fraction correct
+};
+
+struct TrainSummary {
+  std::int64_t steps = 0;   // global step at the end
+  std::int64_t epochs = 0;  // completed epochs
+  double test_accuracy = 0;
+  double test_loss = 0;
+  double train_loss = 0;  // mean over the last epoch's steps (this process)
+  // Bytes this worker sent per step, averaged over the steps after the dense warm-up
+  // (over all steps if the run never left it).
+  double bytes_sent_per_worker_per_step = 0;
+  double dense_bytes_per_step = 0;  // every gradient as fp32
+  double compression_ratio = 0;     // dense / sent
+  double step_ms_median =
+      0;  // steps after the dense warm-up, first 2 steps of the process excluded
+  double compute_seconds = 0;  // forward, backward, bucket copies, optimizer
+  double encode_seconds = 0;
+  double comm_seconds = 0;
+  double decode_seconds = 0;
+  double elapsed_seconds = 0;
+  std::string blas;
+  std::string reducer;
+};
+
+class Trainer {
+ public:
+  // train: this worker's shard; test: the full test set. Throws InvalidArgument for
+  // a bad configuration (batch larger than the shard, unknown model, ...).
+  Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
+          const ReducerFactory& make_reducer);
+
+  // Resumes if asked, trains to the end (epochs or max_steps), evaluates every epoch,
+  // writes checkpoints at every epoch end and at the stop, and the metrics summary.
+  TrainSummary run();
+
+  // One training step at the current global step (for tests and benchmarks); returns
+  // the minibatch loss.
+  double train_step();
+  EvalResult evaluate();
+
+  void save_checkpoint(const std::filesystem::path& file);
+  // Restores everything and the global step; InvalidArgument if the file does not
+  // match this model/optimizer/reducer, seed, rank or world size.
+  void load_checkpoint(const std::filesystem::path& file);
+  std::filesystem::path checkpoint_file() const;  // checkpoint_dir/rank-R.ckpt
+
+  std::int64_t global_step() const { return step_; }
+  std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  Model& model() { return *model_; }
+  Sgd& optimizer() { return *optimizer_; }
+  Reducer& reducer() { return *reducer_; }
+  GradientBuffers& buffers() { return *buffers_; }
+  const TrainConfig& config() const { return config_; }
+
+ private:
+  void fill_batch(std::int64_t index_in_epoch);
+  std::uint64_t epoch_of(std::int64_t step) const {
+    return static_cast<std::uint64_t>(step / steps_per_epoch_);
+  }
+
+  TrainConfig config_;
+  data::Dataset train_;
+  data::Dataset test_;
+  std::shared_ptr<Model> model_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<Sgd> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<GradientBuffers> buffers_;
+  std::unique_ptr<Reducer> reducer_;
+  std::int64_t steps_per_epoch_ = 0;
+  std::int64_t step_ = 0;
+  // Reused every step: the minibatch and the epoch's visiting order.
+  torch::Tensor batch_x_;
+  torch::Tensor batch_y_;
+  std::vector<std::int64_t> order_;
+  std::uint64_t order_epoch_ = ~std::uint64_t{0};
+  // Accounting.
+  double compute_seconds_ = 0;
+  ReduceStats totals_;
+  std::uint64_t compressed_steps_ = 0;
+  std::uint64_t compressed_bytes_ = 0;
+  std::vector<double> step_ms_;
+  std::int64_t steps_this_process_ = 0;
+  double epoch_loss_sum_ = 0;
+  std::int64_t epoch_correct_ = 0;
+  std::int64_t epoch_seen_ = 0;
+  std::int64_t epoch_steps_ = 0;
+};
+
+// Sets LibTorch's intra-op threads and, when LibTorch runs on OpenBLAS, OpenBLAS's own
+// thread count (the pthread build ignores OpenMP's); blas_threads 0 means `threads`.
+// Measured here: with both pools at 2 threads, libgomp's spin-waiting workers starve
+// OpenBLAS's threads and a step of the default MLP takes ~5x longer, unless
+// OMP_WAIT_POLICY=passive is set before the process starts (libgomp reads it once) or
+// one of the pools has a single thread. run() prints a note when that applies.
+void set_threads(int threads, int blas_threads = 0);
+
+// Which BLAS this process runs matrix products on, found after a matmul from the
+// shared objects mapped into the process (/proc/self/maps) and, for OpenBLAS, its
+// openblas_get_config() string, e.g.
+// "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64 (/usr/lib/.../libblas.so.3)".
+std::string describe_blas();
+
+}  // namespace gradcomp::train

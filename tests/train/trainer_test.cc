@@ -1,0 +1,179 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "gradcomp/error.h"
+#include "gradcomp/registry.h"
+#include "train/local_reducer.h"
+#include "train/trainer.h"
+
+namespace gradcomp::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+ReducerFactory local(std::string spec) {
+  return [spec](std::span<const BucketShape> shapes) {
+    return std::make_unique<LocalReducer>(builtin_registry(), spec, shapes);
+  };
+}
+
+struct Data {
+  data::Dataset train;
+  data::Dataset test;
+};
+
+Data synthetic(std::int64_t n_train, std::int64_t n_test, int h) {
+  const data::Dataset all = data::make_synthetic(n_train + n_test, 10, 1, h, h, 11);
+  return {data::slice(all, 0, n_train), data::slice(all, n_train, n_train + n_test)};
+}
+
+fs::path temp_dir(const std::string& tag) {
+  fs::path d =
+      fs::temp_directory_path() / ("gradcomp_train_" + std::to_string(::getpid()) + "_" + tag);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(Trainer, MlpLearnsSyntheticDataWithTopkAndMetrics) {
+  Data d = synthetic(2048, 500, 16);
+  TrainConfig cfg;
+  cfg.model.name = "mlp";
+  cfg.model.mlp_hidden = {128, 64};
+  cfg.batch_size = 32;
+  cfg.epochs = 4;  // 256 steps
+  cfg.lr = 0.05;
+  cfg.warmup_steps = 20;
+  cfg.decay = LrDecay::kCosine;
+  cfg.dense_steps = 10;
+  cfg.layout.bucket_mb = 0.05;
+  cfg.seed = 3;
+  const fs::path dir = temp_dir("metrics");
+  cfg.metrics_path = dir / "m.jsonl";
+  std::ostringstream progress;
+  cfg.progress = &progress;
+  Trainer t(cfg, std::move(d.train), std::move(d.test), local("ef(topk:ratio=0.1)"));
+  const TrainSummary s = t.run();
+  EXPECT_EQ(s.steps, 256);
+  EXPECT_EQ(s.epochs, 4);
+  EXPECT_GT(s.test_accuracy, 0.6) << progress.str();  // chance is 0.1
+  EXPECT_GT(s.compression_ratio, 3.0);
+  EXPECT_GT(s.encode_seconds, 0.0);
+  EXPECT_NE(progress.str().find("epoch 4 step 256"), std::string::npos) << progress.str();
+
+  std::ifstream in(cfg.metrics_path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_NE(lines[0].find("\"type\":\"epoch\""), std::string::npos);
+  for (const char* key :
+       {"test_accuracy", "test_loss", "bytes_sent_per_worker_per_step", "dense_bytes_per_step",
+        "compression_ratio", "step_ms_median", "compute_seconds", "encode_seconds", "comm_seconds",
+        "decode_seconds", "blas"}) {
+    EXPECT_NE(lines[4].find("\"" + std::string(key) + "\":"), std::string::npos) << key;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, LeNet5LearnsSyntheticData) {
+  Data d = synthetic(2048, 500, 16);
+  TrainConfig cfg;
+  cfg.model.name = "lenet5";
+  cfg.batch_size = 32;
+  cfg.epochs = 4;
+  cfg.lr = 0.05;
+  cfg.sgd.nesterov = true;
+  cfg.sgd.weight_decay = 1e-4;
+  cfg.seed = 4;
+  Trainer t(cfg, std::move(d.train), std::move(d.test), local("none"));
+  const TrainSummary s = t.run();
+  EXPECT_GT(s.test_accuracy, 0.5);
+  EXPECT_NEAR(s.compression_ratio, 1.0, 0.01);  // "none" adds a 20-byte header per bucket
+}
+
+TEST(Trainer, ResumeContinuesTheSameTrajectoryBitForBit) {
+  const Data d = synthetic(320, 100, 8);  // 10 steps per epoch at batch 32
+  TrainConfig cfg;
+  cfg.model.name = "mlp";
+  cfg.model.mlp_hidden = {48};
+  cfg.batch_size = 32;
+  cfg.epochs = 5;
+  cfg.lr = 0.1;
+  cfg.warmup_steps = 4;
+  cfg.decay = LrDecay::kCosine;
+  cfg.sgd = SgdOptions{0.9, true, 1e-4};
+  cfg.dense_steps = 3;
+  cfg.layout.min_elements = 64;
+  cfg.seed = 21;
+  const std::string spec = "ef(topk:ratio=0.1)";
+  constexpr std::int64_t kN = 15;  // stops mid-epoch 2
+
+  TrainConfig straight = cfg;
+  straight.max_steps = 2 * kN;
+  Trainer a(straight, d.train, d.test, local(spec));
+  a.run();
+  ASSERT_EQ(a.global_step(), 2 * kN);
+
+  const fs::path dir = temp_dir("resume");
+  TrainConfig first = cfg;
+  first.max_steps = kN;
+  first.checkpoint_dir = dir;
+  {
+    Trainer b(first, d.train, d.test, local(spec));
+    b.run();
+    ASSERT_EQ(b.global_step(), kN);
+  }
+  TrainConfig second = first;
+  second.max_steps = 2 * kN;
+  second.resume = true;
+  Trainer c(second, d.train, d.test, local(spec));
+  c.run();
+  ASSERT_EQ(c.global_step(), 2 * kN);
+
+  const auto pa = a.model().parameters();
+  const auto pc = c.model().parameters();
+  ASSERT_EQ(pa.size(), pc.size());
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(torch::equal(pa[i], pc[i])) << "parameter " << i;
+    EXPECT_TRUE(
+        torch::equal(a.optimizer().momentum_buffers()[i], c.optimizer().momentum_buffers()[i]));
+  }
+  const auto sa = a.reducer().state();
+  const auto sc = c.reducer().state();
+  ASSERT_EQ(sa.size(), sc.size());
+  ASSERT_FALSE(sa.empty());
+  for (std::size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_TRUE(std::equal(sa[i].data.begin(), sa[i].data.end(), sc[i].data.begin())) << sa[i].name;
+  }
+
+  // A run with another seed must not resume from this checkpoint.
+  TrainConfig wrong = second;
+  wrong.seed = 22;
+  Trainer w(wrong, d.train, d.test, local(spec));
+  EXPECT_THROW(w.load_checkpoint(w.checkpoint_file()), InvalidArgument);
+  // Nor a run with another compressor (other memory layout).
+  Trainer w2(second, d.train, d.test, local("none"));
+  EXPECT_THROW(w2.load_checkpoint(w2.checkpoint_file()), InvalidArgument);
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, RejectsBadConfigs) {
+  const Data d = synthetic(64, 10, 8);
+  TrainConfig cfg;
+  cfg.model.mlp_hidden = {8};
+  cfg.batch_size = 65;
+  EXPECT_THROW(Trainer(cfg, d.train, d.test, local("none")), InvalidArgument);
+  cfg.batch_size = 8;
+  EXPECT_THROW(Trainer(cfg, d.train, d.test, local("nosuchcodec")), InvalidArgument);
+}
+
+TEST(Trainer, DescribesItsBlas) {
+  const std::string blas = describe_blas();
+  EXPECT_FALSE(blas.empty());
+  std::cout << "BLAS: " << blas << "\n";
+}
+
+}  // namespace
+}  // namespace gradcomp::train
