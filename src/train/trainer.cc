@@ -119,7 +119,9 @@ Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
   steps_per_epoch_ = train_.n / config_.batch_size;
   LrScheduleOptions lr;
   lr.base_lr = config_.lr;
-  lr.warmup_steps = config_.warmup_steps;
+  // A warm-up longer than the run (tiny test runs with the default warm-up) is cut to
+  // half the run, so a cosine decay still has steps to run over.
+  lr.warmup_steps = std::min(config_.warmup_steps, config_.epochs * steps_per_epoch_ / 2);
   lr.decay = config_.decay;
   lr.gamma = config_.gamma;
   for (std::int64_t e : config_.milestone_epochs) lr.milestones.push_back(e * steps_per_epoch_);
@@ -307,7 +309,14 @@ TrainSummary Trainer::run() {
   const std::int64_t end_step = config_.epochs * steps_per_epoch_;
   const std::int64_t stop =
       config_.max_steps > 0 ? std::min(config_.max_steps, end_step) : end_step;
-  const double dense_bytes = static_cast<double>(buffers_->total_elements() * sizeof(float));
+  // What a dense fp32 exchange of the whole gradient costs this worker, counted the way
+  // gradcomp_dist counts every collective (the bytes Gloo's ring allreduce sends:
+  // 2(W-1)/W of the buffer), so compression_ratio compares like with like. A single
+  // process has no wire: its reference is the gradient itself.
+  const double gradient_bytes = static_cast<double>(buffers_->total_elements() * sizeof(float));
+  const double world = static_cast<double>(config_.world);
+  const double dense_bytes =
+      config_.world > 1 ? 2.0 * (world - 1.0) / world * gradient_bytes : gradient_bytes;
   EvalResult last_eval{};
   bool evaluated_at_stop = false;
   std::int64_t completed_epochs = step_ / steps_per_epoch_;

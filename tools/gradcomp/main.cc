@@ -41,8 +41,11 @@ int main(int argc, char** argv) {
   gradcomp::cli::add_list_command(app);
   gradcomp::cli::add_codec_command(app);
   gradcomp::cli::add_bench_command(app);
+  gradcomp::cli::add_train_command(app, argc, argv);
   try {
     app.parse(argc, argv);  // runs the chosen command's callback
+  } catch (const gradcomp::cli::ExitStatus& e) {
+    return e.code;
   } catch (const CLI::Success& e) {
     return app.exit(e);  // --help, --help-all, --version
   } catch (const CLI::ParseError& e) {

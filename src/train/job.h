@@ -1,0 +1,47 @@
+// `gradcomp train` as a library call: decides whether this process is a worker of a
+// distributed run (rendezvous from flags or torchrun / mpirun / Slurm environment, or
+// started by the local launcher), the local launcher itself (`--workers N` with no
+// rendezvous: starts N workers of this same program), or a single process; then loads
+// the data, connects the communicator, builds the reducer from the compressor spec,
+// trains, and prints the report on rank 0.
+#pragma once
+
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "gradcomp/dist/communicator.h"
+#include "gradcomp/dist/reducers.h"
+#include "train/trainer.h"
+
+namespace gradcomp::train {
+
+struct DataOptions {
+  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | cifar10 | synthetic
+  std::filesystem::path data_dir;          // empty: the dataset's default location
+  std::int64_t synthetic_train = 8192;     // synthetic: samples (train / test)
+  std::int64_t synthetic_test = 2048;
+};
+
+struct JobOptions {
+  TrainConfig train;                  // rank/world/threads/progress are filled in here
+  DataOptions data;
+  std::string compressor = "none";    // a registry spec, e.g. "ef(topk:ratio=0.01)"
+  dist::ReducerKind reducer = dist::ReducerKind::kAuto;
+  int workers = 0;                    // --workers: >0 requests a local launch of that many
+  int default_workers = 1;            // local workers when neither --workers nor a rendezvous
+  bool threads_given = false;         // --threads was set (else cores / local workers)
+  dist::RendezvousFlags rendezvous;   // --rank --world-size --master-addr --master-port ...
+  std::vector<std::string> argv;      // this program's own argv, to start local workers
+};
+
+// Runs the job; returns the process exit status. Errors in this process throw
+// (gradcomp::Error); a failed local worker makes the launcher return non-zero after
+// printing which rank failed.
+int run_job(const JobOptions& options, std::ostream& out, std::ostream& err);
+
+// The final report table (printed on rank 0).
+void print_report(std::ostream& out, const TrainSummary& s, const JobOptions& options, int world);
+
+}  // namespace gradcomp::train

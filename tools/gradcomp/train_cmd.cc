@@ -1,0 +1,116 @@
+// gradcomp train: flags to a train::JobOptions, then train::run_job.
+#include <iostream>
+#include <string>
+
+#include "commands.h"
+#include "train/job.h"
+
+namespace gradcomp::cli {
+
+namespace {
+
+// The main job's defaults: 4 local workers, Fashion-MNIST, the FC-heavy MLP, top-k 1%
+// with error feedback, 3 epochs.
+constexpr int kDefaultLocalWorkers = 4;
+
+struct TrainFlags {
+  train::JobOptions job;
+  std::string model = "mlp";
+  std::string mlp_hidden = "1536,1536";
+  std::string reducer = "auto";
+  std::string lr_decay = "cosine";
+  std::string milestones;
+  std::string rank, world_size, master_addr, master_port, timeout_ms, interface;
+  int workers = 0;
+  int threads = 0;
+};
+
+}  // namespace
+
+void add_train_command(CLI::App& app, int argc, char** argv) {
+  auto flags = std::make_shared<TrainFlags>();
+  train::JobOptions& j = flags->job;
+  j.compressor = "ef(topk:ratio=0.01)";
+  j.train.epochs = 3;
+  j.train.lr = 0.05;
+  j.train.warmup_steps = 50;
+  j.train.seed = 42;
+  for (int i = 0; i < argc; ++i) j.argv.emplace_back(argv[i]);
+
+  CLI::App* cmd = app.add_subcommand(
+      "train", "train a model data-parallel with compressed gradient exchange");
+  // A flag given twice: the later one wins (scripts append overrides to defaults).
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  cmd->add_option("--workers", flags->workers,
+                  "local worker processes to start (default 4 when no rendezvous is given)");
+  cmd->add_option("--compressor", j.compressor,
+                  "compressor spec, e.g. none, 2bit, qsgd, ef(topk:ratio=0.01) (see gradcomp list)")
+      ->capture_default_str();
+  cmd->add_option("--reducer", flags->reducer, "auto | dense | allreduce | allgather")
+      ->capture_default_str();
+  cmd->add_option("--model", flags->model, "mlp | lenet5 | resnet20")->capture_default_str();
+  cmd->add_option("--mlp-hidden", flags->mlp_hidden, "MLP hidden widths")->capture_default_str();
+  cmd->add_option("--dataset", j.data.dataset, "fashion-mnist | mnist | cifar10 | synthetic")
+      ->capture_default_str();
+  cmd->add_option("--data-dir", j.data.data_dir, "data directory (default: the dataset's own)");
+  cmd->add_option("--epochs", j.train.epochs, "epochs")->capture_default_str();
+  cmd->add_option("--steps", j.train.max_steps, "stop after this many steps (then evaluate)");
+  cmd->add_option("--batch-size", j.train.batch_size, "batch per worker")->capture_default_str();
+  cmd->add_option("--lr", j.train.lr, "learning rate")->capture_default_str();
+  cmd->add_option("--momentum", j.train.sgd.momentum, "SGD momentum")->capture_default_str();
+  cmd->add_flag("--nesterov", j.train.sgd.nesterov, "Nesterov momentum");
+  cmd->add_option("--weight-decay", j.train.sgd.weight_decay, "L2 weight decay")
+      ->capture_default_str();
+  cmd->add_option("--warmup-steps", j.train.warmup_steps, "linear learning-rate warm-up")
+      ->capture_default_str();
+  cmd->add_option("--lr-decay", flags->lr_decay, "constant | step | cosine")
+      ->capture_default_str();
+  cmd->add_option("--milestones", flags->milestones, "step decay: epochs, e.g. 30,60");
+  cmd->add_option("--gamma", j.train.gamma, "step decay factor")->capture_default_str();
+  cmd->add_option("--dense-steps", j.train.dense_steps, "dense exchange for the first N steps")
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", j.train.layout.bucket_mb, "fuse layers into buckets of MB (0: per layer)")
+      ->capture_default_str();
+  cmd->add_option("--min-elements", j.train.layout.min_elements,
+                  "smaller tensors (and 1-D ones) stay dense")
+      ->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "threads per worker (default: cores / local workers)");
+  cmd->add_option("--blas-threads", j.train.blas_threads, "OpenBLAS threads (0: = --threads)");
+  cmd->add_option("--seed", j.train.seed, "run seed")->capture_default_str();
+  cmd->add_option("--checkpoint-dir", j.train.checkpoint_dir, "write a checkpoint per rank each epoch");
+  cmd->add_flag("--resume", j.train.resume, "continue from --checkpoint-dir");
+  cmd->add_option("--metrics", j.train.metrics_path, "JSON lines: one per epoch and a summary");
+  cmd->add_option("--synthetic-train", j.data.synthetic_train, "synthetic: train samples");
+  cmd->add_option("--rank", flags->rank, "this process's rank (multi-machine)");
+  cmd->add_option("--world-size", flags->world_size, "number of workers (multi-machine)");
+  cmd->add_option("--master-addr", flags->master_addr, "rank 0's address");
+  cmd->add_option("--master-port", flags->master_port, "rank 0's TCPStore port");
+  cmd->add_option("--timeout-ms", flags->timeout_ms, "rendezvous and collective timeout");
+  cmd->add_option("--interface", flags->interface, "network interface for Gloo");
+
+  cmd->callback([flags] {
+    train::JobOptions job = flags->job;
+    job.train.model.name = flags->model;
+    job.train.model.mlp_hidden = train::parse_widths(flags->mlp_hidden);
+    job.reducer = dist::parse_reducer_kind(flags->reducer);
+    job.train.decay = train::parse_lr_decay(flags->lr_decay);
+    if (!flags->milestones.empty()) job.train.milestone_epochs = train::parse_widths(flags->milestones);
+    job.threads_given = flags->threads > 0;
+    if (job.threads_given) job.train.threads = flags->threads;
+    auto set = [](std::optional<std::string>& dst, const std::string& v) {
+      if (!v.empty()) dst = v;
+    };
+    set(job.rendezvous.rank, flags->rank);
+    set(job.rendezvous.world_size, flags->world_size);
+    set(job.rendezvous.master_addr, flags->master_addr);
+    set(job.rendezvous.master_port, flags->master_port);
+    set(job.rendezvous.timeout_ms, flags->timeout_ms);
+    set(job.rendezvous.interface, flags->interface);
+    job.workers = flags->workers;
+    job.default_workers = kDefaultLocalWorkers;
+    const int status = train::run_job(job, std::cout, std::cerr);
+    if (status != 0) throw ExitStatus(status);
+  });
+}
+
+}  // namespace gradcomp::cli
