@@ -22,9 +22,9 @@ namespace gradcomp {
 
 // One bucket's gradient: a layer, or a fused group of layers, flattened.
 struct BucketRef {
-  std::uint32_t id = 0;     // stable across steps and ranks; keys RNG streams and memories
-  std::span<float> grad;    // in: this worker's gradient; out: the mean over workers
-  bool compressed = true;   // false: exchanged dense (small or 1-D tensors, warm-up)
+  std::uint32_t id = 0;    // stable across steps and ranks; keys RNG streams and memories
+  std::span<float> grad;   // in: this worker's gradient; out: the mean over workers
+  bool compressed = true;  // false: exchanged dense (small or 1-D tensors, warm-up)
 };
 
 // What a step cost, accumulated since the last take_stats().

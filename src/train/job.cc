@@ -39,7 +39,8 @@ int default_threads(int local_workers) {
 }
 
 int local_workers_from_env() {
-  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
+  for (const char* name :
+       {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
     if (const char* v = std::getenv(name)) {
       const int n = std::atoi(v);
       if (n > 0) return n;
@@ -61,8 +62,8 @@ data::Dataset load(const DataOptions& d, data::Split split, std::uint64_t seed) 
   if (d.dataset == "synthetic") {
     // One generated set, cut into train and test (make_synthetic's samples do not
     // depend on n).
-    const auto all = data::make_synthetic(d.synthetic_train + d.synthetic_test, 10, 1, 28, 28,
-                                          seed);
+    const auto all =
+        data::make_synthetic(d.synthetic_train + d.synthetic_test, 10, 1, 28, 28, seed);
     return split == data::Split::kTrain
                ? data::slice(all, 0, d.synthetic_train)
                : data::slice(all, d.synthetic_train, d.synthetic_train + d.synthetic_test);
@@ -73,8 +74,8 @@ data::Dataset load(const DataOptions& d, data::Split split, std::uint64_t seed) 
 
 dist::Communicator connect(const dist::RendezvousConfig& rc) {
   if (env_set(kExternalStoreEnv) && rc.world_size > 1) {
-    return dist::Communicator(
-        dist::Store::tcp_client(rc.master_addr, rc.master_port, rc.timeout), rc);
+    return dist::Communicator(dist::Store::tcp_client(rc.master_addr, rc.master_port, rc.timeout),
+                              rc);
   }
   return dist::Communicator::connect(rc);
 }
@@ -95,8 +96,8 @@ int run_worker(const JobOptions& o, std::ostream& out) {
   cfg.progress = rc.rank == 0 ? &out : nullptr;
   if (rc.rank != 0) cfg.metrics_path.clear();  // one metrics file, written by rank 0
 
-  data::Dataset train_set = data::shard(load(o.data, data::Split::kTrain, cfg.seed), rc.rank,
-                                        rc.world_size);
+  data::Dataset train_set =
+      data::shard(load(o.data, data::Split::kTrain, cfg.seed), rc.rank, rc.world_size);
   data::Dataset test_set = load(o.data, data::Split::kTest, cfg.seed);
 
   dist::Communicator comm = connect(rc);
@@ -113,13 +114,16 @@ int run_worker(const JobOptions& o, std::ostream& out) {
 
 int run_local_launch(const JobOptions& o, std::ostream& err) {
   // Only the timeout matters here (the port is the store's own, picked below).
-  const dist::RendezvousConfig base = dist::rendezvous_from_env(dist::RendezvousFlags{
-      .rank = "0", .world_size = std::to_string(o.workers), .master_addr = "127.0.0.1",
-      .master_port = "1", .timeout_ms = o.rendezvous.timeout_ms, .interface = std::nullopt});
+  const dist::RendezvousConfig base =
+      dist::rendezvous_from_env(dist::RendezvousFlags{.rank = "0",
+                                                      .world_size = std::to_string(o.workers),
+                                                      .master_addr = "127.0.0.1",
+                                                      .master_port = "1",
+                                                      .timeout_ms = o.rendezvous.timeout_ms,
+                                                      .interface = std::nullopt});
   // Fail on a bad compressor or data set here, once, not in N workers.
   (void)builtin_registry().make_memory(o.compressor, 1);
-  const dist::Store store =
-      dist::Store::tcp_server("127.0.0.1", 0, o.workers, base.timeout);
+  const dist::Store store = dist::Store::tcp_server("127.0.0.1", 0, o.workers, base.timeout);
   const std::string port = std::to_string(store.port());
 
   launch::LaunchOptions lo;

@@ -19,21 +19,21 @@ namespace gradcomp::train {
 
 struct DataOptions {
   std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | cifar10 | synthetic
-  std::filesystem::path data_dir;          // empty: the dataset's default location
-  std::int64_t synthetic_train = 8192;     // synthetic: samples (train / test)
+  std::filesystem::path data_dir;         // empty: the dataset's default location
+  std::int64_t synthetic_train = 8192;    // synthetic: samples (train / test)
   std::int64_t synthetic_test = 2048;
 };
 
 struct JobOptions {
-  TrainConfig train;                  // rank/world/threads/progress are filled in here
+  TrainConfig train;  // rank/world/threads/progress are filled in here
   DataOptions data;
-  std::string compressor = "none";    // a registry spec, e.g. "ef(topk:ratio=0.01)"
+  std::string compressor = "none";  // a registry spec, e.g. "ef(topk:ratio=0.01)"
   dist::ReducerKind reducer = dist::ReducerKind::kAuto;
-  int workers = 0;                    // --workers: >0 requests a local launch of that many
-  int default_workers = 1;            // local workers when neither --workers nor a rendezvous
-  bool threads_given = false;         // --threads was set (else cores / local workers)
-  dist::RendezvousFlags rendezvous;   // --rank --world-size --master-addr --master-port ...
-  std::vector<std::string> argv;      // this program's own argv, to start local workers
+  int workers = 0;                   // --workers: >0 requests a local launch of that many
+  int default_workers = 1;           // local workers when neither --workers nor a rendezvous
+  bool threads_given = false;        // --threads was set (else cores / local workers)
+  dist::RendezvousFlags rendezvous;  // --rank --world-size --master-addr --master-port ...
+  std::vector<std::string> argv;     // this program's own argv, to start local workers
 };
 
 // Runs the job; returns the process exit status. Errors in this process throw

@@ -77,8 +77,9 @@ struct TrainSummary {
   // Bytes this worker sent per step, averaged over the steps after the dense warm-up
   // (over all steps if the run never left it).
   double bytes_sent_per_worker_per_step = 0;
-  double dense_bytes_per_step = 0;  // a dense fp32 ring allreduce of the gradient (2(W-1)/W of it; W=1: the gradient)
-  double compression_ratio = 0;     // dense / sent
+  double dense_bytes_per_step =
+      0;  // a dense fp32 ring allreduce of the gradient (2(W-1)/W of it; W=1: the gradient)
+  double compression_ratio = 0;  // dense / sent
   double step_ms_median =
       0;  // steps after the dense warm-up, first 2 steps of the process excluded
   double compute_seconds = 0;  // forward, backward, bucket copies, optimizer

@@ -37,8 +37,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   j.train.seed = 42;
   for (int i = 0; i < argc; ++i) j.argv.emplace_back(argv[i]);
 
-  CLI::App* cmd = app.add_subcommand(
-      "train", "train a model data-parallel with compressed gradient exchange");
+  CLI::App* cmd =
+      app.add_subcommand("train", "train a model data-parallel with compressed gradient exchange");
   // A flag given twice: the later one wins (scripts append overrides to defaults).
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--workers", flags->workers,
@@ -63,21 +63,23 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
       ->capture_default_str();
   cmd->add_option("--warmup-steps", j.train.warmup_steps, "linear learning-rate warm-up")
       ->capture_default_str();
-  cmd->add_option("--lr-decay", flags->lr_decay, "constant | step | cosine")
-      ->capture_default_str();
+  cmd->add_option("--lr-decay", flags->lr_decay, "constant | step | cosine")->capture_default_str();
   cmd->add_option("--milestones", flags->milestones, "step decay: epochs, e.g. 30,60");
   cmd->add_option("--gamma", j.train.gamma, "step decay factor")->capture_default_str();
   cmd->add_option("--dense-steps", j.train.dense_steps, "dense exchange for the first N steps")
       ->capture_default_str();
-  cmd->add_option("--bucket-mb", j.train.layout.bucket_mb, "fuse layers into buckets of MB (0: per layer)")
+  cmd->add_option("--bucket-mb", j.train.layout.bucket_mb,
+                  "fuse layers into buckets of MB (0: per layer)")
       ->capture_default_str();
   cmd->add_option("--min-elements", j.train.layout.min_elements,
                   "smaller tensors (and 1-D ones) stay dense")
       ->capture_default_str();
-  cmd->add_option("--threads", flags->threads, "threads per worker (default: cores / local workers)");
+  cmd->add_option("--threads", flags->threads,
+                  "threads per worker (default: cores / local workers)");
   cmd->add_option("--blas-threads", j.train.blas_threads, "OpenBLAS threads (0: = --threads)");
   cmd->add_option("--seed", j.train.seed, "run seed")->capture_default_str();
-  cmd->add_option("--checkpoint-dir", j.train.checkpoint_dir, "write a checkpoint per rank each epoch");
+  cmd->add_option("--checkpoint-dir", j.train.checkpoint_dir,
+                  "write a checkpoint per rank each epoch");
   cmd->add_flag("--resume", j.train.resume, "continue from --checkpoint-dir");
   cmd->add_option("--metrics", j.train.metrics_path, "JSON lines: one per epoch and a summary");
   cmd->add_option("--synthetic-train", j.data.synthetic_train, "synthetic: train samples");
@@ -94,7 +96,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
     job.train.model.mlp_hidden = train::parse_widths(flags->mlp_hidden);
     job.reducer = dist::parse_reducer_kind(flags->reducer);
     job.train.decay = train::parse_lr_decay(flags->lr_decay);
-    if (!flags->milestones.empty()) job.train.milestone_epochs = train::parse_widths(flags->milestones);
+    if (!flags->milestones.empty())
+      job.train.milestone_epochs = train::parse_widths(flags->milestones);
     job.threads_given = flags->threads > 0;
     if (job.threads_given) job.train.threads = flags->threads;
     auto set = [](std::optional<std::string>& dst, const std::string& v) {
