@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "bench/json.h"
+#include "gradcomp/json.h"
 
 namespace gradcomp::bench {
 

@@ -11,7 +11,7 @@
 #include <omp.h>
 #endif
 
-#include "bench/json.h"
+#include "gradcomp/json.h"
 #include "bench/timing.h"
 #include "gradcomp/error.h"
 #include "gradcomp/rng.h"

@@ -354,7 +354,7 @@ TrainSummary Trainer::run() {
       *config_.progress << line << std::endl;
     }
     if (metrics) {
-      JsonLine j;
+      JsonObject j;
       j.add("type", "epoch")
           .add("epoch", epoch + 1)
           .add("complete", epoch_done)
@@ -395,7 +395,7 @@ TrainSummary Trainer::run() {
   s.blas = blas;
   s.reducer = reducer_->describe();
   if (metrics) {
-    JsonLine j;
+    JsonObject j;
     j.add("type", "summary")
         .add("model", config_.model.name)
         .add("reducer", s.reducer)

@@ -21,7 +21,7 @@
 #include "bench/catalog.h"
 #include "bench/codec_files.h"
 #include "bench/harness.h"
-#include "bench/json.h"
+#include "gradcomp/json.h"
 #include "bench/raw_io.h"
 #include "detail/scratch.h"
 #include "gradcomp/error.h"

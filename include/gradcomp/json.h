@@ -1,5 +1,5 @@
-// A minimal JSON-lines writer for the CLI's --json outputs (flat objects, arrays of
-// strings or objects). Non-finite numbers are written as null.
+// A minimal JSON writer for JSON-lines outputs: the CLI's --json, training metrics
+// (flat objects, arrays of strings or objects). Non-finite numbers are written as null.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace gradcomp::bench {
+namespace gradcomp {
 
 std::string json_quote(std::string_view s);
 std::string json_number(double v);
@@ -37,4 +37,4 @@ class JsonObject {
   std::string body_;
 };
 
-}  // namespace gradcomp::bench
+}  // namespace gradcomp

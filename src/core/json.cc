@@ -1,9 +1,10 @@
-#include "bench/json.h"
+#include "gradcomp/json.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
-namespace gradcomp::bench {
+namespace gradcomp {
 
 std::string json_quote(std::string_view s) {
   std::string out = "\"";
@@ -40,13 +41,14 @@ std::string json_quote(std::string_view s) {
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[32];
-  // Whole numbers (counts, byte sizes, integer ranges) exactly; measurements to 6 digits.
+  // Whole numbers (counts, byte sizes) without an exponent; the rest in the shortest
+  // form that reads back as the same double.
   if (v == std::floor(v) && std::fabs(v) < 1e15) {
     std::snprintf(buf, sizeof buf, "%.0f", v);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return buf;
   }
-  return buf;
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 JsonObject& JsonObject::raw(std::string_view key, std::string_view json) {
@@ -87,4 +89,4 @@ JsonObject& JsonObject::add(std::string_view key, const JsonObject& value) {
 }
 JsonObject& JsonObject::add_null(std::string_view key) { return raw(key, "null"); }
 
-}  // namespace gradcomp::bench
+}  // namespace gradcomp
