@@ -77,40 +77,42 @@ bool verified(benchmark::State& state, const Codec& codec, const std::vector<flo
   return true;
 }
 
-void bm_encode(benchmark::State& state, const std::string& spec) {
+// Times `encode(x, ctx, msg) -> bytes` (a codec's encode, or a memory's compress,
+// error feedback included) after verifying the codec's output once.
+template <class Encode>
+void time_encode(benchmark::State& state, const Codec& codec, std::size_t max_bytes,
+                 Encode encode) {
   const auto n = static_cast<std::size_t>(state.range(0));
-  const auto codec = builtin_registry().make_codec(spec);
   const auto& x = input(n);
-  std::vector<std::byte> msg(codec->max_encoded_bytes(n));
+  std::vector<std::byte> msg(max_bytes);
   std::size_t bytes = 0;
-  if (!verified(state, *codec, x, msg, bytes)) return;
+  if (!verified(state, codec, x, msg, bytes)) return;
   std::uint64_t step = 0;
   const double allocs =
-      steady_allocations([&] { codec->encode(x, {.seed = kSeed, .step = step++}, msg); });
+      steady_allocations([&] { encode(x, StepContext{.seed = kSeed, .step = step++}, msg); });
   for (auto _ : state) {
-    bytes = codec->encode(x, {.seed = kSeed, .step = step++}, msg);
+    bytes = encode(x, StepContext{.seed = kSeed, .step = step++}, msg);
     benchmark::DoNotOptimize(msg.data());
     benchmark::ClobberMemory();
   }
   set_common(state, n, bytes, allocs);
 }
 
-void bm_compress(benchmark::State& state, const std::string& spec) {
+void bm_encode(benchmark::State& state, const std::string& spec) {
+  const auto codec = builtin_registry().make_codec(spec);
   const auto n = static_cast<std::size_t>(state.range(0));
-  auto memory = builtin_registry().make_memory(spec, n);
-  const auto& x = input(n);
-  std::vector<std::byte> msg(memory->max_encoded_bytes());
-  std::size_t bytes = 0;
-  if (!verified(state, memory->codec(), x, msg, bytes)) return;
-  std::uint64_t step = 0;
-  const double allocs =
-      steady_allocations([&] { memory->compress(x, {.seed = kSeed, .step = step++}, msg); });
-  for (auto _ : state) {
-    bytes = memory->compress(x, {.seed = kSeed, .step = step++}, msg);
-    benchmark::DoNotOptimize(msg.data());
-    benchmark::ClobberMemory();
-  }
-  set_common(state, n, bytes, allocs);
+  time_encode(state, *codec, codec->max_encoded_bytes(n),
+              [&](std::span<const float> x, const StepContext& ctx, std::span<std::byte> msg) {
+                return codec->encode(x, ctx, msg);
+              });
+}
+
+void bm_compress(benchmark::State& state, const std::string& spec) {
+  auto memory = builtin_registry().make_memory(spec, static_cast<std::size_t>(state.range(0)));
+  time_encode(state, memory->codec(), memory->max_encoded_bytes(),
+              [&](std::span<const float> x, const StepContext& ctx, std::span<std::byte> msg) {
+                return memory->compress(x, ctx, msg);
+              });
 }
 
 void bm_decode(benchmark::State& state, const std::string& spec) {

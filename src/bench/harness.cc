@@ -11,9 +11,9 @@
 #include <omp.h>
 #endif
 
-#include "gradcomp/json.h"
 #include "bench/timing.h"
 #include "gradcomp/error.h"
+#include "gradcomp/json.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"
 

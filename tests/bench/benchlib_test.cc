@@ -21,10 +21,10 @@
 #include "bench/catalog.h"
 #include "bench/codec_files.h"
 #include "bench/harness.h"
-#include "gradcomp/json.h"
 #include "bench/raw_io.h"
 #include "detail/scratch.h"
 #include "gradcomp/error.h"
+#include "gradcomp/json.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/wire.h"
 
