@@ -40,6 +40,10 @@ class Memory {
   // checkpoints can restore it.
   virtual std::vector<StateBuffer> state() = 0;
 
+  // True for memories that apply momentum themselves (DGC): see
+  // Reducer::momentum_in_memory().
+  virtual bool carries_momentum() const { return false; }
+
   std::size_t max_encoded_bytes() const { return codec().max_encoded_bytes(size()); }
 };
 

@@ -27,6 +27,16 @@ struct BucketRef {
   bool compressed = true;  // false: exchanged dense (small or 1-D tensors, warm-up)
 };
 
+// What a Reducer is built for: one entry per bucket, in the order reduce() receives them.
+struct BucketShape {
+  std::uint32_t id = 0;
+  std::size_t numel = 0;
+  bool compressible = true;  // false: the dense bucket (small and 1-D tensors)
+  // Rows of the bucket's matrix view when it holds one layer of dim >= 2 (its first
+  // dimension); 0 for fused buckets. PowerSGD and ATOMO factor that matrix.
+  std::size_t rows = 0;
+};
+
 // What a step cost, accumulated since the last take_stats().
 struct ReduceStats {
   std::uint64_t bytes_sent = 0;      // payload bytes this rank put on the wire
@@ -54,6 +64,11 @@ class Reducer {
 
   // e.g. "allgather(ef(topk:ratio=0.01,...))".
   virtual std::string describe() const = 0;
+
+  // True when the momentum of compressed buckets lives in the reducer's memories (DGC's
+  // momentum correction, Sketched-SGD, FetchSGD): the optimizer must then update those
+  // buckets' parameters without momentum of its own. Dense buckets keep theirs.
+  virtual bool momentum_in_memory() const { return false; }
 };
 
 }  // namespace gradcomp

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -81,6 +82,11 @@ class Params {
   const Value& at(std::string_view key) const;
   std::vector<std::pair<std::string, Value>> values_;
 };
+
+// Validates node's parameters against defs (unknown keys, malformed and out-of-range
+// values throw InvalidArgument naming `owner`), filling in defaults.
+Params resolve_params(const std::string& owner, std::span<const ParamDef> defs,
+                      const SpecNode& node);
 
 // ---- codec registry -------------------------------------------------------------
 

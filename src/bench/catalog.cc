@@ -81,9 +81,43 @@ std::string default_spec(const CodecRegistry& registry, const CodecInfo& info) {
   return registry.make_codec(info.name)->spec();
 }
 
+std::string params_text(const std::vector<ParamDef>& params) {
+  if (params.empty()) return "  params: none\n";
+  std::string out = "  params:\n";
+  std::size_t wk = 0, wt = 0, wd = 0, wr = 0;
+  for (const auto& p : params) {
+    wk = std::max(wk, p.key.size());
+    wt = std::max(wt, std::string(kind_name(p.kind)).size());
+    wd = std::max(wd, p.default_value.size());
+    wr = std::max(wr, domain(p).size());
+  }
+  auto pad = [](const std::string& s, std::size_t w) { return s + std::string(w - s.size(), ' '); };
+  for (const auto& p : params) {
+    out += "    " + pad(p.key, wk) + "  " + pad(kind_name(p.kind), wt) + "  default " +
+           pad(p.default_value, wd) + "  " + pad(domain(p), wr) + "  " + p.help + "\n";
+  }
+  return out;
+}
+
+std::vector<JsonObject> params_json(const std::vector<ParamDef>& defs) {
+  std::vector<JsonObject> params;
+  for (const auto& p : defs) {
+    JsonObject o;
+    o.add("key", p.key).add("type", kind_name(p.kind)).add("default", p.default_value);
+    if (p.kind == ParamKind::kInt || p.kind == ParamKind::kFloat) {
+      o.add("min", p.min).add("max", p.max).add("min_exclusive", p.min_exclusive);
+    }
+    if (p.kind == ParamKind::kChoice) o.add("choices", p.choices);
+    o.add("help", p.help);
+    params.push_back(std::move(o));
+  }
+  return params;
+}
+
 }  // namespace
 
-std::string describe_codecs_text(const CodecRegistry& registry) {
+std::string describe_codecs_text(const CodecRegistry& registry,
+                                 std::span<const SchemeDoc> schemes) {
   std::string out = "Codecs (spec: name[:key=value,...]; " + std::string(kRule) + "):\n";
   for (const CodecInfo* info : registry.all()) {
     const auto traits = trait_list(info->traits);
@@ -91,25 +125,7 @@ std::string describe_codecs_text(const CodecRegistry& registry) {
            join(traits, ", ") + "\n";
     out += "  " + info->summary + "\n";
     out += "  default: " + default_spec(registry, *info) + "\n";
-    if (info->params.empty()) {
-      out += "  params: none\n";
-    } else {
-      out += "  params:\n";
-      std::size_t wk = 0, wt = 0, wd = 0, wr = 0;
-      for (const auto& p : info->params) {
-        wk = std::max(wk, p.key.size());
-        wt = std::max(wt, std::string(kind_name(p.kind)).size());
-        wd = std::max(wd, p.default_value.size());
-        wr = std::max(wr, domain(p).size());
-      }
-      auto pad = [](const std::string& s, std::size_t w) {
-        return s + std::string(w - s.size(), ' ');
-      };
-      for (const auto& p : info->params) {
-        out += "    " + pad(p.key, wk) + "  " + pad(kind_name(p.kind), wt) + "  default " +
-               pad(p.default_value, wd) + "  " + pad(domain(p), wr) + "  " + p.help + "\n";
-      }
-    }
+    out += params_text(info->params);
     if (!info->examples.empty()) out += "  examples: " + join(info->examples, "  ") + "\n";
   }
   out += "\nWrappers (memory):\n";
@@ -118,10 +134,19 @@ std::string describe_codecs_text(const CodecRegistry& registry) {
            w.help + "\n";
   }
   out += "  Rule: " + std::string(kRule) + ".\n";
+  if (!schemes.empty()) {
+    out += "\nReducer schemes (a whole exchange protocol; pass to --compressor like a codec):\n";
+    for (const SchemeDoc& s : schemes) {
+      out += "\n" + s.name + "\n  " + s.summary + "\n  default: " + s.default_spec + "\n";
+      out += params_text(s.params);
+      if (!s.examples.empty()) out += "  examples: " + join(s.examples, "  ") + "\n";
+    }
+  }
   return out;
 }
 
-std::string describe_codecs_json(const CodecRegistry& registry) {
+std::string describe_codecs_json(const CodecRegistry& registry,
+                                 std::span<const SchemeDoc> schemes) {
   std::string out;
   for (const CodecInfo* info : registry.all()) {
     JsonObject traits;
@@ -129,17 +154,7 @@ std::string describe_codecs_json(const CodecRegistry& registry) {
         .add("unbiased", info->traits.unbiased)
         .add("memory", info->traits.needs_memory)
         .add("stochastic", info->traits.stochastic);
-    std::vector<JsonObject> params;
-    for (const auto& p : info->params) {
-      JsonObject o;
-      o.add("key", p.key).add("type", kind_name(p.kind)).add("default", p.default_value);
-      if (p.kind == ParamKind::kInt || p.kind == ParamKind::kFloat) {
-        o.add("min", p.min).add("max", p.max).add("min_exclusive", p.min_exclusive);
-      }
-      if (p.kind == ParamKind::kChoice) o.add("choices", p.choices);
-      o.add("help", p.help);
-      params.push_back(std::move(o));
-    }
+    const std::vector<JsonObject> params = params_json(info->params);
     JsonObject o;
     o.add("kind", "codec")
         .add("name", info->name)
@@ -155,6 +170,16 @@ std::string describe_codecs_json(const CodecRegistry& registry) {
     JsonObject o;
     o.add("kind", "wrapper").add("name", w.name).add("usage", w.usage).add("help", w.help);
     if (std::string(w.name) == "ef") o.add("default_for", "codecs with traits.memory (biased)");
+    out += o.str() + "\n";
+  }
+  for (const SchemeDoc& s : schemes) {
+    JsonObject o;
+    o.add("kind", "scheme")
+        .add("name", s.name)
+        .add("summary", s.summary)
+        .add("default_spec", s.default_spec)
+        .add("params", params_json(s.params))
+        .add("examples", s.examples);
     out += o.str() + "\n";
   }
   return out;

@@ -3,16 +3,30 @@
 // memory wrappers ef(...) and noef(...) and the rule that picks between them.
 #pragma once
 
+#include <span>
 #include <string>
+#include <vector>
 
 #include "gradcomp/registry.h"
 
 namespace gradcomp::bench {
 
-std::string describe_codecs_text(const CodecRegistry& registry);
+// A reducer scheme as `gradcomp list` shows it (gradcomp_dist's SchemeInfo, without the
+// dependency on it: this library stays free of c10d).
+struct SchemeDoc {
+  std::string name;
+  std::string summary;
+  std::string default_spec;
+  std::vector<ParamDef> params;
+  std::vector<std::string> examples;
+};
+
+std::string describe_codecs_text(const CodecRegistry& registry,
+                                 std::span<const SchemeDoc> schemes = {});
 
 // One JSON object per line: {"kind":"codec",...} per codec, then
-// {"kind":"wrapper",...} for ef and noef.
-std::string describe_codecs_json(const CodecRegistry& registry);
+// {"kind":"wrapper",...} for ef and noef, then {"kind":"scheme",...} per scheme.
+std::string describe_codecs_json(const CodecRegistry& registry,
+                                 std::span<const SchemeDoc> schemes = {});
 
 }  // namespace gradcomp::bench

@@ -164,26 +164,31 @@ Params::Value parse_value(const std::string& codec, const ParamDef& def, const s
 
 }  // namespace
 
-Params CodecRegistry::resolve_params(const CodecInfo& info, const SpecNode& node) {
+Params resolve_params(const std::string& owner, std::span<const ParamDef> defs,
+                      const SpecNode& node) {
   for (const auto& [key, value] : node.params) {
     bool known = false;
-    for (const auto& def : info.params) known = known || def.key == key;
+    for (const auto& def : defs) known = known || def.key == key;
     if (!known) {
       std::string keys;
-      for (const auto& def : info.params) keys += (keys.empty() ? "" : ", ") + def.key;
-      throw InvalidArgument(info.name + ": unknown parameter '" + key +
+      for (const auto& def : defs) keys += (keys.empty() ? "" : ", ") + def.key;
+      throw InvalidArgument(owner + ": unknown parameter '" + key +
                             "'; known: " + (keys.empty() ? "(none)" : keys));
     }
   }
   Params params;
-  for (const auto& def : info.params) {
+  for (const auto& def : defs) {
     std::string text = def.default_value;
     for (const auto& [key, value] : node.params) {
       if (key == def.key) text = value;
     }
-    params.set(def.key, parse_value(info.name, def, text));
+    params.set(def.key, parse_value(owner, def, text));
   }
   return params;
+}
+
+Params CodecRegistry::resolve_params(const CodecInfo& info, const SpecNode& node) {
+  return gradcomp::resolve_params(info.name, info.params, node);
 }
 
 }  // namespace gradcomp

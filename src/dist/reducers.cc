@@ -23,6 +23,7 @@
 
 #include "detail/half.h"
 #include "gradcomp/dist/reducers.h"
+#include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
 
@@ -43,8 +44,12 @@ enum class Mode { kDense, kAllreduce, kAllgather };
 class FusedReducer final : public Reducer {
  public:
   FusedReducer(Mode mode, const std::string& compressor_spec, Communicator& comm,
-               std::span<const std::size_t> sizes, const CodecRegistry& registry)
-      : mode_(mode), comm_(comm), sizes_(sizes.begin(), sizes.end()) {
+               std::span<const BucketShape> shapes, const CodecRegistry& registry)
+      : mode_(mode), comm_(comm) {
+    for (const BucketShape& s : shapes) {
+      sizes_.push_back(s.numel);
+      rows_.push_back(static_cast<std::uint32_t>(s.rows));
+    }
     std::size_t dense_cap = 0;
     for (std::size_t n : sizes_) dense_cap += n;
     if (mode_ == Mode::kDense) {
@@ -94,7 +99,11 @@ class FusedReducer final : public Reducer {
       for (std::size_t b = 0; b < buckets.size(); ++b) {
         const BucketRef& bk = buckets[b];
         if (!bk.compressed) continue;
-        const StepContext c{ctx.seed, ctx.step, static_cast<std::uint32_t>(comm_.rank()), bk.id};
+        StepContext c = ctx;
+        c.rank = static_cast<std::uint32_t>(comm_.rank());
+        c.world = static_cast<std::uint32_t>(comm_.world_size());
+        c.bucket = bk.id;
+        c.rows = rows_[b];
         if (mode_ == Mode::kAllreduce) {
           message_lengths_[b] = memories_[b]->compress(bk.grad, c, messages_[b]);
           const LinearRegion& r = regions_[b];
@@ -198,6 +207,10 @@ class FusedReducer final : public Reducer {
 
   std::string describe() const override { return describe_; }
 
+  bool momentum_in_memory() const override {
+    return !memories_.empty() && memories_.front()->carries_momentum();
+  }
+
  private:
   static void copy_floats(float* dst, const float* src, std::size_t n) {
     if (n > 0) std::memcpy(dst, src, 4 * n);
@@ -258,6 +271,7 @@ class FusedReducer final : public Reducer {
   Mode mode_;
   Communicator& comm_;
   std::vector<std::size_t> sizes_;
+  std::vector<std::uint32_t> rows_;
   std::string describe_;
   std::shared_ptr<const Codec> codec_;
   std::vector<std::unique_ptr<Memory>> memories_;  // one per bucket (none when dense)
@@ -301,6 +315,25 @@ const char* to_string(ReducerKind kind) {
 std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
                                       Communicator& comm, std::span<const std::size_t> bucket_sizes,
                                       const CodecRegistry& registry) {
+  std::vector<BucketShape> shapes;
+  for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+    shapes.push_back({static_cast<std::uint32_t>(i), bucket_sizes[i], true, 0});
+  }
+  return make_reducer(compressor_spec, kind, comm, shapes, registry);
+}
+
+std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
+                                      Communicator& comm, std::span<const BucketShape> buckets,
+                                      const CodecRegistry& registry) {
+  const SpecNode node = parse_spec(compressor_spec);
+  if (const SchemeInfo* scheme = find_scheme(node.name)) {
+    if (kind != ReducerKind::kAuto) {
+      throw InvalidArgument("reducer: " + scheme->name + " is a reducer of its own; --reducer " +
+                            to_string(kind) + " cannot be combined with it (use auto)");
+    }
+    const Params params = resolve_params(scheme->name, scheme->params, node);
+    return scheme->make(params, canonical_scheme_spec(*scheme, node), comm, buckets);
+  }
   // Validates the spec whatever the kind (a typo must not pass silently under dense).
   const auto codec = registry.make_codec_of(compressor_spec);
   Mode mode = Mode::kAllgather;
@@ -324,7 +357,7 @@ std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, Reduce
       mode = Mode::kAllgather;
       break;
   }
-  return std::make_unique<FusedReducer>(mode, compressor_spec, comm, bucket_sizes, registry);
+  return std::make_unique<FusedReducer>(mode, compressor_spec, comm, buckets, registry);
 }
 
 }  // namespace gradcomp::dist

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/launch.h"
 #include "gradcomp/registry.h"
@@ -84,7 +85,7 @@ int run_worker(const JobOptions& o, std::ostream& out) {
   launch::die_with_launcher();
   const dist::RendezvousConfig rc = dist::rendezvous_from_env(o.rendezvous);
   // Validate the compressor before anyone connects: a typo should not cost a timeout.
-  (void)builtin_registry().make_memory(o.compressor, 1);
+  dist::validate_compressor_spec(o.compressor);
 
   TrainConfig cfg = o.train;
   cfg.rank = rc.rank;
@@ -102,9 +103,7 @@ int run_worker(const JobOptions& o, std::ostream& out) {
 
   dist::Communicator comm = connect(rc);
   const ReducerFactory factory = [&](std::span<const BucketShape> shapes) {
-    std::vector<std::size_t> sizes;
-    for (const auto& s : shapes) sizes.push_back(static_cast<std::size_t>(s.numel));
-    return dist::make_reducer(o.compressor, o.reducer, comm, sizes, builtin_registry());
+    return dist::make_reducer(o.compressor, o.reducer, comm, shapes, builtin_registry());
   };
   Trainer trainer(cfg, std::move(train_set), std::move(test_set), factory);
   const TrainSummary summary = trainer.run();
@@ -122,7 +121,7 @@ int run_local_launch(const JobOptions& o, std::ostream& err) {
                                                       .timeout_ms = o.rendezvous.timeout_ms,
                                                       .interface = std::nullopt});
   // Fail on a bad compressor or data set here, once, not in N workers.
-  (void)builtin_registry().make_memory(o.compressor, 1);
+  dist::validate_compressor_spec(o.compressor);
   const dist::Store store = dist::Store::tcp_server("127.0.0.1", 0, o.workers, base.timeout);
   const std::string port = std::to_string(store.port());
 

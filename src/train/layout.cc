@@ -34,8 +34,10 @@ std::vector<BucketPlan> plan_buckets(std::span<const ParamInfo> params,
       open = &out.back();
       open->id = static_cast<std::uint32_t>(out.size() - 1);
       open->name = p.name;
+      open->rows = static_cast<std::size_t>(p.rows);
     } else {
       open->name += "+" + p.name;
+      open->rows = 0;  // fused: no single matrix view
     }
     open->slots.push_back({i, open->numel, n});
     open->numel += n;
@@ -51,14 +53,15 @@ std::vector<BucketPlan> plan_buckets(std::span<const ParamInfo> params,
 std::vector<BucketShape> bucket_shapes(std::span<const BucketPlan> plan) {
   std::vector<BucketShape> out;
   out.reserve(plan.size());
-  for (const BucketPlan& b : plan) out.push_back({b.id, b.numel, b.compressible});
+  for (const BucketPlan& b : plan) out.push_back({b.id, b.numel, b.compressible, b.rows});
   return out;
 }
 
 std::vector<ParamInfo> describe_parameters(torch::nn::Module& model) {
   std::vector<ParamInfo> out;
   for (const auto& item : model.named_parameters()) {
-    out.push_back({item.key(), item.value().numel(), item.value().dim()});
+    const torch::Tensor& t = item.value();
+    out.push_back({item.key(), t.numel(), t.dim(), t.dim() > 0 ? t.size(0) : 0});
   }
   return out;
 }

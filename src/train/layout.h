@@ -26,6 +26,7 @@ struct ParamInfo {
   std::string name;
   std::int64_t numel = 0;
   std::int64_t dim = 0;
+  std::int64_t rows = 0;  // first dimension (0 for a scalar)
 };
 
 struct LayoutOptions {
@@ -43,19 +44,15 @@ struct BucketPlan {
   bool compressible = true;  // false: the dense bucket
   std::size_t numel = 0;
   std::vector<Slot> slots;
-  std::string name;  // "fc1.weight" or "fc1.weight+fc2.weight" or "dense(6 tensors)"
+  std::size_t rows = 0;  // a single-tensor bucket: its first dimension; else 0
+  std::string name;      // "fc1.weight" or "fc1.weight+fc2.weight" or "dense(6 tensors)"
 };
 
 // Throws InvalidArgument for bucket_mb < 0 or min_elements < 0.
 std::vector<BucketPlan> plan_buckets(std::span<const ParamInfo> params,
                                      const LayoutOptions& options);
 
-// What a Reducer needs to know about a bucket to set itself up (memories, buffers).
-struct BucketShape {
-  std::uint32_t id = 0;
-  std::size_t numel = 0;
-  bool compressible = true;
-};
+// What a Reducer needs to know about a bucket (gradcomp/reducer.h's BucketShape).
 std::vector<BucketShape> bucket_shapes(std::span<const BucketPlan> plan);
 
 std::vector<ParamInfo> describe_parameters(torch::nn::Module& model);

@@ -51,6 +51,8 @@ void LocalReducer::reduce(std::span<const BucketRef> buckets, const StepContext&
     }
     StepContext bucket_ctx = ctx;
     bucket_ctx.bucket = b.id;
+    bucket_ctx.world = 1;
+    bucket_ctx.rows = static_cast<std::uint32_t>(s.shape.rows);
     auto t0 = std::chrono::steady_clock::now();
     const std::size_t bytes = s.memory->compress(b.grad, bucket_ctx, s.message);
     stats_.encode_seconds += seconds_since(t0);
@@ -86,6 +88,13 @@ std::string LocalReducer::describe() const {
     if (s.memory) return "local(" + s.memory->spec() + ")";
   }
   return "local(" + compressor_ + ")";
+}
+
+bool LocalReducer::momentum_in_memory() const {
+  for (const Slot& s : slots_) {
+    if (s.memory) return s.memory->carries_momentum();
+  }
+  return false;
 }
 
 }  // namespace gradcomp::train

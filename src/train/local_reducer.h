@@ -28,6 +28,7 @@ class LocalReducer final : public Reducer {
   ReduceStats take_stats() override;
   std::vector<StateBuffer> state() override;
   std::string describe() const override;
+  bool momentum_in_memory() const override;
 
  private:
   struct Slot {

@@ -134,6 +134,14 @@ Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
   buffers_ = std::make_unique<GradientBuffers>(params_, std::move(plan));
   reducer_ = make_reducer(shapes);
   if (!reducer_) throw InvalidArgument("trainer: the reducer factory returned nothing");
+  if (reducer_->momentum_in_memory()) {
+    // The reducer's memories apply momentum to compressed buckets (DGC's momentum
+    // correction); applying it again in the optimizer would square it.
+    for (const BucketPlan& b : buffers_->plan()) {
+      if (!b.compressible) continue;
+      for (const BucketPlan::Slot& slot : b.slots) optimizer_->set_skip_momentum(slot.param, true);
+    }
+  }
 
   batch_x_ = torch::empty({config_.batch_size, train_.c, train_.h, train_.w}, torch::kFloat);
   batch_y_ = torch::empty({config_.batch_size}, torch::kLong);
@@ -182,6 +190,9 @@ double Trainer::train_step() {
   ctx.seed = config_.seed;
   ctx.step = static_cast<std::uint64_t>(step_);
   ctx.rank = static_cast<std::uint32_t>(config_.rank);
+  ctx.world = static_cast<std::uint32_t>(config_.world);
+  ctx.steps_per_epoch = static_cast<std::uint64_t>(steps_per_epoch_);
+  ctx.lr = static_cast<float>(schedule_->lr(step_));
   const bool compress = step_ >= config_.dense_steps;
   reducer_->reduce(buffers_->refs(compress), ctx);
   const auto t2 = Clock::now();

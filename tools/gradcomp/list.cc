@@ -1,10 +1,11 @@
 // gradcomp list [--json]: every codec, its traits, parameters and examples, and the
-// memory wrappers.
+// memory wrappers, and the reducer schemes of gradcomp_dist.
 #include <iostream>
 #include <memory>
 
 #include "bench/catalog.h"
 #include "commands.h"
+#include "gradcomp/dist/schemes.h"
 #include "gradcomp/registry.h"
 
 namespace gradcomp::cli {
@@ -16,8 +17,13 @@ void add_list_command(CLI::App& app) {
   list->add_flag("--json", *json, "One JSON object per line (codecs, then wrappers)");
   list->callback([json] {
     const CodecRegistry& registry = builtin_registry();
-    std::cout << (*json ? bench::describe_codecs_json(registry)
-                        : bench::describe_codecs_text(registry))
+    std::vector<bench::SchemeDoc> schemes;
+    for (const dist::SchemeInfo& s : dist::reducer_schemes()) {
+      schemes.push_back({s.name, s.summary, dist::canonical_scheme_spec(s, parse_spec(s.name)),
+                         s.params, s.examples});
+    }
+    std::cout << (*json ? bench::describe_codecs_json(registry, schemes)
+                        : bench::describe_codecs_text(registry, schemes))
               << std::flush;
   });
 }

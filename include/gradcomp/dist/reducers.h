@@ -38,6 +38,10 @@ const char* to_string(ReducerKind kind);
 // Forcing allreduce on a non-linear codec throws InvalidArgument. The communicator
 // must outlive the reducer.
 std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
+                                      Communicator& comm, std::span<const BucketShape> buckets,
+                                      const CodecRegistry& registry = builtin_registry());
+// The same for flat buckets with ids 0, 1, ... (tests).
+std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
                                       Communicator& comm, std::span<const std::size_t> bucket_sizes,
                                       const CodecRegistry& registry = builtin_registry());
 

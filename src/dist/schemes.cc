@@ -1,0 +1,44 @@
+#include "gradcomp/dist/schemes.h"
+
+#include <algorithm>
+
+#include "gradcomp/error.h"
+
+namespace gradcomp::dist {
+
+// SCHEME-LIST: each scheme's file defines one of these; add it to the list below.
+// (Explicit calls, not static registration objects a linker may drop.)
+
+const std::vector<SchemeInfo>& reducer_schemes() {
+  static const std::vector<SchemeInfo> schemes = [] {
+    std::vector<SchemeInfo> all;
+    // SCHEME-LIST entries: all.push_back(<name>_scheme());
+    std::sort(all.begin(), all.end(),
+              [](const SchemeInfo& a, const SchemeInfo& b) { return a.name < b.name; });
+    return all;
+  }();
+  return schemes;
+}
+
+const SchemeInfo* find_scheme(std::string_view name) {
+  for (const SchemeInfo& s : reducer_schemes()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+std::string canonical_scheme_spec(const SchemeInfo& info, const SpecNode& node) {
+  const std::string canonical = resolve_params(info.name, info.params, node).canonical();
+  return canonical.empty() ? info.name : info.name + ":" + canonical;
+}
+
+void validate_compressor_spec(std::string_view spec, const CodecRegistry& registry) {
+  const SpecNode node = parse_spec(spec);
+  if (const SchemeInfo* s = find_scheme(node.name)) {
+    (void)canonical_scheme_spec(*s, node);
+    return;
+  }
+  (void)registry.make_memory(spec, 1);
+}
+
+}  // namespace gradcomp::dist
