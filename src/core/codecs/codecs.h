@@ -3,6 +3,7 @@
 // Wire ids (part of the wire format; never reuse one):
 //   1 none      2 fp16      3 topk      4 randomk   5 threshold  6 mask
 //   7 2bit      8 1bit      9 qsgd     10 terngrad 11 signsgd   12 efsign
+//  13 sketch   14 atomo
 #pragma once
 
 #include "gradcomp/registry.h"
@@ -19,5 +20,7 @@ void register_onebit(CodecRegistry& registry);
 void register_qsgd(CodecRegistry& registry);
 void register_terngrad(CodecRegistry& registry);
 void register_signsgd(CodecRegistry& registry);  // signsgd and efsign
+void register_sketch(CodecRegistry& registry);   // count sketch (Sketched-SGD, FetchSGD)
+void register_atomo(CodecRegistry& registry);    // ATOMO spectral and entrywise atoms
 
 }  // namespace gradcomp
