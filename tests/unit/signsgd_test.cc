@@ -2,6 +2,7 @@
 // EF-signSGD's update (Karimireddy et al. 2019, Algorithm 1) step by step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -57,7 +58,7 @@ TEST(EfSign, HandComputedMessage) {
   auto c = builtin_registry().make_codec("efsign");
   EXPECT_EQ(c->wire_id(), 12);
   EXPECT_TRUE(c->traits().needs_memory);
-  EXPECT_EQ(builtin_registry().make_memory("efsign", 8)->spec(), "ef(efsign)");
+  EXPECT_EQ(builtin_registry().make_memory("efsign", 8)->spec(), "ef(efsign:block=0)");
   // ||p||_1 = 10.5, n = 5: scale 2.1; bits 1 0 1 0 1 -> 0xA8.
   const std::vector<float> p = {1.0f, -2.0f, 3.0f, -4.0f, 0.5f};
   const auto msg = test::encode(*c, p);
@@ -74,6 +75,32 @@ TEST(EfSign, HandComputedMessage) {
   fmsg.resize(c->encode_feedback(fb, {}, fmsg));
   EXPECT_EQ(fmsg, msg);
   for (std::size_t i = 0; i < p.size(); ++i) EXPECT_EQ(fb[i], p[i] - d[i]) << i;
+}
+
+TEST(EfSign, BlockwiseScalesMatchAScalarReference) {
+  // block = 32 on 70 elements: blocks [0,32), [32,64), [64,70), one scale each.
+  auto c = builtin_registry().make_codec("efsign:block=32");
+  const std::vector<float> p = test::random_gradient(70, 99);
+  const auto msg = test::encode(*c, p);
+  ASSERT_EQ(msg.size(), kHeaderBytes + 3 * 4 + 12);
+  std::vector<float> want(p.size());
+  for (std::size_t b = 0; b < 3; ++b) {
+    const std::size_t begin = 32 * b;
+    const std::size_t end = std::min<std::size_t>(begin + 32, p.size());
+    double l1 = 0;
+    for (std::size_t i = begin; i < end; ++i) l1 += std::fabs(static_cast<double>(p[i]));
+    const float scale = static_cast<float>(l1 / static_cast<double>(end - begin));
+    EXPECT_EQ(load_le<float>(msg.data() + kHeaderBytes + 4 * b), scale) << b;
+    for (std::size_t i = begin; i < end; ++i) want[i] = p[i] >= 0.0f ? scale : -scale;
+  }
+  EXPECT_EQ(test::decode(*c, msg, p.size()), want);
+  // A corrupt scale in the second block is rejected before anything is written.
+  auto bad = msg;
+  store_le<float>(bad.data() + kHeaderBytes + 4, -1.0f);
+  std::vector<float> out(p.size(), 7.0f);
+  EXPECT_THROW(c->decode_add(bad, out), CorruptMessage);
+  EXPECT_EQ(out, std::vector<float>(p.size(), 7.0f));
+  EXPECT_THROW(builtin_registry().make_codec("efsign:block=48"), InvalidArgument);
 }
 
 TEST(EfSign, EmptyAndZeroInputs) {

@@ -18,10 +18,17 @@
 //     delta = (||p||_1 / n) * sign(p), e <- p - delta. sign(0) := +1 as above.
 //     ||p||_1 is summed in double with a fixed blocked order (detail::abs_sum), so it
 //     does not depend on SIMD width or thread count.
-//   Wire payload:
-//     offset 0   f32  scale = ||p||_1 / n (finite, >= +0; 0 for n = 0)
-//     offset 4   4*ceil(n/32) bytes of sign bits in the 1bit layout: 1 -> +scale, 0 -> -scale.
+//   block = B > 0 (a multiple of 32): one scale per block of B elements instead of one per
+//     tensor -- the blockwise scaled sign of Zheng et al., "Communication-Efficient
+//     Distributed Blockwise Momentum SGD with Error-Feedback" (NeurIPS 2019), which keeps
+//     a few large entries from shrinking the scale of a whole layer. block = 0 (default)
+//     is SPEC's one float per tensor.
+//   Wire payload, with nb = 1 (block 0) or ceil(n/B) scales:
+//     offset 0      nb x f32  scale_b = ||p_b||_1 / |b| (finite, >= +0; 0 for n = 0)
+//     offset 4*nb   4*ceil(n/32) bytes of sign bits in the 1bit layout: 1 -> +scale_b,
+//                   0 -> -scale_b (block b's bits start at byte b*B/8: B is a multiple of 32)
 //   Aggregation: not linear (per-worker scales); gather, decode each, sum.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -72,54 +79,100 @@ class SignSgdCodec final : public Codec {
 
 class EfSignCodec final : public Codec {
  public:
-  explicit EfSignCodec(CodecIdentity id) : Codec(std::move(id), kEfSignTraits) {}
+  EfSignCodec(CodecIdentity id, std::size_t block)
+      : Codec(std::move(id), kEfSignTraits), block_(block) {}
 
  protected:
   std::size_t max_payload_bytes(std::size_t n) const override {
-    return 4 + detail::packed1_bytes(n);
+    return 4 * blocks(n) + detail::packed1_bytes(n);
   }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& /*ctx*/,
                              std::span<std::byte> payload) const override {
-    const float scale = mean_abs(in);
-    store_le<float>(payload.data(), scale);
-    detail::sign_encode(in.data(), in.size(), 0.0f, detail::SignRule::kGreaterEqual,
-                        payload.data() + 4);
-    return 4 + detail::packed1_bytes(in.size());
+    const std::size_t n = in.size();
+    const std::size_t nb = blocks(n);
+    write_scales(in, payload.data());  // validates before any bit is written
+    std::byte* bits = payload.data() + 4 * nb;
+    for (std::size_t b = 0; b < nb; ++b) {
+      const auto [begin, len] = block_range(b, n);
+      detail::sign_encode(in.data() + begin, len, 0.0f, detail::SignRule::kGreaterEqual,
+                          bits + begin / 8);
+    }
+    return 4 * nb + detail::packed1_bytes(n);
   }
 
   void decode_payload_add(std::span<const std::byte> payload, std::span<float> out,
                           float alpha) const override {
     const std::size_t n = out.size();
-    expect_payload_bytes(payload, 4 + detail::packed1_bytes(n), "efsign decode", n);
-    const float scale = load_le<float>(payload.data());
-    detail::validate_scale(scale, "efsign decode", "scale");
-    detail::validate_packed1(payload.data() + 4, n, "efsign decode");
-    detail::unpack1_add(payload.data() + 4, n, sign_lut(alpha, scale), out.data());
+    const std::size_t nb = blocks(n);
+    expect_payload_bytes(payload, 4 * nb + detail::packed1_bytes(n), "efsign decode", n);
+    for (std::size_t b = 0; b < nb; ++b) {
+      detail::validate_scale(load_le<float>(payload.data() + 4 * b), "efsign decode", "scale");
+    }
+    const std::byte* bits = payload.data() + 4 * nb;
+    detail::validate_packed1(bits, n, "efsign decode");
+    for (std::size_t b = 0; b < nb; ++b) {
+      const auto [begin, len] = block_range(b, n);
+      const float scale = load_le<float>(payload.data() + 4 * b);
+      detail::unpack1_add(bits + begin / 8, len, sign_lut(alpha, scale), out.data() + begin);
+    }
   }
 
-  // One extra pass for ||p||_1, then pack and p -= +-scale in one pass.
+  // One extra pass for the scales, then pack and p -= +-scale in one pass.
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& /*ctx*/,
                                       std::span<std::byte> payload) const override {
-    const float scale = mean_abs(p);
-    store_le<float>(payload.data(), scale);
-    detail::sign_encode_feedback(p.data(), p.size(), 0.0f, detail::SignRule::kGreaterEqual,
-                                 sign_lut(-1.0f, scale), payload.data() + 4);
-    return 4 + detail::packed1_bytes(p.size());
+    const std::size_t n = p.size();
+    const std::size_t nb = blocks(n);
+    write_scales(p, payload.data());
+    std::byte* bits = payload.data() + 4 * nb;
+    for (std::size_t b = 0; b < nb; ++b) {
+      const auto [begin, len] = block_range(b, n);
+      const float scale = load_le<float>(payload.data() + 4 * b);
+      detail::sign_encode_feedback(p.data() + begin, len, 0.0f, detail::SignRule::kGreaterEqual,
+                                   sign_lut(-1.0f, scale), bits + begin / 8);
+    }
+    return 4 * nb + detail::packed1_bytes(n);
   }
 
  private:
-  // ||p||_1 / n; throws InvalidArgument before anything is written if p is not finite.
-  static float mean_abs(std::span<const float> p) {
-    if (p.empty()) return 0.0f;
-    const double l1 = detail::abs_sum(p.data(), p.size());
+  struct Range {
+    std::size_t begin;
+    std::size_t len;
+  };
+
+  // Scales: one for the whole tensor (block 0, also for n = 0), else ceil(n/B).
+  std::size_t blocks(std::size_t n) const {
+    return block_ == 0 || n == 0 ? 1 : (n + block_ - 1) / block_;
+  }
+  Range block_range(std::size_t b, std::size_t n) const {
+    if (block_ == 0) return {0, n};
+    const std::size_t begin = b * block_;
+    return {begin, std::min(block_, n - begin)};
+  }
+
+  // scale_b = ||p_b||_1 / |b| for every block; throws InvalidArgument before anything
+  // is written if p is not finite.
+  void write_scales(std::span<const float> p, std::byte* out) const {
+    const std::size_t n = p.size();
+    const std::size_t nb = blocks(n);
+    if (n == 0) {
+      store_le<float>(out, 0.0f);
+      return;
+    }
+    const double l1 = detail::abs_sum(p.data(), n);
     if (!std::isfinite(l1)) {
       throw InvalidArgument("efsign encode: non-finite input (||p||_1 = " + std::to_string(l1) +
                             ")");
     }
-    // l1 / n <= max|p_i| <= FLT_MAX: the cast cannot overflow.
-    return static_cast<float>(l1 / static_cast<double>(p.size()));
+    for (std::size_t b = 0; b < nb; ++b) {
+      const auto [begin, len] = block_range(b, n);
+      const double block_l1 = nb == 1 ? l1 : detail::abs_sum(p.data() + begin, len);
+      // l1 / len <= max|p_i| <= FLT_MAX: the cast cannot overflow.
+      store_le<float>(out + 4 * b, static_cast<float>(block_l1 / static_cast<double>(len)));
+    }
   }
+
+  std::size_t block_;
 };
 
 }  // namespace
@@ -138,10 +191,17 @@ void register_signsgd(CodecRegistry& registry) {
                 .wire_id = 12,
                 .summary = "EF-signSGD: (||p||_1/n) * sign(p), with error feedback",
                 .traits = kEfSignTraits,
-                .params = {},
-                .examples = {},
-                .make = [](CodecIdentity id, const Params&) -> std::unique_ptr<Codec> {
-                  return std::make_unique<EfSignCodec>(std::move(id));
+                .params = {int_param("block", 0, 0, 1 << 30,
+                                     "elements per scale, a multiple of 32 (Zheng et al. 2019); "
+                                     "0: one scale per tensor (SPEC)")},
+                .examples = {"efsign:block=32", "efsign:block=4096"},
+                .make = [](CodecIdentity id, const Params& p) -> std::unique_ptr<Codec> {
+                  const auto block = static_cast<std::size_t>(p.get_int("block"));
+                  if (block % 32 != 0) {
+                    throw InvalidArgument("efsign: block=" + std::to_string(block) +
+                                          " must be a multiple of 32 (or 0)");
+                  }
+                  return std::make_unique<EfSignCodec>(std::move(id), block);
                 }});
 }
 
