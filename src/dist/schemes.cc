@@ -8,11 +8,13 @@ namespace gradcomp::dist {
 
 // SCHEME-LIST: each scheme's file defines one of these; add it to the list below.
 // (Explicit calls, not static registration objects a linker may drop.)
+SchemeInfo powersgd_scheme();  // powersgd.cc
 
 const std::vector<SchemeInfo>& reducer_schemes() {
   static const std::vector<SchemeInfo> schemes = [] {
     std::vector<SchemeInfo> all;
     // SCHEME-LIST entries: all.push_back(<name>_scheme());
+    all.push_back(powersgd_scheme());
     std::sort(all.begin(), all.end(),
               [](const SchemeInfo& a, const SchemeInfo& b) { return a.name < b.name; });
     return all;
