@@ -268,7 +268,7 @@ SchemeInfo powersgd_scheme() {
       "warm start, error feedback; 32 r (rows + cols) bits per matrix";
   info.params = {
       int_param("rank", 2, 1, 64, "rank r of the approximation"),
-      int_param("warmup_steps", 0, 0, std::int64_t{1} << 40,
+      int_param("warmup_steps", 0, 0, 1'000'000'000,
                 "steps exchanged dense before compression starts (PyTorch's "
                 "start_powerSGD_iter; see also --dense-steps)"),
       bool_param("error_feedback", true, "keep M - PQ^T and add it to the next gradient"),
