@@ -38,8 +38,8 @@ acc=$(sed -n 's/^  test accuracy *//p' run1.txt)
 if awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5) }'; then pass "learns (accuracy $acc)"; else
   fail "learns (accuracy ${acc:-none})"; fi
 
-# Every reducer path runs: allreduce (random-k) and dense.
-for spec in 2bit "randomk:ratio=0.05" none; do
+# Every reducer path runs: allreduce (random-k), dense and a scheme (PowerSGD).
+for spec in 2bit "randomk:ratio=0.05" none "powersgd:rank=2"; do
   if "$GRADCOMP" train --workers 2 --compressor "$spec" "${small[@]}" --steps 20 > r.txt 2> e.txt; then
     pass "2 workers, $spec"; else fail "2 workers, $spec"; cat e.txt; fi
 done
@@ -47,7 +47,7 @@ done
 # A resumed distributed run continues the same trajectory: stopped at step 45 (mid
 # epoch 2) and resumed, it ends with checkpoints byte-identical to an uninterrupted
 # run's (model, optimizer and every rank's error-feedback memory).
-for spec in "2bit" "ef(topk:ratio=0.05)"; do
+for spec in "2bit" "ef(topk:ratio=0.05)" "powersgd:rank=2"; do
   rm -rf ck_full ck_split
   "$GRADCOMP" train --workers 3 --compressor "$spec" "${small[@]}" --checkpoint-dir ck_full \
     > /dev/null 2> e.txt &&
