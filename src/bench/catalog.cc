@@ -136,8 +136,9 @@ std::string describe_codecs_text(const CodecRegistry& registry,
   out += "  Rule: " + std::string(kRule) + ".\n";
   const auto memories = registry.memories();
   if (!memories.empty()) {
-    out += "\nMemories (a compressor of their own with state, written like a codec; their "
-           "messages are a codec's):\n";
+    out +=
+        "\nMemories (a compressor of their own with state, written like a codec; their "
+        "messages are a codec's):\n";
     for (const MemoryInfo* m : memories) {
       out += "\n" + m->name + "\n  " + m->summary + "\n";
       out += "  default: " + registry.make_memory(m->name, 0)->spec() + "\n";

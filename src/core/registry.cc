@@ -56,8 +56,7 @@ void CodecRegistry::add_memory(MemoryInfo info) {
   if (info.name.empty() || !info.codec_spec || !info.make) {
     throw InvalidArgument("codec registry: a memory needs a name, a codec_spec and a factory");
   }
-  if (is_wrapper(info.name) || codecs_.count(info.name) != 0 ||
-      memories_.count(info.name) != 0) {
+  if (is_wrapper(info.name) || codecs_.count(info.name) != 0 || memories_.count(info.name) != 0) {
     throw InvalidArgument("codec registry: '" + info.name + "' registered twice");
   }
   std::string name = info.name;
@@ -90,7 +89,8 @@ std::shared_ptr<const Codec> CodecRegistry::make_codec(const SpecNode& node) con
   const CodecInfo* info = find(node.name);
   if (info == nullptr) {
     std::string memories;
-    for (const auto& [name, m] : memories_) memories += (memories.empty() ? "; memories: " : ", ") + name;
+    for (const auto& [name, m] : memories_)
+      memories += (memories.empty() ? "; memories: " : ", ") + name;
     throw InvalidArgument("unknown codec '" + node.name + "'; known: " + known_names() +
                           " (wrappers: ef, noef" + memories + ")");
   }

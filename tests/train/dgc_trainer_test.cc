@@ -105,8 +105,8 @@ TEST(DgcTrainer, DenseStepsKeepTheOptimizersMomentumUntilCompressionStarts) {
   cfg.dense_steps = 4;
   Trainer t(cfg, d.train, d.test, local("dgc:density=0.01,warmup_epochs=1"));
   const std::vector<bool> compressed = compressed_params(t);
-  const auto fc1 = static_cast<std::size_t>(
-      std::find(compressed.begin(), compressed.end(), true) - compressed.begin());
+  const auto fc1 = static_cast<std::size_t>(std::find(compressed.begin(), compressed.end(), true) -
+                                            compressed.begin());
   ASSERT_LT(fc1, compressed.size());
   for (int i = 0; i < 4; ++i) t.train_step();
   EXPECT_FALSE(t.optimizer().skip_momentum(fc1));
@@ -222,8 +222,7 @@ TEST(DgcTrainer, LearnsSyntheticData) {
   cfg.seed = 3;
   std::ostringstream progress;
   cfg.progress = &progress;
-  Trainer t(cfg, std::move(d.train), std::move(d.test),
-            local("dgc:density=0.01,warmup_epochs=1"));
+  Trainer t(cfg, std::move(d.train), std::move(d.test), local("dgc:density=0.01,warmup_epochs=1"));
   const TrainSummary s = t.run();
   EXPECT_GT(s.test_accuracy, 0.6) << progress.str();  // chance is 0.1
   EXPECT_GT(s.compression_ratio, 3.0);

@@ -8,8 +8,8 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "detail/select.h"
@@ -170,7 +170,11 @@ TEST(DgcSchedule, FourExponentialStagesThenTheTarget) {
   // Fractional: half an epoch of 100 steps, stage boundaries at 12.5, 25 and 37.5 steps.
   const double want[] = {0.25, 0.0625, 0.015625, 0.00390625};
   for (std::uint64_t s = 0; s < 60; ++s) {
-    const double expect = s < 13 ? want[0] : s < 25 ? want[1] : s < 38 ? want[2] : s < 50 ? want[3] : 0.001;
+    const double expect = s < 13   ? want[0]
+                          : s < 25 ? want[1]
+                          : s < 38 ? want[2]
+                          : s < 50 ? want[3]
+                                   : 0.001;
     EXPECT_EQ(dgc_density(0.001, 0.5, s, 100), expect) << s;
   }
   // A target above a stage's density replaces it; above 0.25 there is no warm-up.
@@ -210,8 +214,8 @@ void run_against_simulation(const SimCase& c) {
     const StepContext ctx = ctx_at(step, kSpe, c.world);
     const auto msg = compress(*mem, g, ctx);
     ref.update(g, c.world);
-    const std::size_t k = detail::count_for_fraction(
-        dgc_density(c.o.density, c.o.warmup, step, kSpe), kN);
+    const std::size_t k =
+        detail::count_for_fraction(dgc_density(c.o.density, c.o.warmup, step, kSpe), kN);
     if (c.o.density == 0.001 && c.o.warmup == 1) {
       ASSERT_EQ(k, expect_k[step]);
     }
@@ -278,8 +282,7 @@ TEST(Dgc, MomentumCorrectionByHand) {
   // n = 4, k = 1, m = 0.5, no warm-up. Step 1: g = (1, 2, -3, 0.5): u = g, v = g, send
   // index 2 (-3), u[2] = v[2] = 0. Step 2: same g: u = (1.5, 3, -3, 0.75),
   // v = (2.5, 5, -3, 1.25): send index 1 (5).
-  auto mem = reg().make_memory(
-      "dgc:density=0.25,momentum=0.5,warmup_epochs=0,select=exact", 4);
+  auto mem = reg().make_memory("dgc:density=0.25,momentum=0.5,warmup_epochs=0,select=exact", 4);
   const std::vector<float> g = {1, 2, -3, 0.5f};
   Sparse s = parse(compress(*mem, g, ctx_at(0, 0)));
   EXPECT_EQ(s.idx, std::vector<std::uint32_t>{2});
@@ -357,8 +360,7 @@ TEST(Dgc, SampledSelectionSendsAValidTopSetOfTheRightSize) {
     for (std::size_t i = 0; i < kN; ++i) before[i] += std::fma(0.9f, u[i], g[i]);
     const auto msg = compress(*mem, g, ctx_at(step, 4));  // warm-up over 16 steps
     const Sparse s = parse(msg);
-    const std::size_t k =
-        detail::count_for_fraction(dgc_density(0.001, 4, step, 4), kN);
+    const std::size_t k = detail::count_for_fraction(dgc_density(0.001, 4, step, 4), kN);
     EXPECT_GE(10 * s.idx.size(), 8 * k) << step;
     EXPECT_LE(s.idx.size(), detail::sampled_max_count(k)) << step;
     float min_sent = INFINITY;
@@ -424,8 +426,9 @@ TEST(Dgc, RejectsBadCallsAndNonFiniteGradients) {
   auto mem = reg().make_memory("dgc:density=0.5,warmup_epochs=0", 8);
   std::vector<float> g(8, 1.0f);
   std::vector<std::byte> out(mem->max_encoded_bytes());
-  EXPECT_NE(error_of([&] { mem->compress(std::span<const float>(g).first(7), {}, out); })
-                .find("dgc compress: gradient of 7 elements"),
+  EXPECT_NE(error_of([&] {
+              mem->compress(std::span<const float>(g).first(7), {}, out);
+            }).find("dgc compress: gradient of 7 elements"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               mem->compress(g, {}, std::span<std::byte>(out).first(out.size() - 1));
@@ -498,13 +501,15 @@ TEST(MemoryRegistry, BuildsDgcAndItsCodecFromSpecs) {
 }
 
 TEST(MemoryRegistry, ErrorsNameTheProblem) {
-  EXPECT_NE(error_of([&] { reg().make_memory("dgc:densty=0.1", 4); })
-                .find("dgc: unknown parameter 'densty'; known: density, momentum"),
+  EXPECT_NE(error_of([&] {
+              reg().make_memory("dgc:densty=0.1", 4);
+            }).find("dgc: unknown parameter 'densty'; known: density, momentum"),
             std::string::npos);
   EXPECT_NE(error_of([&] { reg().make_codec_of("dgc:density=0"); }).find("out of range (0, 1]"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { reg().make_memory("dgc:select=fast", 4); })
-                .find("expected one of: sampled, exact"),
+  EXPECT_NE(error_of([&] {
+              reg().make_memory("dgc:select=fast", 4);
+            }).find("expected one of: sampled, exact"),
             std::string::npos);
   EXPECT_NE(error_of([&] { reg().make_memory("dgc:masking=2", 4); }).find("expected 0, 1"),
             std::string::npos);
@@ -523,8 +528,9 @@ TEST(MemoryRegistry, ErrorsNameTheProblem) {
   EXPECT_NE(error_of([&] { reg().make_memory("dgc(topk)", 4); }).find("wraps no codec"),
             std::string::npos);
   // Unknown names list the memories next to the wrappers.
-  EXPECT_NE(error_of([&] { reg().make_memory("dgcc", 4); }).find("(wrappers: ef, noef; memories: dgc)"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { reg().make_memory("dgcc", 4); }).find("(wrappers: ef, noef; memories: dgc)"),
+      std::string::npos);
 }
 
 TEST(MemoryRegistry, NamesAreUniqueAcrossCodecsWrappersAndMemories) {
@@ -548,8 +554,9 @@ TEST(MemoryRegistry, NamesAreUniqueAcrossCodecsWrappersAndMemories) {
   m.name = "broken";
   m.codec_spec = [](const Params&) { return std::string("topk:ratio=7"); };
   r.add_memory(m);
-  EXPECT_NE(error_of([&] { r.make_memory("broken", 4); })
-                .find("broken: its message codec 'topk:ratio=7' does not build"),
+  EXPECT_NE(error_of([&] {
+              r.make_memory("broken", 4);
+            }).find("broken: its message codec 'topk:ratio=7' does not build"),
             std::string::npos);
 }
 

@@ -169,12 +169,12 @@ class Dgc final : public Memory {
     }
     accumulate(grad);
 
-    const double density = detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step,
-                                               ctx.steps_per_epoch);
+    const double density =
+        detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step, ctx.steps_per_epoch);
     const std::size_t k = detail::count_for_fraction(density, n_);
     const auto idx = select(k, ctx);
-    const std::size_t payload = detail::write_sparse(v_, idx, detail::SparseValues::kFp32,
-                                                     out.subspan(kHeaderBytes));
+    const std::size_t payload =
+        detail::write_sparse(v_, idx, detail::SparseValues::kFp32, out.subspan(kHeaderBytes));
     write_header(out, codec_->wire_id(), codec_->config_tag(), n_, payload);
 
     // The sent values leave the accumulator; their momentum stops too (masking).
@@ -266,30 +266,30 @@ void register_dgc(CodecRegistry& registry) {
       {.name = "dgc",
        .summary = "Deep Gradient Compression: momentum correction and masking, local clipping, "
                   "density warm-up, sampled top-k of the accumulated velocity (topk messages)",
-       .params =
-           {float_param("density", 0.001, 0.0, 1.0,
-                        "fraction of entries sent after warm-up, k = ceil(density*n)", true),
-            float_param("momentum", 0.9, 0.0, 1.0,
-                        "momentum m of the correction; set it to the optimizer's --momentum "
-                        "(which then skips momentum for compressed tensors)"),
-            bool_param("nesterov", false, "Nesterov momentum: u = m*(u+g); v = v + u + g"),
-            float_param("clip", 0.0, 0.0, 1e30,
-                        "local gradient clipping: L2 norm clipped at clip*W^-1/2 per bucket "
-                        "(clip = the global clip norm; 0 = off)"),
-            float_param("warmup_epochs", 4.0, 0.0, 1e6,
-                        "density warm-up 0.25, 0.0625, 0.015625, 0.0039 -> density in four equal "
-                        "stages over this many epochs (fractions allowed; paper: 4; 0 = off)"),
-            choice_param("select", "sampled", {"sampled", "exact"},
-                         "sampled: DGC's sampled threshold, 0.8k..1.3k entries; exact: radix "
-                         "select, exactly k"),
-            float_param("sample", 0.01, 0.0, 1.0,
-                        "sampled: fraction of |v| sampled for the threshold (at least "
-                        "2/density values)",
-                        true),
-            bool_param("masking", true, "momentum factor masking: zero u where v was sent"),
-            bool_param("correction", true,
-                       "momentum correction; 0: v = v + g and the optimizer keeps its own "
-                       "momentum (gradient dropping with momentum, the paper's baseline)")},
+       .params = {float_param("density", 0.001, 0.0, 1.0,
+                              "fraction of entries sent after warm-up, k = ceil(density*n)", true),
+                  float_param("momentum", 0.9, 0.0, 1.0,
+                              "momentum m of the correction; set it to the optimizer's --momentum "
+                              "(which then skips momentum for compressed tensors)"),
+                  bool_param("nesterov", false, "Nesterov momentum: u = m*(u+g); v = v + u + g"),
+                  float_param("clip", 0.0, 0.0, 1e30,
+                              "local gradient clipping: L2 norm clipped at clip*W^-1/2 per bucket "
+                              "(clip = the global clip norm; 0 = off)"),
+                  float_param(
+                      "warmup_epochs", 4.0, 0.0, 1e6,
+                      "density warm-up 0.25, 0.0625, 0.015625, 0.0039 -> density in four equal "
+                      "stages over this many epochs (fractions allowed; paper: 4; 0 = off)"),
+                  choice_param("select", "sampled", {"sampled", "exact"},
+                               "sampled: DGC's sampled threshold, 0.8k..1.3k entries; exact: radix "
+                               "select, exactly k"),
+                  float_param("sample", 0.01, 0.0, 1.0,
+                              "sampled: fraction of |v| sampled for the threshold (at least "
+                              "2/density values)",
+                              true),
+                  bool_param("masking", true, "momentum factor masking: zero u where v was sent"),
+                  bool_param("correction", true,
+                             "momentum correction; 0: v = v + g and the optimizer keeps its own "
+                             "momentum (gradient dropping with momentum, the paper's baseline)")},
        .examples = {"dgc:density=0.01", "dgc:density=0.001,warmup_epochs=0.5",
                     "dgc:density=0.05,select=exact,warmup_epochs=0",
                     "dgc:density=0.01,nesterov=1,clip=5", "dgc:masking=0",
@@ -297,8 +297,8 @@ void register_dgc(CodecRegistry& registry) {
        .codec_spec = message_codec_spec,
        .make = [](const Params& p, std::shared_ptr<const Codec> codec,
                   std::size_t n) -> std::unique_ptr<Memory> {
-         return std::make_unique<Dgc>("dgc:" + p.canonical(), DgcOptions::from(p),
-                                      std::move(codec), n);
+         return std::make_unique<Dgc>("dgc:" + p.canonical(), DgcOptions::from(p), std::move(codec),
+                                      n);
        }});
 }
 
