@@ -88,6 +88,28 @@ class Params {
 Params resolve_params(const std::string& owner, std::span<const ParamDef> defs,
                       const SpecNode& node);
 
+// ---- named memories ---------------------------------------------------------------
+
+// A memory with an algorithm and parameters of its own (DGC's momentum correction),
+// written on its own in a compressor spec ("dgc:density=0.001") instead of wrapping a
+// codec. Its messages are those of a plain registered codec, named by codec_spec(params):
+// make_memory() builds that codec and hands it to make(), and make_codec_of() returns it,
+// so receivers decode what the memory sends with an ordinary codec.
+struct MemoryInfo {
+  std::string name;
+  std::string summary;  // one line for `gradcomp list`
+  std::vector<ParamDef> params;
+  // Further specs (besides the defaults) that the registry tests build and `gradcomp list`
+  // shows, e.g. "dgc:density=0.01,warmup_epochs=0".
+  std::vector<std::string> examples;
+  // The plain codec spec of the memory's messages, e.g. "topk:ratio=0.25,select=sampled".
+  std::function<std::string(const Params&)> codec_spec;
+  // A memory for a bucket of n elements whose messages `codec` decodes.
+  std::function<std::unique_ptr<Memory>(const Params&, std::shared_ptr<const Codec> codec,
+                                        std::size_t n)>
+      make;
+};
+
 // ---- codec registry -------------------------------------------------------------
 
 struct CodecInfo {
@@ -112,25 +134,39 @@ class CodecRegistry {
   std::vector<const CodecInfo*> all() const;  // sorted by name
   std::string known_names() const;            // "1bit, 2bit, fp16, ..."
 
+  // Named memories share the namespace of codecs and wrappers. Throws InvalidArgument on
+  // a name already taken or a missing codec_spec / factory.
+  void add_memory(MemoryInfo info);
+  const MemoryInfo* find_memory(std::string_view name) const;
+  std::vector<const MemoryInfo*> memories() const;  // sorted by name
+
   // A plain codec spec ("qsgd:levels=16"); wrappers are rejected.
   std::shared_ptr<const Codec> make_codec(std::string_view spec) const;
   std::shared_ptr<const Codec> make_codec(const SpecNode& node) const;
 
-  // A full compressor spec, wrappers allowed, for a bucket of n elements.
+  // A full compressor spec, wrappers and named memories allowed, for a bucket of n elements.
   std::unique_ptr<Memory> make_memory(std::string_view spec, std::size_t n) const;
 
   // The codec inside a compressor spec: ef(...) and noef(...) are stripped, so
-  // "ef(topk:ratio=0.01)" gives the codec that decodes what make_memory's memory sends.
+  // "ef(topk:ratio=0.01)" gives the codec that decodes what make_memory's memory sends;
+  // a named memory gives the codec of its codec_spec ("dgc:density=0.001" -> topk).
   std::shared_ptr<const Codec> make_codec_of(std::string_view compressor_spec) const;
 
   // Validates `node`'s parameters against info's declarations, filling defaults.
   static Params resolve_params(const CodecInfo& info, const SpecNode& node);
 
  private:
+  // The memory's validated parameters and its codec, for make_memory / make_codec_of.
+  std::pair<Params, std::shared_ptr<const Codec>> memory_codec(const MemoryInfo& info,
+                                                               const SpecNode& node,
+                                                               std::string_view spec) const;
+
   std::map<std::string, CodecInfo, std::less<>> codecs_;
+  std::map<std::string, MemoryInfo, std::less<>> memories_;
 };
 
-// Registers every built-in codec. Explicit (no static initialisers a linker may drop).
+// Registers every built-in codec and named memory. Explicit (no static initialisers a
+// linker may drop).
 void register_builtin_codecs(CodecRegistry& registry);
 
 // A process-wide registry holding the built-in codecs, built on first use.

@@ -134,6 +134,19 @@ std::string describe_codecs_text(const CodecRegistry& registry,
            w.help + "\n";
   }
   out += "  Rule: " + std::string(kRule) + ".\n";
+  const auto memories = registry.memories();
+  if (!memories.empty()) {
+    out +=
+        "\nMemories (a compressor of their own with state, written like a codec; their "
+        "messages are a codec's):\n";
+    for (const MemoryInfo* m : memories) {
+      out += "\n" + m->name + "\n  " + m->summary + "\n";
+      out += "  default: " + registry.make_memory(m->name, 0)->spec() + "\n";
+      out += "  messages: " + registry.make_codec_of(m->name)->spec() + "\n";
+      out += params_text(m->params);
+      if (!m->examples.empty()) out += "  examples: " + join(m->examples, "  ") + "\n";
+    }
+  }
   if (!schemes.empty()) {
     out += "\nReducer schemes (a whole exchange protocol; pass to --compressor like a codec):\n";
     for (const SchemeDoc& s : schemes) {
@@ -170,6 +183,17 @@ std::string describe_codecs_json(const CodecRegistry& registry,
     JsonObject o;
     o.add("kind", "wrapper").add("name", w.name).add("usage", w.usage).add("help", w.help);
     if (std::string(w.name) == "ef") o.add("default_for", "codecs with traits.memory (biased)");
+    out += o.str() + "\n";
+  }
+  for (const MemoryInfo* m : registry.memories()) {
+    JsonObject o;
+    o.add("kind", "memory")
+        .add("name", m->name)
+        .add("summary", m->summary)
+        .add("default_spec", registry.make_memory(m->name, 0)->spec())
+        .add("message_codec", registry.make_codec_of(m->name)->spec())
+        .add("params", params_json(m->params))
+        .add("examples", m->examples);
     out += o.str() + "\n";
   }
   for (const SchemeDoc& s : schemes) {

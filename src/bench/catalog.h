@@ -1,6 +1,7 @@
 // What `gradcomp list` prints: every registered codec with its wire id, traits,
 // summary, parameters (default, range or choices, help) and examples, then the
-// memory wrappers ef(...) and noef(...) and the rule that picks between them.
+// memory wrappers ef(...) and noef(...) and the rule that picks between them, then the
+// named memories (dgc) with the codec of their messages.
 #pragma once
 
 #include <span>
@@ -25,7 +26,8 @@ std::string describe_codecs_text(const CodecRegistry& registry,
                                  std::span<const SchemeDoc> schemes = {});
 
 // One JSON object per line: {"kind":"codec",...} per codec, then
-// {"kind":"wrapper",...} for ef and noef, then {"kind":"scheme",...} per scheme.
+// {"kind":"wrapper",...} for ef and noef, {"kind":"memory",...} per named memory, then
+// {"kind":"scheme",...} per scheme.
 std::string describe_codecs_json(const CodecRegistry& registry,
                                  std::span<const SchemeDoc> schemes = {});
 

@@ -3,6 +3,7 @@
 // static link could drop). Wire ids are part of the wire format: never reuse one.
 #include "codecs/codecs.h"
 #include "gradcomp/registry.h"
+#include "memory/dgc.h"
 
 namespace gradcomp {
 
@@ -20,6 +21,8 @@ void register_builtin_codecs(CodecRegistry& registry) {
   register_qsgd(registry);            // wire id 9
   register_terngrad(registry);        // wire id 10
   register_signsgd(registry);         // wire ids 11 (signsgd), 12 (efsign)
+  // named memories (their messages are those of a codec above)
+  register_dgc(registry);  // dgc: topk messages
 }
 
 }  // namespace gradcomp

@@ -10,7 +10,7 @@ void CodecRegistry::add(CodecInfo info) {
   if (info.name.empty() || !info.make) {
     throw InvalidArgument("codec registry: a codec needs a name and a factory");
   }
-  if (codecs_.count(info.name) != 0) {
+  if (codecs_.count(info.name) != 0 || memories_.count(info.name) != 0) {
     throw InvalidArgument("codec registry: '" + info.name + "' registered twice");
   }
   if (const CodecInfo* other = find_wire_id(info.wire_id)) {
@@ -52,15 +52,47 @@ bool is_wrapper(std::string_view name) { return name == "ef" || name == "noef"; 
 
 }  // namespace
 
+void CodecRegistry::add_memory(MemoryInfo info) {
+  if (info.name.empty() || !info.codec_spec || !info.make) {
+    throw InvalidArgument("codec registry: a memory needs a name, a codec_spec and a factory");
+  }
+  if (is_wrapper(info.name) || codecs_.count(info.name) != 0 || memories_.count(info.name) != 0) {
+    throw InvalidArgument("codec registry: '" + info.name + "' registered twice");
+  }
+  std::string name = info.name;
+  memories_.emplace(std::move(name), std::move(info));
+}
+
+const MemoryInfo* CodecRegistry::find_memory(std::string_view name) const {
+  const auto it = memories_.find(name);
+  return it == memories_.end() ? nullptr : &it->second;
+}
+
+std::vector<const MemoryInfo*> CodecRegistry::memories() const {
+  std::vector<const MemoryInfo*> out;
+  out.reserve(memories_.size());
+  for (const auto& [name, info] : memories_) out.push_back(&info);
+  return out;
+}
+
 std::shared_ptr<const Codec> CodecRegistry::make_codec(const SpecNode& node) const {
   if (node.inner || is_wrapper(node.name)) {
     throw InvalidArgument("'" + node.name +
                           "(...)' wraps a codec in a memory; a plain codec spec is needed here");
   }
+  if (find_memory(node.name) != nullptr) {
+    throw InvalidArgument("'" + node.name +
+                          "' is a memory with its own state, not a codec: write it on its own "
+                          "as the compressor (e.g. --compressor " +
+                          node.name + "), not inside ef(...) or noef(...)");
+  }
   const CodecInfo* info = find(node.name);
   if (info == nullptr) {
+    std::string memories;
+    for (const auto& [name, m] : memories_)
+      memories += (memories.empty() ? "; memories: " : ", ") + name;
     throw InvalidArgument("unknown codec '" + node.name + "'; known: " + known_names() +
-                          " (wrappers: ef, noef)");
+                          " (wrappers: ef, noef" + memories + ")");
   }
   const Params params = resolve_params(*info, node);
   const std::string canonical = params.canonical();
@@ -86,14 +118,40 @@ const SpecNode& wrapped_codec(const SpecNode& node, std::string_view spec) {
 
 }  // namespace
 
+std::pair<Params, std::shared_ptr<const Codec>> CodecRegistry::memory_codec(
+    const MemoryInfo& info, const SpecNode& node, std::string_view spec) const {
+  if (node.inner) {
+    throw InvalidArgument("spec '" + std::string(spec) + "': " + info.name +
+                          " is a memory of its own and wraps no codec (write " + info.name +
+                          ":key=value,...)");
+  }
+  Params params = gradcomp::resolve_params(info.name, info.params, node);
+  const std::string codec_spec = info.codec_spec(params);
+  try {
+    auto codec = make_codec(codec_spec);
+    return {std::move(params), std::move(codec)};
+  } catch (const InvalidArgument& e) {
+    // A codec_spec the registry rejects is the memory's bug, not the user's: say whose.
+    throw InvalidArgument(info.name + ": its message codec '" + codec_spec +
+                          "' does not build: " + e.what());
+  }
+}
+
 std::shared_ptr<const Codec> CodecRegistry::make_codec_of(std::string_view compressor_spec) const {
   const SpecNode node = parse_spec(compressor_spec);
   if (is_wrapper(node.name)) return make_codec(wrapped_codec(node, compressor_spec));
+  if (const MemoryInfo* m = find_memory(node.name)) {
+    return memory_codec(*m, node, compressor_spec).second;
+  }
   return make_codec(node);
 }
 
 std::unique_ptr<Memory> CodecRegistry::make_memory(std::string_view spec, std::size_t n) const {
   const SpecNode node = parse_spec(spec);
+  if (const MemoryInfo* m = find_memory(node.name)) {
+    auto [params, codec] = memory_codec(*m, node, spec);
+    return m->make(params, std::move(codec), n);
+  }
   if (is_wrapper(node.name)) {
     auto codec = make_codec(wrapped_codec(node, spec));
     return node.name == "ef" ? make_error_feedback(std::move(codec), n)

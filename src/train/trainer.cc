@@ -139,7 +139,10 @@ Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
     // correction); applying it again in the optimizer would square it.
     for (const BucketPlan& b : buffers_->plan()) {
       if (!b.compressible) continue;
-      for (const BucketPlan::Slot& slot : b.slots) optimizer_->set_skip_momentum(slot.param, true);
+      for (const BucketPlan::Slot& slot : b.slots) {
+        optimizer_->set_skip_momentum(slot.param, true);
+        memory_momentum_params_.push_back(slot.param);
+      }
     }
   }
 
@@ -194,6 +197,11 @@ double Trainer::train_step() {
   ctx.steps_per_epoch = static_cast<std::uint64_t>(steps_per_epoch_);
   ctx.lr = static_cast<float>(schedule_->lr(step_));
   const bool compress = step_ >= config_.dense_steps;
+  // Dense steps (--dense-steps) bypass the memories, so the optimizer keeps the momentum
+  // of those parameters until compression starts (its buffer is then dropped).
+  for (const std::size_t p : memory_momentum_params_) {
+    if (optimizer_->skip_momentum(p) != compress) optimizer_->set_skip_momentum(p, compress);
+  }
   reducer_->reduce(buffers_->refs(compress), ctx);
   const auto t2 = Clock::now();
 

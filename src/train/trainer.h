@@ -136,6 +136,9 @@ class Trainer {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<GradientBuffers> buffers_;
   std::unique_ptr<Reducer> reducer_;
+  // Parameters whose momentum the reducer's memories carry when their bucket is
+  // compressed (DGC); the optimizer applies it during dense steps.
+  std::vector<std::size_t> memory_momentum_params_;
   std::int64_t steps_per_epoch_ = 0;
   std::int64_t step_ = 0;
   // Reused every step: the minibatch and the epoch's visiting order.

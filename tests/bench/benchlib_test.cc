@@ -364,5 +364,20 @@ TEST(Catalog, ShowsEveryKindOfParameter) {
   }
 }
 
+TEST(Catalog, ListsNamedMemoriesWithTheirMessageCodec) {
+  const std::string text = describe_codecs_text(builtin_registry());
+  for (const char* want : {"Memories (", "\ndgc\n", "default: dgc:density=0.001,momentum=0.9,",
+                           "messages: topk:ratio=0.25,select=sampled,values=fp32,sample=0.01",
+                           "warmup_epochs", "examples: dgc:density=0.01"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+  const std::string json = describe_codecs_json(builtin_registry());
+  for (const char* want : {"{\"kind\":\"memory\",\"name\":\"dgc\"",
+                           "\"message_codec\":\"topk:ratio=0.25,select=sampled",
+                           "\"key\":\"masking\",\"type\":\"bool\""}) {
+    EXPECT_NE(json.find(want), std::string::npos) << want << "\n" << json;
+  }
+}
+
 }  // namespace
 }  // namespace gradcomp::bench

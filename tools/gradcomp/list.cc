@@ -1,5 +1,5 @@
-// gradcomp list [--json]: every codec, its traits, parameters and examples, and the
-// memory wrappers, and the reducer schemes of gradcomp_dist.
+// gradcomp list [--json]: every codec, its traits, parameters and examples, the
+// memory wrappers, the named memories (dgc) and the reducer schemes of gradcomp_dist.
 #include <iostream>
 #include <memory>
 
@@ -14,7 +14,7 @@ void add_list_command(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   CLI::App* list = app.add_subcommand(
       "list", "List every codec: wire id, traits, parameters with defaults and ranges, examples");
-  list->add_flag("--json", *json, "One JSON object per line (codecs, then wrappers)");
+  list->add_flag("--json", *json, "One JSON object per line (codecs, wrappers, memories, schemes)");
   list->callback([json] {
     const CodecRegistry& registry = builtin_registry();
     std::vector<bench::SchemeDoc> schemes;

@@ -1,0 +1,305 @@
+// dgc: Deep Gradient Compression (Lin et al., ICLR 2018, arXiv 1712.01887), SPEC §1.
+// A named memory ("dgc:density=0.001"): per bucket a momentum u and an accumulator v,
+// both zero at the start. One step with gradient g:
+//   g <- g * min(1, clip * W^-1/2 / ||g||_2)     local clipping (clip=0: off)
+//   u <- m*u + g ;  v <- v + u                   momentum correction
+//        (nesterov=1: u <- m*(u + g) ; v <- v + u + g; correction=0: v <- v + g, no u)
+//   I <- top-k(|v|), k = ceil(density(step) * n) (sampled threshold or exact radix select)
+//   send (I, v[I]) ;  u[I] <- 0 (momentum factor masking; masking=0: off) ;  v[I] <- 0
+// density(step) ramps 0.25, 0.0625, 0.015625, 0.0039 -> target over warmup_epochs
+// (memory/dgc.h). The optimizer then applies the mean of the W decoded messages without
+// its own momentum for these parameters (carries_momentum()), with weight decay outside
+// the compressed path; dense buckets keep the optimizer's momentum.
+//
+// Wire format: exactly topk's (detail/sparse_message.h), fp32 values:
+//   [0,4) count c | [4, 4+4c) u32 indices, strictly increasing | [4+4c, 4+8c) fp32 values
+// behind the header of the codec "topk:ratio=R,select=sampled,values=fp32,sample=S",
+// R = the largest density of the schedule (0.25 while a warm-up is configured, else the
+// target). Why one codec for every step: the header's config tag is the hash of the
+// codec's spec, and receivers decode with the single codec make_codec_of(spec) builds,
+// so every message of a run must carry one spec even though k shrinks during warm-up.
+// topk's select=sampled decoder accepts any count in [0, max(k_R, floor(1.3 k_R))]
+// (k_R = ceil(R n)) with strictly increasing indices < n, and DGC never sends more:
+// exact selection sends k(step) <= k_R, sampled at most floor(1.3 k(step)). The codec's
+// select/sample only matter to its own encode, which DGC does not use (it selects on v
+// itself); they are spelled out so that the spec is one a user could build.
+// Not linear: ranks allgather messages and scatter-add them, then divide by W.
+#include "memory/dgc.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "detail/scratch.h"
+#include "detail/select.h"
+#include "detail/sparse_message.h"
+#include "gradcomp/error.h"
+#include "gradcomp/memory.h"
+#include "gradcomp/rng.h"
+#include "gradcomp/wire.h"
+
+namespace gradcomp {
+
+namespace detail {
+
+namespace {
+// The paper's four warm-up densities: 1 - 0.75, 1 - 0.9375, 1 - 0.984375, 1 - 0.996.
+// The last is 4^-4 = 0.00390625 (the paper rounds sparsity to 99.6%).
+constexpr double kWarmupFirst = 0.25;
+constexpr int kWarmupStages = 4;
+}  // namespace
+
+double dgc_density(double target, double warmup_epochs, std::uint64_t step,
+                   std::uint64_t steps_per_epoch) {
+  if (!(warmup_epochs > 0.0) || steps_per_epoch == 0) return target;
+  const double total = warmup_epochs * static_cast<double>(steps_per_epoch);
+  const double pos = static_cast<double>(kWarmupStages) * static_cast<double>(step) / total;
+  if (!(pos < kWarmupStages)) return target;
+  const int stage = static_cast<int>(pos);  // pos >= 0: truncation is floor
+  return std::max(target, std::ldexp(kWarmupFirst, -2 * stage));
+}
+
+double dgc_max_density(double target, double warmup_epochs) {
+  return warmup_epochs > 0.0 ? std::max(target, kWarmupFirst) : target;
+}
+
+}  // namespace detail
+
+namespace {
+
+constexpr const char* kOp = "dgc compress";
+
+enum class Select : std::uint8_t { kExact, kSampled };
+
+struct DgcOptions {
+  double density = 0.001;
+  float momentum = 0.9f;
+  bool nesterov = false;
+  double clip = 0.0;
+  double warmup_epochs = 4.0;
+  Select select = Select::kSampled;
+  double sample = 0.01;
+  bool masking = true;
+  bool correction = true;
+
+  static DgcOptions from(const Params& p) {
+    DgcOptions o;
+    o.density = p.get_float("density");
+    o.momentum = static_cast<float>(p.get_float("momentum"));
+    o.nesterov = p.get_bool("nesterov");
+    o.clip = p.get_float("clip");
+    o.warmup_epochs = p.get_float("warmup_epochs");
+    o.select = p.get_choice("select") == "exact" ? Select::kExact : Select::kSampled;
+    o.sample = p.get_float("sample");
+    o.masking = p.get_bool("masking");
+    o.correction = p.get_bool("correction");
+    return o;
+  }
+};
+
+std::string format_double(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// The plain codec whose decoder accepts every message of a DGC memory with these
+// parameters (see the file comment).
+std::string message_codec_spec(const Params& p) {
+  const double r = detail::dgc_max_density(p.get_float("density"), p.get_float("warmup_epochs"));
+  return "topk:ratio=" + format_double(r) +
+         ",select=sampled,values=fp32,sample=" + format_double(p.get_float("sample"));
+}
+
+// sqrt(sum g^2) in double, four accumulators in a fixed order (no dependence on
+// vector width or thread count; exact for small integer-valued g whatever the order).
+double l2_norm(std::span<const float> g) {
+  double acc[4] = {0, 0, 0, 0};
+  const std::size_t n = g.size();
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int j = 0; j < 4; ++j) {
+      const double x = g[i + j];
+      acc[j] += x * x;
+    }
+  }
+  for (; i < n; ++i) acc[0] += static_cast<double>(g[i]) * g[i];
+  return std::sqrt((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
+class Dgc final : public Memory {
+ public:
+  Dgc(std::string spec, const DgcOptions& o, std::shared_ptr<const Codec> codec, std::size_t n)
+      : spec_(std::move(spec)), o_(o), codec_(std::move(codec)), n_(n) {
+    if (n > kMaxElements) {
+      throw InvalidArgument("dgc: bucket of " + std::to_string(n) +
+                            " elements > the wire format's limit " + std::to_string(kMaxElements));
+    }
+    if (o_.correction) u_.assign(n, 0.0f);
+    v_.assign(n, 0.0f);
+    // Worst-case selection size over the schedule, so the index scratch is sized once.
+    max_count_ = detail::sampled_max_count(
+        detail::count_for_fraction(detail::dgc_max_density(o_.density, o_.warmup_epochs), n));
+  }
+
+  const Codec& codec() const override { return *codec_; }
+  std::string spec() const override { return spec_; }
+  std::size_t size() const override { return n_; }
+
+  std::size_t compress(std::span<const float> grad, const StepContext& ctx,
+                       std::span<std::byte> out) override {
+    if (grad.size() != n_) {
+      throw InvalidArgument(std::string(kOp) + ": gradient of " + std::to_string(grad.size()) +
+                            " elements, memory holds " + std::to_string(n_));
+    }
+    if (out.size() < max_encoded_bytes()) {
+      throw InvalidArgument(std::string(kOp) + ": output buffer of " + std::to_string(out.size()) +
+                            " bytes < max_encoded_bytes " + std::to_string(max_encoded_bytes()));
+    }
+    const float s = clip_scale(grad, ctx.world);
+    if (s != 1.0f) {
+      // The clipped gradient goes through memory, so that s*g is rounded once on its
+      // own whatever the compiler contracts (slot 1 is free until select()).
+      const auto clipped = detail::scratch<float>(1, n_);
+      for (std::size_t i = 0; i < n_; ++i) clipped[i] = s * grad[i];
+      grad = clipped;
+    }
+    accumulate(grad);
+
+    const double density =
+        detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step, ctx.steps_per_epoch);
+    const std::size_t k = detail::count_for_fraction(density, n_);
+    const auto idx = select(k, ctx);
+    const std::size_t payload =
+        detail::write_sparse(v_, idx, detail::SparseValues::kFp32, out.subspan(kHeaderBytes));
+    write_header(out, codec_->wire_id(), codec_->config_tag(), n_, payload);
+
+    // The sent values leave the accumulator; their momentum stops too (masking).
+    float* v = v_.data();
+    for (const std::uint32_t i : idx) v[i] = 0.0f;
+    if (o_.correction && o_.masking) {
+      float* u = u_.data();
+      for (const std::uint32_t i : idx) u[i] = 0.0f;
+    }
+    return kHeaderBytes + payload;
+  }
+
+  std::vector<StateBuffer> state() override {
+    std::vector<StateBuffer> out;
+    if (o_.correction) out.push_back({"momentum", u_});
+    out.push_back({"accumulator", v_});
+    return out;
+  }
+
+  // Without momentum correction the velocity is the optimizer's (on the sparse mean):
+  // the paper's "gradient dropping + momentum" baseline.
+  bool carries_momentum() const override { return o_.correction; }
+
+ private:
+  // min(1, clip * W^-1/2 / ||g||) as a float factor; 1 when clipping is off.
+  float clip_scale(std::span<const float> g, std::uint32_t world) const {
+    if (o_.clip <= 0.0) return 1.0f;
+    const double thr = o_.clip / std::sqrt(static_cast<double>(std::max<std::uint32_t>(world, 1)));
+    const double norm = l2_norm(g);
+    if (!(norm > thr)) return 1.0f;  // also for a non-finite norm: selection reports it
+    return static_cast<float>(thr / norm);
+  }
+
+  // u, v update with the (clipped) gradient. m*u + g is an explicit fma, so the result
+  // does not depend on whether the compiler contracts (tests replay it with std::fma);
+  // Nesterov's m*(u+g) is stored to u, which keeps GCC from fusing it into v's sum.
+  void accumulate(std::span<const float> grad) {
+    const float* g = grad.data();
+    float* v = v_.data();
+    const std::size_t n = n_;
+    if (!o_.correction) {
+      for (std::size_t i = 0; i < n; ++i) v[i] += g[i];
+      return;
+    }
+    float* u = u_.data();
+    const float m = o_.momentum;
+    if (o_.nesterov) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const float ui = m * (u[i] + g[i]);
+        u[i] = ui;
+        v[i] = (v[i] + ui) + g[i];
+      }
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        const float ui = std::fma(m, u[i], g[i]);
+        u[i] = ui;
+        v[i] += ui;
+      }
+    }
+  }
+
+  // The selected indices of |v|, ascending, in scratch slot 0.
+  std::span<const std::uint32_t> select(std::size_t k, const StepContext& ctx) const {
+    const std::size_t cap = o_.select == Select::kSampled ? detail::sampled_max_count(k) : k;
+    const auto out = detail::scratch<std::uint32_t>(0, cap, max_count_);
+    std::size_t c = 0;
+    if (o_.select == Select::kSampled) {
+      const CounterRng rng = CounterRng::for_step(ctx, RngScope::kPerRank);
+      c = detail::select_topk_sampled(v_, k, o_.sample, rng, out, kOp);
+    } else {
+      c = detail::select_topk_exact(v_, k, out, kOp);
+    }
+    return out.first(c);
+  }
+
+  std::string spec_;
+  DgcOptions o_;
+  std::shared_ptr<const Codec> codec_;
+  std::size_t n_;
+  std::size_t max_count_ = 0;
+  std::vector<float> u_;  // momentum (empty with correction=0)
+  std::vector<float> v_;  // accumulated velocity
+};
+
+}  // namespace
+
+void register_dgc(CodecRegistry& registry) {
+  registry.add_memory(
+      {.name = "dgc",
+       .summary = "Deep Gradient Compression: momentum correction and masking, local clipping, "
+                  "density warm-up, sampled top-k of the accumulated velocity (topk messages)",
+       .params = {float_param("density", 0.001, 0.0, 1.0,
+                              "fraction of entries sent after warm-up, k = ceil(density*n)", true),
+                  float_param("momentum", 0.9, 0.0, 1.0,
+                              "momentum m of the correction; set it to the optimizer's --momentum "
+                              "(which then skips momentum for compressed tensors)"),
+                  bool_param("nesterov", false, "Nesterov momentum: u = m*(u+g); v = v + u + g"),
+                  float_param("clip", 0.0, 0.0, 1e30,
+                              "local gradient clipping: L2 norm clipped at clip*W^-1/2 per bucket "
+                              "(clip = the global clip norm; 0 = off)"),
+                  float_param(
+                      "warmup_epochs", 4.0, 0.0, 1e6,
+                      "density warm-up 0.25, 0.0625, 0.015625, 0.0039 -> density in four equal "
+                      "stages over this many epochs (fractions allowed; paper: 4; 0 = off)"),
+                  choice_param("select", "sampled", {"sampled", "exact"},
+                               "sampled: DGC's sampled threshold, 0.8k..1.3k entries; exact: radix "
+                               "select, exactly k"),
+                  float_param("sample", 0.01, 0.0, 1.0,
+                              "sampled: fraction of |v| sampled for the threshold (at least "
+                              "2/density values)",
+                              true),
+                  bool_param("masking", true, "momentum factor masking: zero u where v was sent"),
+                  bool_param("correction", true,
+                             "momentum correction; 0: v = v + g and the optimizer keeps its own "
+                             "momentum (gradient dropping with momentum, the paper's baseline)")},
+       .examples = {"dgc:density=0.01", "dgc:density=0.001,warmup_epochs=0.5",
+                    "dgc:density=0.05,select=exact,warmup_epochs=0",
+                    "dgc:density=0.01,nesterov=1,clip=5", "dgc:masking=0",
+                    "dgc:correction=0,warmup_epochs=0"},
+       .codec_spec = message_codec_spec,
+       .make = [](const Params& p, std::shared_ptr<const Codec> codec,
+                  std::size_t n) -> std::unique_ptr<Memory> {
+         return std::make_unique<Dgc>("dgc:" + p.canonical(), DgcOptions::from(p), std::move(codec),
+                                      n);
+       }});
+}
+
+}  // namespace gradcomp
