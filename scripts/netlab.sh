@@ -145,6 +145,16 @@ netlab_up() {
 # _netlab_qdisc NS DEV RATE DELAY: replace DEV's root qdisc.
 _netlab_qdisc() {
   local ns=$1 dev=$2 rate=$3 delay=$4
+  local NETLAB_TMP_ERR
+  NETLAB_TMP_ERR=$(mktemp)
+  _netlab_qdisc_impl "$ns" "$dev" "$rate" "$delay"
+  local st=$?
+  rm -f "$NETLAB_TMP_ERR"
+  return $st
+}
+
+_netlab_qdisc_impl() {
+  local ns=$1 dev=$2 rate=$3 delay=$4
   ip netns exec "$ns" tc qdisc del dev "$dev" root 2>/dev/null
   [ "$rate" = none ] && [ -z "$delay" ] && return 0
   local tbf=()
@@ -159,8 +169,16 @@ _netlab_qdisc() {
   fi
   if [ -n "$delay" ]; then
     # netem delays, then the token bucket paces (the netem wiki's recipe).
-    ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem delay "$delay" limit 100000 ||
+    if ! ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem delay "$delay" \
+      limit 100000 2>"$NETLAB_TMP_ERR"; then
+      if grep -q "qdisc kind is unknown" "$NETLAB_TMP_ERR"; then
+        netlab_log "--delay needs the kernel's netem qdisc (CONFIG_NET_SCH_NETEM, module" \
+          "sch_netem), which this kernel lacks: run without --delay"
+      else
+        cat "$NETLAB_TMP_ERR" >&2
+      fi
       return 1
+    fi
     if [ ${#tbf[@]} -gt 0 ]; then
       ip netns exec "$ns" tc qdisc add dev "$dev" parent 1:1 handle 10: "${tbf[@]}" || return 1
     fi
