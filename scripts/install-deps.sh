@@ -2,7 +2,19 @@
 # Installs every Debian package gradcomp needs to build, test, benchmark and train.
 # Idempotent: packages already present are left alone. Nothing is downloaded from
 # anywhere but the Debian archive configured on the machine.
+#
+#   scripts/install-deps.sh            what CI needs
+#   scripts/install-deps.sh --netlab   also the network lab's extras (scripts/bench-net.sh):
+#                                      iproute2 and PyTorch for the DDP baseline (large: not for CI)
 set -euo pipefail
+
+netlab=0
+for arg in "$@"; do
+  case $arg in
+    --netlab) netlab=1 ;;
+    *) echo "install-deps: unknown option '$arg' (known: --netlab)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   # toolchain and build
@@ -19,6 +31,10 @@ packages=(
   # data: zlib reads the gzipped IDX files; Fashion-MNIST itself
   zlib1g-dev dataset-fashion-mnist
 )
+if [ "$netlab" = 1 ]; then
+  # namespaces, veth and tc; DDP, Gloo and the PowerSGD hook for /usr/bin/python3
+  packages+=(iproute2 python3-torch python3-numpy)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -43,6 +43,23 @@ TEST(DistCommunicator, AllreduceSumMatchesClosedForm) {
   }
 }
 
+// A world of one issues no allreduce (the sum of one buffer is itself) and counts no bytes.
+TEST(DistCommunicator, AllreduceInAWorldOfOneIssuesNothing) {
+  run_ranks(1, [&](Communicator& comm) {
+    std::vector<float> f{1.5f, -2.0f, 3.0f};
+    std::vector<std::uint16_t> h{detail::float_to_fp16_ref(1.5f), detail::float_to_fp16_ref(-2.0f)};
+    const auto before = comm.counters();
+    comm.allreduce_sum(f);
+    comm.allreduce_sum_f16(h);
+    const auto after = comm.counters();
+    EXPECT_EQ(f, (std::vector<float>{1.5f, -2.0f, 3.0f}));
+    EXPECT_EQ(detail::fp16_to_float_ref(h[0]), 1.5f);
+    EXPECT_EQ(detail::fp16_to_float_ref(h[1]), -2.0f);
+    EXPECT_EQ(after.operations, before.operations);
+    EXPECT_EQ(after.bytes_sent, before.bytes_sent);
+  });
+}
+
 // Answers the question whether c10d's Gloo sums at::kHalf on CPU: it does (gloo::float16).
 TEST(DistCommunicator, AllreduceSumF16MatchesClosedForm) {
   for (int world : kWorlds) {

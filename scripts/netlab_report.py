@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Turns the runs of scripts/bench-net.sh into one table, a JSON file and an SVG plot.
+
+    netlab_report.py OUT_DIR
+
+reads OUT_DIR/meta.json and OUT_DIR/runs/*.json (one per run, written by bench-net.sh)
+and writes OUT_DIR/results.json, OUT_DIR/table.md and OUT_DIR/step-time.svg; prints the
+table. Standard library only (any python3).
+
+Columns: median step time after warm-up; that time over the compute floor (the
+no-communication run); speedup over gradcomp dense and over DDP + PowerSGD at the same
+bandwidth (> 1: faster); bytes per worker per step as the ring/allgather model counts
+them and as measured on the rank's interface (TCP/IP headers included); test accuracy;
+and gradcomp's split of a step into compute / encode / communicate / decode (ms/step).
+"""
+
+import glob
+import json
+import math
+import os
+import sys
+
+DENSE = "none"  # gradcomp's dense allreduce
+DDP_PSGD_PREFIX = "ddp+powersgd"
+
+
+def rate_bps(s):
+    s = s.lower()
+    for unit, mult in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)):
+        if s.endswith(unit):
+            return float(s[: -len(unit)]) * mult
+    return float("nan")
+
+
+def load_runs(out):
+    runs = []
+    for path in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
+        with open(path) as f:
+            runs.append(json.load(f))
+    return runs
+
+
+def row_of(run):
+    """Flattens one run into the table's fields."""
+    s = run.get("summary") or {}
+    steps = s.get("steps") or 0
+    row = {
+        "bandwidth": run["bandwidth"],
+        "system": run["system"],
+        "method": run["method"],
+        "status": run["status"],
+        "note": run.get("note", ""),
+        "steps": steps,
+        "step_ms": s.get("step_ms_median"),
+        "model_bytes": s.get("bytes_sent_per_worker_per_step"),
+        "wire_bytes": None,
+        "accuracy": s.get("test_accuracy"),
+        "split_ms": None,
+    }
+    if run["system"] == "ddp":
+        row["wire_bytes"] = s.get("wire_tx_bytes_per_step")
+    else:
+        tx = run.get("tx_bytes_per_rank") or []
+        workers = run.get("workers") or len(tx)
+        if tx and steps:
+            row["wire_bytes"] = sum(tx[:workers]) / workers / steps
+        if steps and run["status"] == "ok":
+            row["split_ms"] = [
+                1e3 * (s.get(k) or 0.0) / steps
+                for k in ("compute_seconds", "encode_seconds", "comm_seconds", "decode_seconds")
+            ]
+    if run["method"] == "compute floor":
+        row["accuracy"] = None  # a different training (world of one): not comparable
+    return row
+
+
+def label(row):
+    if row["system"] == "ddp":
+        return row["method"]
+    if row["method"] == "compute floor":
+        return "compute floor (no comm)"
+    return "gradcomp " + ("dense" if row["method"] == DENSE else row["method"])
+
+
+def fmt_ms(v):
+    return "—" if v is None else ("%.0f" % v if v >= 100 else "%.1f" % v)
+
+
+def fmt_mb(v):
+    if v is None:
+        return "—"
+    return "%.2f" % (v / 1e6) if v >= 1e4 else "%.4f" % (v / 1e6)
+
+
+def fmt_x(v):
+    return "—" if v is None or not math.isfinite(v) else "%.2f×" % v
+
+
+def fmt_acc(v):
+    return "—" if v is None else "%.2f%%" % (100 * v)
+
+
+def build(out):
+    with open(os.path.join(out, "meta.json")) as f:
+        meta = json.load(f)
+    rows = [row_of(r) for r in load_runs(out)]
+    floor = next((r for r in rows if r["method"] == "compute floor" and r["step_ms"]), None)
+    floor_ms = floor["step_ms"] if floor else None
+    bandwidths = sorted({r["bandwidth"] for r in rows if r["bandwidth"] != "-"},
+                        key=rate_bps, reverse=True)
+    for r in rows:
+        same = [o for o in rows if o["bandwidth"] == r["bandwidth"] and o["status"] == "ok"]
+        dense = next((o for o in same if o["system"] == "gradcomp" and o["method"] == DENSE), None)
+        psgd = next((o for o in same if o["method"].startswith(DDP_PSGD_PREFIX)), None)
+        ok = r["status"] == "ok" and r["step_ms"]
+        r["over_floor"] = r["step_ms"] / floor_ms if ok and floor_ms else None
+        r["vs_dense"] = dense["step_ms"] / r["step_ms"] if ok and dense else None
+        r["vs_ddp_powersgd"] = psgd["step_ms"] / r["step_ms"] if ok and psgd else None
+    targets = []
+    for bw in bandwidths:
+        cands = [r for r in rows if r["bandwidth"] == bw and r["system"] == "gradcomp"
+                 and r["method"] != DENSE and r["status"] == "ok" and r["step_ms"]]
+        dense = next((r for r in rows if r["bandwidth"] == bw and r["method"] == DENSE
+                      and r["system"] == "gradcomp" and r["status"] == "ok"), None)
+        if not cands:
+            continue
+        # The best method among those within 0.5 point of dense accuracy (all, if dense
+        # did not run).
+        if dense and dense["accuracy"] is not None:
+            fair = [r for r in cands if r["accuracy"] is not None
+                    and r["accuracy"] >= dense["accuracy"] - 0.005]
+        else:
+            fair = cands
+        best = min(fair or cands, key=lambda r: r["step_ms"])
+        targets.append({
+            "bandwidth": bw,
+            "best": best["method"],
+            "accuracy_within_half_point": bool(fair),
+            "over_floor": best["over_floor"], "target_over_floor": 1.25,
+            "vs_dense": best["vs_dense"], "target_vs_dense": 4.0,
+            "vs_ddp_powersgd": best["vs_ddp_powersgd"], "target_vs_ddp_powersgd": 2.0,
+        })
+    result = {"meta": meta, "rows": rows, "targets": targets}
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    table = render_table(meta, rows, bandwidths, floor, targets)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(table)
+    with open(os.path.join(out, "step-time.svg"), "w") as f:
+        f.write(render_svg(meta, rows, bandwidths, floor_ms))
+    return table
+
+
+def render_table(meta, rows, bandwidths, floor, targets):
+    lines = []
+    lines.append("Network lab: %s workers, %s, batch %s/worker, %s; links %s%s."
+                 % (meta["workers"], meta["model"], meta["batch"], meta["length"],
+                    " and ".join(bandwidths), (", delay " + meta["delay"] + " each end")
+                    if meta.get("delay") else ""))
+    lines.append("Measured %s on %s (%s cores, Linux %s), load average %s at start, %s at end; "
+                 "gradcomp %s, torch %s."
+                 % (meta["date"], meta["cpu"], meta["cores"], meta["kernel"],
+                    meta["load_start"], meta.get("load_end", "?"), meta["commit"],
+                    meta.get("torch", "—")))
+    lines.append("")
+    head = ("| link | method | step ms | × floor | vs gradcomp dense | vs DDP+PowerSGD "
+            "| MB/worker/step (model) | MB/worker/step (wire) | test acc "
+            "| compute / encode / comm / decode (ms/step) |")
+    lines.append(head)
+    lines.append("|" + "---|" * 10)
+    ordered = []
+    if floor:
+        ordered.append(floor)
+    for bw in bandwidths:
+        ordered += [r for r in rows if r["bandwidth"] == bw]
+    ordered += [r for r in rows if r["status"] != "ok" and r["bandwidth"] == "-"
+                and r is not floor]
+    for r in ordered:
+        if r["status"] != "ok":
+            lines.append("| %s | %s | %s | | | | | | | |" % (r["bandwidth"], label(r),
+                                                         r["status"] + (": " + r["note"] if r["note"] else "")))
+            continue
+        split = "—" if not r["split_ms"] else " / ".join("%.1f" % v for v in r["split_ms"])
+        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["bandwidth"] if r["method"] != "compute floor" else "(none)", label(r),
+            fmt_ms(r["step_ms"]), fmt_x(r["over_floor"]), fmt_x(r["vs_dense"]),
+            fmt_x(r["vs_ddp_powersgd"]), fmt_mb(r["model_bytes"]), fmt_mb(r["wire_bytes"]),
+            fmt_acc(r["accuracy"]), split))
+    lines.append("")
+    for t in targets:
+        def mark(v, want, higher):
+            if v is None:
+                return "n/a"
+            good = v >= want if higher else v <= want
+            return "%.2f× (target %s %.2f×: %s)" % (v, "≥" if higher else "≤", want,
+                                                     "met" if good else "MISSED")
+        lines.append("Targets at %s, best gradcomp method %s%s: over compute floor %s; "
+                     "vs dense %s; vs DDP+PowerSGD %s."
+                     % (t["bandwidth"], t["best"],
+                        "" if t["accuracy_within_half_point"] else
+                        " (NONE within 0.5 point of dense accuracy)",
+                        mark(t["over_floor"], 1.25, False), mark(t["vs_dense"], 4.0, True),
+                        mark(t["vs_ddp_powersgd"], 2.0, True)))
+    lines.append("")
+    return "\n".join(lines)
+
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
+           "#17becf", "#7f7f7f", "#bcbd22"]
+
+
+def render_svg(meta, rows, bandwidths, floor_ms):
+    """Step time against bandwidth, log-log, one line per method: hand-written SVG."""
+    w, h = 760, 460
+    left, right, top, bottom = 70, 250, 48, 60
+    series = {}
+    for r in rows:
+        if r["status"] == "ok" and r["step_ms"] and r["bandwidth"] in bandwidths:
+            series.setdefault(label(r), []).append((rate_bps(r["bandwidth"]), r["step_ms"]))
+    xs = [rate_bps(b) for b in bandwidths] or [1e9]
+    ys = [y for pts in series.values() for _, y in pts] + ([floor_ms] if floor_ms else [])
+    if not ys:
+        ys = [1.0, 10.0]
+    x0, x1 = math.log10(min(xs)) - 0.15, math.log10(max(xs)) + 0.15
+    y0 = math.floor(math.log10(min(ys)) * 2) / 2
+    y1 = math.ceil(math.log10(max(ys)) * 2) / 2
+    if y1 - y0 < 1:
+        y1 = y0 + 1
+
+    def px(x):
+        return left + (math.log10(x) - x0) / (x1 - x0) * (w - left - right)
+
+    def py(y):
+        return h - bottom - (math.log10(y) - y0) / (y1 - y0) * (h - top - bottom)
+
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
+           'font-family="sans-serif" font-size="12">' % (w, h),
+           '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="%d" y="18" font-size="14">Median step time against link bandwidth</text>'
+           % left,
+           '<text x="%d" y="33" font-size="11" fill="#444">%s workers, %s, %s; measured %s'
+           '</text>' % (left, meta["workers"], meta["model"], meta["length"], meta["date"][:10])]
+    # Axes and grid: decades and half-decades of ms; one tick per measured bandwidth.
+    e = y0
+    while e <= y1 + 1e-9:
+        v = 10 ** e
+        y = py(v)
+        out.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>'
+                   % (left, y, w - right, y))
+        out.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>'
+                   % (left - 6, y + 4, ("%g" % float("%.2g" % v))))
+        e += 0.5
+    for b, x in zip(bandwidths, xs):
+        out.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>'
+                   % (px(x), top, px(x), h - bottom))
+        out.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>'
+                   % (px(x), h - bottom + 18, b))
+    out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="black"/>'
+               % (left, top, w - left - right, h - top - bottom))
+    out.append('<text x="%d" y="%d" text-anchor="middle">link bandwidth (each direction, '
+               'per worker)</text>' % ((left + w - right) // 2, h - 16))
+    out.append('<text transform="translate(18,%d) rotate(-90)" text-anchor="middle">'
+               'median step time (ms, log)</text>' % ((top + h - bottom) // 2))
+    legend_y = top + 8
+    if floor_ms:
+        y = py(floor_ms)
+        out.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black" '
+                   'stroke-dasharray="6,4"/>' % (left, y, w - right, y))
+        out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black" '
+                   'stroke-dasharray="6,4"/>' % (w - right + 12, legend_y, w - right + 36, legend_y))
+        out.append('<text x="%d" y="%d">compute floor (no comm)</text>'
+                   % (w - right + 42, legend_y + 4))
+        legend_y += 20
+    for i, (name, pts) in enumerate(sorted(series.items())):
+        color = PALETTE[i % len(PALETTE)]
+        pts.sort()
+        dash = ' stroke-dasharray="2,3"' if name.startswith("ddp") else ""
+        if len(pts) > 1:
+            out.append('<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>'
+                       % (color, dash, " ".join("%.1f,%.1f" % (px(x), py(y)) for x, y in pts)))
+        for x, y in pts:
+            out.append('<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>' % (px(x), py(y), color))
+        out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>'
+                   % (w - right + 12, legend_y, w - right + 36, legend_y, color, dash))
+        out.append('<text x="%d" y="%d">%s</text>'
+                   % (w - right + 42, legend_y + 4, name.replace("&", "&amp;").replace("<", "&lt;")))
+        legend_y += 20
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: netlab_report.py OUT_DIR")
+    print(build(sys.argv[1]))
+
+
+if __name__ == "__main__":
+    main()
