@@ -61,7 +61,7 @@ Group spawn_group(int workers, int servers, const std::string& topology, long st
     env.push_back("WORLD_SIZE=" + std::to_string(world));
     env.push_back("MASTER_ADDR=127.0.0.1");
     env.push_back("MASTER_PORT=" + std::to_string(port));
-    env.push_back("GRADCOMP_TIMEOUT_MS=5000");
+    env.push_back("GRADCOMP_TIMEOUT_MS=8000");
     env.push_back("PS_SERVERS=" + std::to_string(servers));
     env.push_back("PS_TOPOLOGY=" + topology);
     env.push_back("PS_STEPS=" + std::to_string(steps));
@@ -110,11 +110,18 @@ std::string slurp(const std::string& file) {
 void kill_and_check(int workers, int servers, const std::string& topology, int victim,
                     const std::vector<std::string>& must_name) {
   Group g = spawn_group(workers, servers, topology, 1'000'000'000L);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // rendezvous + some steps
+  // Kill only once every worker has run a few steps (start-up is slow on a busy machine).
+  const auto started = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  for (int w = 0; w < workers; ++w) {
+    while (slurp(g.logs[static_cast<std::size_t>(w)]).find("running") == std::string::npos &&
+           std::chrono::steady_clock::now() < started) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   ::kill(g.pids[static_cast<std::size_t>(victim)], SIGKILL);
-  // Timeout 5 s (+ the grace) per operation; a second hop (a server that waited for
-  // the dead worker, then the workers that waited for that server) doubles it.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  // Timeout 8 s per operation; a second hop (a server that waited for the dead worker,
+  // then the workers that waited for that server) doubles it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
   for (std::size_t r = 0; r < g.pids.size(); ++r) {
     const int code = wait_until(g.pids[r], deadline);
     if (static_cast<int>(r) == victim) {
@@ -123,6 +130,7 @@ void kill_and_check(int workers, int servers, const std::string& topology, int v
     }
     const std::string log = slurp(g.logs[r]);
     EXPECT_EQ(code, 3) << "rank " << r << " (-1: hung): " << log;
+    EXPECT_EQ(log.find("rendezvous"), std::string::npos) << "killed too early: " << log;
     EXPECT_NE(log.find("ps "), std::string::npos) << "rank " << r << ": " << log;
     bool named = false;
     for (const auto& n : must_name) named = named || log.find(n) != std::string::npos;
@@ -133,7 +141,7 @@ void kill_and_check(int workers, int servers, const std::string& topology, int v
 TEST(PsDeadPeer, HealthyGroupCompletes) {
   for (const std::string topo : {"sync", "async"}) {
     Group g = spawn_group(3, 2, topo, 30);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
     for (std::size_t r = 0; r < g.pids.size(); ++r) {
       EXPECT_EQ(wait_until(g.pids[r], deadline), 0)
           << topo << " rank " << r << ": " << slurp(g.logs[r]);

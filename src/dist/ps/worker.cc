@@ -271,8 +271,10 @@ class PsWorkerImpl final : public PsWorker {
     t0 = Clock::now();
     const std::uint64_t step = cfg_.topology == Topology::kPsSync ? ctx.step : clock_;
     std::vector<ps::FrameBytes> frames(s_count);
+    const bool async = cfg_.topology == Topology::kPsAsync;
     std::vector<P2PRequest> reqs;
     reqs.reserve(3 * s_count);
+    std::vector<P2PRequest> payload_reqs(s_count);
     for (std::size_t s = 0; s < s_count; ++s) {
       Frame f;
       f.kind = Kind::kPush;
@@ -291,6 +293,10 @@ class PsWorkerImpl final : public PsWorker {
         reqs.push_back(comm_.isend_bytes(
             dst, ps::kTagPushPayload, std::span<const std::byte>(push_[s].data(), push_len_[s])));
         reqs.push_back(comm_.irecv_bytes(dst, ps::kTagReplyFrame, reply_frames_[s]));
+        // Async replies have a fixed size (every key's weights): the payload receive is
+        // posted now, so a server's reply never waits for this worker to finish pushing
+        // to the other servers (which, with S > 1, could wait for that server in turn).
+        if (async) payload_reqs[s] = comm_.irecv_bytes(dst, ps::kTagReplyPayload, reply_[s]);
       });
     }
     for (std::size_t i = 0; i < reqs.size(); ++i) {
@@ -305,7 +311,7 @@ class PsWorkerImpl final : public PsWorker {
       replies[s] = ps::decode_frame(reply_frames_[s], src, who);
       const Frame& f = replies[s];
       if (f.kind != Kind::kReply || f.step != step || f.records != by_server_[s].size() ||
-          f.payload_bytes > reply_[s].size()) {
+          f.payload_bytes > reply_[s].size() || (async && f.payload_bytes != reply_[s].size())) {
         throw CorruptMessage("ps reply from " + who + ": kind " + ps::to_string(f.kind) +
                              ", step " + std::to_string(f.step) + " (expected " +
                              std::to_string(step) + "), " + std::to_string(f.records) +
@@ -313,13 +319,15 @@ class PsWorkerImpl final : public PsWorker {
                              std::to_string(f.payload_bytes) + " bytes (at most " +
                              std::to_string(reply_[s].size()) + ")");
       }
-      guarded("pull from", static_cast<int>(s), [&] {
-        reqs.push_back(comm_.irecv_bytes(src, ps::kTagReplyPayload,
-                                         std::span<std::byte>(reply_[s]).first(f.payload_bytes)));
-      });
+      if (!async) {
+        guarded("pull from", static_cast<int>(s), [&] {
+          payload_reqs[s] = comm_.irecv_bytes(
+              src, ps::kTagReplyPayload, std::span<std::byte>(reply_[s]).first(f.payload_bytes));
+        });
+      }
     }
     for (std::size_t s = 0; s < s_count; ++s) {
-      guarded("pull from", static_cast<int>(s), [&] { comm_.wait(reqs[s]); });
+      guarded("pull from", static_cast<int>(s), [&] { comm_.wait(payload_reqs[s]); });
     }
     stats_.comm_seconds += seconds_since(t0);
 
