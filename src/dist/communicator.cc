@@ -320,6 +320,166 @@ void Communicator::barrier() {
   impl_->run("barrier", [&] { return impl_->pg->barrier(); });
 }
 
+// ---- Point to point --------------------------------------------------------------------
+
+struct P2PRequest::Impl {
+  Communicator::Impl* owner = nullptr;
+  c10::intrusive_ptr<c10d::Work> work;
+  std::vector<at::Tensor> tensors;
+  std::string what;  // "send to rank 3 (tag 2, 120 bytes)"
+  std::size_t bytes = 0;
+  bool is_send = false;
+};
+
+P2PRequest::P2PRequest() = default;
+P2PRequest::P2PRequest(P2PRequest&&) noexcept = default;
+P2PRequest& P2PRequest::operator=(P2PRequest&&) noexcept = default;
+P2PRequest::~P2PRequest() {
+  if (impl_ && impl_->work) {
+    // Never waited for (an exception unwound past it): stop Gloo from completing into
+    // memory the caller is about to release, and refuse further use of the group.
+    try {
+      impl_->work->abort();
+    } catch (...) {
+    }
+    if (impl_->owner != nullptr && !impl_->owner->broken) {
+      impl_->owner->broken = true;
+      impl_->owner->broken_reason = impl_->what + " abandoned before completion";
+    }
+  }
+}
+bool P2PRequest::pending() const { return impl_ && impl_->work; }
+
+namespace {
+
+void check_peer(const char* op, int peer, int tag, int world, int rank) {
+  if (peer < 0 || peer >= world || peer == rank) {
+    throw InvalidArgument(std::string(op) + ": peer rank " + std::to_string(peer) +
+                          " invalid (world size " + std::to_string(world) + ", this rank " +
+                          std::to_string(rank) + ")");
+  }
+  if (tag < 0) throw InvalidArgument(std::string(op) + ": tag " + std::to_string(tag) + " < 0");
+}
+
+}  // namespace
+
+P2PRequest Communicator::isend_bytes(int dst, int tag, std::span<const std::byte> data) {
+  Impl& im = *impl_;
+  check_peer("send_bytes", dst, tag, im.world, im.rank);
+  im.check_usable("send_bytes");
+  P2PRequest r;
+  if (data.empty()) return r;
+  r.impl_ = std::make_unique<P2PRequest::Impl>();
+  auto& ri = *r.impl_;
+  ri.owner = &im;
+  ri.bytes = data.size();
+  ri.is_send = true;
+  ri.what = "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ", " +
+            std::to_string(data.size()) + " bytes)";
+  // Gloo only reads a send buffer; from_blob wants a non-const pointer.
+  ri.tensors.push_back(at::from_blob(const_cast<std::byte*>(data.data()),
+                                     {static_cast<std::int64_t>(data.size())},
+                                     at::TensorOptions().dtype(at::kByte)));
+  try {
+    ri.work = im.pg->send(ri.tensors, dst, tag);
+  } catch (const std::exception& e) {
+    im.broken = true;
+    im.broken_reason = ri.what + ": " + first_line(e);
+    ri.work.reset();
+    throw CommError(im.broken_reason + im.where());
+  }
+  return r;
+}
+
+P2PRequest Communicator::irecv_bytes(int src, int tag, std::span<std::byte> data) {
+  Impl& im = *impl_;
+  check_peer("recv_bytes", src, tag, im.world, im.rank);
+  im.check_usable("recv_bytes");
+  P2PRequest r;
+  if (data.empty()) return r;
+  r.impl_ = std::make_unique<P2PRequest::Impl>();
+  auto& ri = *r.impl_;
+  ri.owner = &im;
+  ri.bytes = data.size();
+  ri.what = "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ", " +
+            std::to_string(data.size()) + " bytes)";
+  ri.tensors.push_back(at::from_blob(data.data(), {static_cast<std::int64_t>(data.size())},
+                                     at::TensorOptions().dtype(at::kByte)));
+  try {
+    ri.work = im.pg->recv(ri.tensors, src, tag);
+  } catch (const std::exception& e) {
+    im.broken = true;
+    im.broken_reason = ri.what + ": " + first_line(e);
+    ri.work.reset();
+    throw CommError(im.broken_reason + im.where());
+  }
+  return r;
+}
+
+void Communicator::wait(P2PRequest& request) {
+  if (!request.pending()) return;
+  Impl& im = *impl_;
+  auto& ri = *request.impl_;
+  try {
+    im.check_usable(ri.what.c_str());
+    // Point-to-point work completes on Gloo's device thread: no grace needed.
+    if (!ri.work->wait(im.timeout)) throw CommError("aborted");
+  } catch (const std::exception& e) {
+    try {
+      ri.work->abort();
+    } catch (...) {
+    }
+    ri.work.reset();
+    if (!im.broken) {
+      im.broken = true;
+      im.broken_reason = ri.what + ": " + first_line(e);
+    }
+    throw CommError(ri.what + ": " + first_line(e) + im.where());
+  }
+  ri.work.reset();
+  ++im.counters.operations;
+  (ri.is_send ? im.counters.bytes_sent : im.counters.bytes_received) += ri.bytes;
+}
+
+void Communicator::send_bytes(int dst, int tag, std::span<const std::byte> data) {
+  P2PRequest r = isend_bytes(dst, tag, data);
+  wait(r);
+}
+
+void Communicator::recv_bytes(int src, int tag, std::span<std::byte> data) {
+  P2PRequest r = irecv_bytes(src, tag, data);
+  wait(r);
+}
+
+int Communicator::recv_bytes_any(int tag, std::span<std::byte> data) {
+  Impl& im = *impl_;
+  if (data.empty()) throw InvalidArgument("recv_bytes_any: empty buffer");
+  if (tag < 0) throw InvalidArgument("recv_bytes_any: tag " + std::to_string(tag) + " < 0");
+  const std::string what = "recv from any rank (tag " + std::to_string(tag) + ", " +
+                           std::to_string(data.size()) + " bytes)";
+  im.check_usable(what.c_str());
+  std::vector<at::Tensor> t{at::from_blob(data.data(), {static_cast<std::int64_t>(data.size())},
+                                          at::TensorOptions().dtype(at::kByte))};
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = im.pg->recvAnysource(t, tag);
+    if (!work->wait(im.timeout)) throw CommError("aborted");
+  } catch (const std::exception& e) {
+    if (work) {
+      try {
+        work->abort();
+      } catch (...) {
+      }
+    }
+    im.broken = true;
+    im.broken_reason = what + ": " + first_line(e);
+    throw CommError(im.broken_reason + im.where());
+  }
+  ++im.counters.operations;
+  im.counters.bytes_received += data.size();
+  return work->sourceRank();
+}
+
 CommCounters Communicator::counters() const { return impl_->counters; }
 
 CommCounters Communicator::take_counters() { return std::exchange(impl_->counters, {}); }

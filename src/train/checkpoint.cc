@@ -142,8 +142,12 @@ void write_checkpoint(const std::filesystem::path& file, const CheckpointMeta& m
   }
 }
 
-CheckpointMeta read_checkpoint(const std::filesystem::path& file,
-                               std::span<const ArrayView> arrays) {
+namespace {
+
+// subset: the file may hold other arrays between the wanted ones (the evaluator wants
+// the model and skips the optimizer and memories); the wanted ones keep their order.
+CheckpointMeta read_arrays(const std::filesystem::path& file, std::span<const ArrayView> arrays,
+                           bool subset) {
   std::ifstream in(file, std::ios::binary);
   if (!in) fail(file, "cannot open");
   in.seekg(0, std::ios::end);
@@ -184,17 +188,30 @@ CheckpointMeta read_checkpoint(const std::filesystem::path& file,
   meta.rank = c.get<std::uint32_t>("meta");
   meta.world = c.get<std::uint32_t>("meta");
   const auto count = c.get<std::uint32_t>("meta");
-  if (count != arrays.size()) {
+  if (subset ? count < arrays.size() : count != arrays.size()) {
     fail(file, std::to_string(count) + " arrays, the model and optimizer expect " +
                    std::to_string(arrays.size()));
   }
   // Pass 1: validate every array and remember where its data is.
   std::vector<const std::byte*> sources(arrays.size());
-  for (std::size_t i = 0; i < arrays.size(); ++i) {
-    const ArrayView& want = arrays[i];
+  std::size_t matched = 0;
+  for (std::uint32_t in_file = 0; in_file < count; ++in_file) {
     const auto name_len = c.get<std::uint32_t>("array name length");
     const std::byte* name_p = c.take(name_len, "array name");
     const std::string name(reinterpret_cast<const char*>(name_p), name_len);
+    if (subset && (matched == arrays.size() || name != arrays[matched].name)) {
+      // Not wanted: skip it (its type and size still have to make sense).
+      const auto type = c.get<std::uint8_t>("array type");
+      if (type != 1 && type != 2)
+        fail(file, "array '" + name + "' has unknown type " + std::to_string(type));
+      const auto n = c.get<std::uint64_t>("array size");
+      const std::uint64_t width = type == 1 ? 4 : 8;
+      if (n > c.remaining() / width) fail(file, "array '" + name + "' runs past the end");
+      (void)c.take(static_cast<std::size_t>(n * width), "array data");
+      continue;
+    }
+    const std::size_t i = matched++;
+    const ArrayView& want = arrays[i];
     if (name != want.name) {
       fail(file, "array " + std::to_string(i) + " is '" + name + "', expected '" + want.name + "'");
     }
@@ -211,6 +228,9 @@ CheckpointMeta read_checkpoint(const std::filesystem::path& file,
     // n == want.count, a real in-memory size, so n * element size does not overflow.
     sources[i] = c.take(static_cast<std::size_t>(n) * element_bytes(want.type), "array data");
   }
+  if (matched != arrays.size()) {
+    fail(file, "array '" + arrays[matched].name + "' is missing");
+  }
   if (c.remaining() != 0) fail(file, std::to_string(c.remaining()) + " trailing bytes");
   // Pass 2: everything matched; copy.
   for (std::size_t i = 0; i < arrays.size(); ++i) {
@@ -219,6 +239,36 @@ CheckpointMeta read_checkpoint(const std::filesystem::path& file,
     }
   }
   return meta;
+}
+
+}  // namespace
+
+CheckpointMeta read_checkpoint(const std::filesystem::path& file,
+                               std::span<const ArrayView> arrays) {
+  return read_arrays(file, arrays, false);
+}
+
+CheckpointMeta read_checkpoint_subset(const std::filesystem::path& file,
+                                      std::span<const ArrayView> arrays) {
+  return read_arrays(file, arrays, true);
+}
+
+CheckpointMeta load_model_from_checkpoint(const std::filesystem::path& file,
+                                          torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  std::vector<ArrayView> arrays;
+  for (const auto& p : model.named_parameters()) {
+    const torch::Tensor& t = p.value();
+    arrays.push_back({"param/" + p.key(), ArrayType::kFloat32, t.data_ptr(),
+                      static_cast<std::size_t>(t.numel())});
+  }
+  for (const auto& b : model.named_buffers()) {
+    const torch::Tensor& t = b.value();
+    arrays.push_back({"buffer/" + b.key(),
+                      t.scalar_type() == torch::kLong ? ArrayType::kInt64 : ArrayType::kFloat32,
+                      t.data_ptr(), static_cast<std::size_t>(t.numel())});
+  }
+  return read_checkpoint_subset(file, arrays);
 }
 
 std::vector<ArrayView> training_arrays(torch::nn::Module& model, Sgd& optimizer,

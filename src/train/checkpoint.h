@@ -57,6 +57,14 @@ void write_checkpoint(const std::filesystem::path& file, const CheckpointMeta& m
 CheckpointMeta read_checkpoint(const std::filesystem::path& file,
                                std::span<const ArrayView> arrays);
 
+// The same, where the file may hold further arrays around the wanted ones (which keep
+// their order): the evaluator reads the model and skips optimizer and memory state.
+CheckpointMeta read_checkpoint_subset(const std::filesystem::path& file,
+                                      std::span<const ArrayView> arrays);
+// Parameters and buffers only (gradcomp eval).
+CheckpointMeta load_model_from_checkpoint(const std::filesystem::path& file,
+                                          torch::nn::Module& model);
+
 // The arrays of a training state, named "param/<name>", "buffer/<name>",
 // "momentum/<param name>", "memory/<state name>". Parameters and buffers must be
 // contiguous CPU float32 (buffers may also be int64, e.g. BatchNorm's batch counter).

@@ -50,7 +50,9 @@ int local_workers_from_env() {
   return 1;
 }
 
-data::Dataset load(const DataOptions& d, data::Split split, std::uint64_t seed) {
+}  // namespace
+
+data::Dataset load_dataset(const DataOptions& d, data::Split split, std::uint64_t seed) {
   if (d.dataset == "fashion-mnist") return data::load_fashion_mnist(d.data_dir, split);
   if (d.dataset == "mnist") {
     if (d.data_dir.empty()) throw InvalidArgument("--dataset mnist needs --data-dir");
@@ -73,6 +75,8 @@ data::Dataset load(const DataOptions& d, data::Split split, std::uint64_t seed) 
                         ": unknown; known: fashion-mnist, mnist, cifar10, synthetic");
 }
 
+namespace {
+
 dist::Communicator connect(const dist::RendezvousConfig& rc) {
   if (env_set(kExternalStoreEnv) && rc.world_size > 1) {
     return dist::Communicator(dist::Store::tcp_client(rc.master_addr, rc.master_port, rc.timeout),
@@ -81,33 +85,156 @@ dist::Communicator connect(const dist::RendezvousConfig& rc) {
   return dist::Communicator::connect(rc);
 }
 
+bool is_ps(const JobOptions& o) { return o.topology != dist::Topology::kAllreduce; }
+
+void check_ps_options(const JobOptions& o) {
+  if (!is_ps(o)) return;
+  if (o.servers < 1) throw InvalidArgument("--servers must be >= 1");
+  if (o.reducer != dist::ReducerKind::kAuto) {
+    throw InvalidArgument("--reducer applies to --topology allreduce only");
+  }
+  if (dist::find_scheme(parse_spec(o.compressor).name) != nullptr) {
+    throw InvalidArgument("--compressor " + o.compressor +
+                          " is a reducer scheme of its own; it runs with --topology allreduce");
+  }
+  if (o.train.resume &&
+      (o.topology == dist::Topology::kPsAsync || o.downlink == dist::Downlink::kCompressed)) {
+    throw InvalidArgument(
+        "--resume: the servers' state (async weights, downlink error "
+        "feedback) is not checkpointed; resume works with ps-sync and a "
+        "dense downlink only");
+  }
+  if (o.max_staleness >= 0 && o.topology != dist::Topology::kPsAsync) {
+    throw InvalidArgument("--max-staleness applies to --topology ps-async only");
+  }
+}
+
+dist::PsConfig ps_config(const JobOptions& o, int world) {
+  dist::PsConfig c;
+  c.topology = o.topology;
+  c.servers = o.servers;
+  c.workers = world - o.servers;
+  c.compressor = o.compressor;
+  c.downlink = o.downlink;
+  c.max_staleness = o.max_staleness;
+  c.split_elements = o.split_elements;
+  c.seed = o.train.seed;
+  c.momentum = o.train.sgd.momentum;
+  c.nesterov = o.train.sgd.nesterov;
+  c.weight_decay = o.train.sgd.weight_decay;
+  if (c.workers < 1) {
+    throw InvalidArgument("--servers " + std::to_string(o.servers) +
+                          " leaves no worker in a world of " + std::to_string(world) + " ranks");
+  }
+  return c;
+}
+
+// A parameter server rank: the same model and bucket layout as the workers (built from
+// the same seed, so for ps-async the same starting weights), then serve.
+int run_server(const JobOptions& o, const dist::RendezvousConfig& rc) {
+  const dist::PsConfig pc = ps_config(o, rc.world_size);
+  set_threads(1);
+  const data::Dataset shape_of = load_dataset(o.data, data::Split::kTest, o.train.seed);
+  ModelConfig mc = o.train.model;
+  mc.in_c = shape_of.c;
+  mc.in_h = shape_of.h;
+  mc.in_w = shape_of.w;
+  mc.num_classes = shape_of.num_classes;
+  mc.seed = o.train.seed;
+  const std::shared_ptr<Model> model = make_model(mc);
+  std::vector<BucketPlan> plan = plan_buckets(describe_parameters(*model), o.train.layout);
+  const std::vector<BucketShape> shapes = bucket_shapes(plan);
+  GradientBuffers buffers(model->parameters(), std::move(plan));
+  std::vector<std::span<const float>> initial;
+  if (pc.topology == dist::Topology::kPsAsync) {
+    buffers.gather_weights();
+    for (std::span<float> w : buffers.weights()) initial.emplace_back(w);
+  }
+  dist::Communicator comm = connect(rc);
+  (void)dist::run_ps_server(pc, comm, shapes, initial, builtin_registry());
+  return 0;
+}
+
+void write_ps_metrics(const JobOptions& o, const dist::PsConfig& pc,
+                      const dist::StalenessHistogram& hist, std::ostream& out) {
+  JsonObject h;
+  std::uint64_t pushes = 0, sum = 0, max = 0;
+  for (const auto& [s, n] : hist) {
+    h.add(std::to_string(s), n);
+    pushes += n;
+    sum += s * n;
+    max = std::max(max, s);
+  }
+  if (pc.topology == dist::Topology::kPsAsync && pushes > 0) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-26s mean %.2f, max %llu updates (%llu pushes)\n",
+                  "staleness", static_cast<double>(sum) / static_cast<double>(pushes),
+                  static_cast<unsigned long long>(max), static_cast<unsigned long long>(pushes));
+    out << line;
+  }
+  if (o.train.metrics_path.empty()) return;
+  MetricsWriter m(o.train.metrics_path, true);
+  JsonObject j;
+  j.add("type", "ps")
+      .add("topology", dist::to_string(pc.topology))
+      .add("servers", pc.servers)
+      .add("workers", pc.workers)
+      .add("downlink", dist::to_string(pc.downlink))
+      .add("max_staleness", pc.max_staleness)
+      // {"staleness": pushes, ...} over every push to every server (async; empty for sync).
+      .add("staleness_histogram", h)
+      .add("staleness_mean",
+           pushes > 0 ? static_cast<double>(sum) / static_cast<double>(pushes) : 0.0)
+      .add("staleness_max", max);
+  m.write(j);
+}
+
 int run_worker(const JobOptions& o, std::ostream& out) {
   launch::die_with_launcher();
   const dist::RendezvousConfig rc = dist::rendezvous_from_env(o.rendezvous);
   // Validate the compressor before anyone connects: a typo should not cost a timeout.
   dist::validate_compressor_spec(o.compressor);
+  check_ps_options(o);
+  std::optional<dist::PsConfig> pc;
+  if (is_ps(o)) {
+    pc = ps_config(o, rc.world_size);
+    if (pc->is_server(rc.rank)) return run_server(o, rc);
+  }
+  const int workers = pc ? pc->workers : rc.world_size;
 
   TrainConfig cfg = o.train;
   cfg.rank = rc.rank;
-  cfg.world = rc.world_size;
+  cfg.world = workers;
   if (!o.threads_given) {
     const bool local_launch = env_set(launch::kLauncherPidEnv);
-    cfg.threads = default_threads(local_launch ? rc.world_size : local_workers_from_env());
+    // Servers mostly wait: the cores go to the workers.
+    cfg.threads = default_threads(local_launch ? workers : local_workers_from_env());
   }
   cfg.progress = rc.rank == 0 ? &out : nullptr;
   if (rc.rank != 0) cfg.metrics_path.clear();  // one metrics file, written by rank 0
 
   data::Dataset train_set =
-      data::shard(load(o.data, data::Split::kTrain, cfg.seed), rc.rank, rc.world_size);
-  data::Dataset test_set = load(o.data, data::Split::kTest, cfg.seed);
+      data::shard(load_dataset(o.data, data::Split::kTrain, cfg.seed), rc.rank, workers);
+  data::Dataset test_set = load_dataset(o.data, data::Split::kTest, cfg.seed);
 
   dist::Communicator comm = connect(rc);
-  const ReducerFactory factory = [&](std::span<const BucketShape> shapes) {
+  dist::PsWorker* ps_worker = nullptr;
+  const ReducerFactory factory =
+      [&](std::span<const BucketShape> shapes) -> std::unique_ptr<Reducer> {
+    if (pc) {
+      auto w = dist::make_ps_worker(*pc, comm, shapes, builtin_registry());
+      ps_worker = w.get();
+      return w;
+    }
     return dist::make_reducer(o.compressor, o.reducer, comm, shapes, builtin_registry());
   };
   Trainer trainer(cfg, std::move(train_set), std::move(test_set), factory);
   const TrainSummary summary = trainer.run();
-  if (rc.rank == 0) print_report(out, summary, o, rc.world_size);
+  if (ps_worker != nullptr) ps_worker->finish();
+  if (rc.rank == 0) {
+    print_report(out, summary, o, workers);
+    if (ps_worker != nullptr) write_ps_metrics(o, *pc, ps_worker->staleness(), out);
+  }
   return 0;
 }
 
@@ -122,19 +249,22 @@ int run_local_launch(const JobOptions& o, std::ostream& err) {
                                                       .interface = std::nullopt});
   // Fail on a bad compressor or data set here, once, not in N workers.
   dist::validate_compressor_spec(o.compressor);
-  const dist::Store store = dist::Store::tcp_server("127.0.0.1", 0, o.workers, base.timeout);
+  check_ps_options(o);
+  // A parameter server run starts its servers too: ranks workers .. workers+servers-1.
+  const int world = o.workers + (is_ps(o) ? o.servers : 0);
+  const dist::Store store = dist::Store::tcp_server("127.0.0.1", 0, world, base.timeout);
   const std::string port = std::to_string(store.port());
 
   launch::LaunchOptions lo;
-  lo.workers = o.workers;
+  lo.workers = world;
   lo.command = [&](int rank) {
     launch::WorkerCommand cmd;
     cmd.argv = o.argv;
     cmd.argv[0] = "/proc/self/exe";  // this very binary, whatever argv[0] said
     cmd.env = {"RANK=" + std::to_string(rank),
-               "WORLD_SIZE=" + std::to_string(o.workers),
+               "WORLD_SIZE=" + std::to_string(world),
                "LOCAL_RANK=" + std::to_string(rank),
-               "LOCAL_WORLD_SIZE=" + std::to_string(o.workers),
+               "LOCAL_WORLD_SIZE=" + std::to_string(world),
                "MASTER_ADDR=127.0.0.1",
                "MASTER_PORT=" + port,
                std::string(kExternalStoreEnv) + "=1"};
@@ -145,7 +275,13 @@ int run_local_launch(const JobOptions& o, std::ostream& err) {
   };
   const launch::LaunchResult res = launch::run_local_workers(lo);
   if (res.exit_code != 0) {
-    err << "gradcomp: training failed: " << res.message << std::endl;
+    std::string role;
+    if (is_ps(o) && res.failed_rank >= 0) {
+      role = res.failed_rank >= o.workers
+                 ? " (server " + std::to_string(res.failed_rank - o.workers) + ")"
+                 : " (worker " + std::to_string(res.failed_rank) + ")";
+    }
+    err << "gradcomp: training failed: " << res.message << role << std::endl;
     return res.exit_code;
   }
   return 0;
@@ -178,6 +314,10 @@ void print_report(std::ostream& out, const TrainSummary& s, const JobOptions& o,
   };
   out << "\n== gradcomp train report ==\n";
   row("workers", std::to_string(world));
+  if (o.topology != dist::Topology::kAllreduce) {
+    row("topology", std::string(dist::to_string(o.topology)) + ", " + std::to_string(o.servers) +
+                        " server" + (o.servers > 1 ? "s" : ""));
+  }
   row("model / data", o.train.model.name + " / " + o.data.dataset);
   row("compressor", o.compressor);
   row("reducer", s.reducer);
@@ -185,6 +325,7 @@ void print_report(std::ostream& out, const TrainSummary& s, const JobOptions& o,
   row("test accuracy", num("%.4f", s.test_accuracy));
   row("test loss", num("%.4f", s.test_loss));
   row("sent per worker per step", human_bytes(s.bytes_sent_per_worker_per_step));
+  row("received per worker/step", human_bytes(s.bytes_received_per_worker_per_step));
   row("dense allreduce per step", human_bytes(s.dense_bytes_per_step));
   row("compression ratio", num("%.1fx", s.compression_ratio));
   row("step time (median)", num("%.1f ms", s.step_ms_median));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gradcomp/dist/communicator.h"
+#include "gradcomp/dist/ps.h"
 #include "gradcomp/dist/reducers.h"
 #include "train/trainer.h"
 
@@ -29,12 +30,22 @@ struct JobOptions {
   DataOptions data;
   std::string compressor = "none";  // a registry spec, e.g. "ef(topk:ratio=0.01)"
   dist::ReducerKind reducer = dist::ReducerKind::kAuto;
+  // --topology: allreduce (every rank a worker) or a parameter server of `servers`
+  // ranks beside the workers (--workers / world size - servers); see gradcomp/dist/ps.h.
+  dist::Topology topology = dist::Topology::kAllreduce;
+  int servers = 1;
+  dist::Downlink downlink = dist::Downlink::kDense;
+  int max_staleness = -1;
+  std::size_t split_elements = dist::kDefaultSplitElements;
   int workers = 0;                   // --workers: >0 requests a local launch of that many
   int default_workers = 1;           // local workers when neither --workers nor a rendezvous
   bool threads_given = false;        // --threads was set (else cores / local workers)
   dist::RendezvousFlags rendezvous;  // --rank --world-size --master-addr --master-port ...
   std::vector<std::string> argv;     // this program's own argv, to start local workers
 };
+
+// The data set named by `d` (train or test split).
+data::Dataset load_dataset(const DataOptions& d, data::Split split, std::uint64_t seed);
 
 // Runs the job; returns the process exit status. Errors in this process throw
 // (gradcomp::Error); a failed local worker makes the launcher return non-zero after

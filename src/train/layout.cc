@@ -123,6 +123,36 @@ void GradientBuffers::scatter() {
   }
 }
 
+std::span<const std::span<float>> GradientBuffers::weights() {
+  if (weight_spans_.empty() && !plan_.empty()) {
+    weight_buffers_.reserve(plan_.size());
+    for (const BucketPlan& b : plan_) weight_buffers_.emplace_back(b.numel, 0.0f);
+    for (auto& w : weight_buffers_) weight_spans_.emplace_back(w);
+  }
+  return weight_spans_;
+}
+
+void GradientBuffers::gather_weights() {
+  (void)weights();
+  for (std::size_t b = 0; b < plan_.size(); ++b) {
+    float* dst = weight_buffers_[b].data();
+    for (const BucketPlan::Slot& s : plan_[b].slots) {
+      std::memcpy(dst + s.offset, params_[s.param].data_ptr<float>(), s.numel * sizeof(float));
+    }
+  }
+}
+
+void GradientBuffers::scatter_weights() {
+  (void)weights();
+  torch::NoGradGuard no_grad;
+  for (std::size_t b = 0; b < plan_.size(); ++b) {
+    const float* src = weight_buffers_[b].data();
+    for (const BucketPlan::Slot& s : plan_[b].slots) {
+      std::memcpy(params_[s.param].data_ptr<float>(), src + s.offset, s.numel * sizeof(float));
+    }
+  }
+}
+
 std::span<const BucketRef> GradientBuffers::refs(bool compress) {
   return compress ? refs_compressed_ : refs_dense_;
 }

@@ -73,6 +73,12 @@ class GradientBuffers {
   // dense warm-up), else the dense bucket alone is dense. No allocation.
   std::span<const BucketRef> refs(bool compress);
 
+  // The parameters' values in the same bucket layout (the asynchronous parameter
+  // server exchanges weights, not gradients). Allocated on first use.
+  void gather_weights();   // parameters -> weight buffers
+  void scatter_weights();  // weight buffers -> parameters
+  std::span<const std::span<float>> weights();
+
   const std::vector<BucketPlan>& plan() const { return plan_; }
   std::span<float> bucket(std::size_t i) { return buffers_.at(i); }
   std::size_t total_elements() const { return total_; }
@@ -83,6 +89,8 @@ class GradientBuffers {
   std::vector<std::vector<float>> buffers_;
   std::vector<BucketRef> refs_compressed_;
   std::vector<BucketRef> refs_dense_;
+  std::vector<std::vector<float>> weight_buffers_;
+  std::vector<std::span<float>> weight_spans_;
   std::size_t total_ = 0;
 };
 

@@ -202,11 +202,23 @@ double Trainer::train_step() {
   for (const std::size_t p : memory_momentum_params_) {
     if (optimizer_->skip_momentum(p) != compress) optimizer_->set_skip_momentum(p, compress);
   }
-  reducer_->reduce(buffers_->refs(compress), ctx);
+  // Either the reducer returns the mean gradient and this worker steps its optimizer,
+  // or (asynchronous parameter server) the servers own the weights: the gradient goes
+  // out, the latest weights come back, and there is no local step.
+  const bool remote_weights = reducer_->owns_weights();
+  if (remote_weights) {
+    reducer_->exchange_weights(buffers_->refs(compress), buffers_->weights(), ctx);
+  } else {
+    reducer_->reduce(buffers_->refs(compress), ctx);
+  }
   const auto t2 = Clock::now();
 
-  buffers_->scatter();
-  optimizer_->step(schedule_->lr(step_));
+  if (remote_weights) {
+    buffers_->scatter_weights();
+  } else {
+    buffers_->scatter();
+    optimizer_->step(schedule_->lr(step_));
+  }
   const auto t3 = Clock::now();
 
   compute_seconds_ += seconds(t0, t1) + seconds(t2, t3);
@@ -215,6 +227,7 @@ double Trainer::train_step() {
   if (compress) {
     ++compressed_steps_;
     compressed_bytes_ += s.bytes_sent;
+    compressed_bytes_received_ += s.bytes_received;
     if (steps_this_process_ >= kColdSteps) step_ms_.push_back(seconds(t0, t3) * 1e3);
   }
   ++steps_this_process_;
@@ -225,28 +238,30 @@ double Trainer::train_step() {
   return loss_value;
 }
 
-EvalResult Trainer::evaluate() {
+EvalResult evaluate_model(Model& model, const data::Dataset& test, std::int64_t eval_batch) {
   torch::NoGradGuard no_grad;
-  model_->eval();
+  model.eval();
   double loss_sum = 0;
   std::int64_t correct = 0;
-  const std::size_t sample = test_.sample_elements();
-  for (std::int64_t begin = 0; begin < test_.n; begin += config_.eval_batch) {
-    const std::int64_t n = std::min(config_.eval_batch, test_.n - begin);
+  const std::size_t sample = test.sample_elements();
+  for (std::int64_t begin = 0; begin < test.n; begin += eval_batch) {
+    const std::int64_t n = std::min(eval_batch, test.n - begin);
     // Views of the test arrays: no copy (the model does not write its input).
     const torch::Tensor x = torch::from_blob(
-        const_cast<float*>(test_.images.data()) + static_cast<std::size_t>(begin) * sample,
-        {n, test_.c, test_.h, test_.w}, torch::kFloat);
+        const_cast<float*>(test.images.data()) + static_cast<std::size_t>(begin) * sample,
+        {n, test.c, test.h, test.w}, torch::kFloat);
     const torch::Tensor y =
-        torch::from_blob(const_cast<std::int64_t*>(test_.labels.data()) + begin, {n}, torch::kLong);
-    const torch::Tensor logits = model_->forward(x);
+        torch::from_blob(const_cast<std::int64_t*>(test.labels.data()) + begin, {n}, torch::kLong);
+    const torch::Tensor logits = model.forward(x);
     loss_sum += at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
     correct += logits.argmax(1).eq(y).sum().item<std::int64_t>();
   }
-  model_->train();
-  const double n = static_cast<double>(std::max<std::int64_t>(test_.n, 1));
+  model.train();
+  const double n = static_cast<double>(std::max<std::int64_t>(test.n, 1));
   return {loss_sum / n, static_cast<double>(correct) / n};
 }
+
+EvalResult Trainer::evaluate() { return evaluate_model(*model_, test_, config_.eval_batch); }
 
 std::filesystem::path Trainer::checkpoint_file() const {
   return config_.checkpoint_dir / ("rank-" + std::to_string(config_.rank) + ".ckpt");
@@ -346,6 +361,7 @@ TrainSummary Trainer::run() {
     epoch_steps_ = 0;
     const std::int64_t epoch = step_ / steps_per_epoch_;
     const std::uint64_t bytes_before = totals_.bytes_sent;
+    const std::uint64_t received_before = totals_.bytes_received;
     const std::int64_t epoch_end = std::min((epoch + 1) * steps_per_epoch_, stop);
     while (step_ < epoch_end) train_step();
     const bool epoch_done = step_ % steps_per_epoch_ == 0;
@@ -384,6 +400,9 @@ TrainSummary Trainer::run() {
           .add("test_accuracy", last_eval.accuracy)
           .add("lr", schedule_->lr(step_ - 1))
           .add("bytes_sent_per_worker_per_step", bytes_per_step)
+          .add("bytes_received_per_worker_per_step",
+               static_cast<double>(totals_.bytes_received - received_before) /
+                   static_cast<double>(std::max<std::int64_t>(epoch_steps_, 1)))
           .add("elapsed_seconds", elapsed);
       metrics->write(j);
     }
@@ -401,6 +420,11 @@ TrainSummary Trainer::run() {
       compressed_steps_ > 0 ? compressed_bytes_ : totals_.bytes_sent;
   s.bytes_sent_per_worker_per_step =
       counted_steps > 0 ? static_cast<double>(counted_bytes) / static_cast<double>(counted_steps)
+                        : 0.0;
+  const std::uint64_t counted_received =
+      compressed_steps_ > 0 ? compressed_bytes_received_ : totals_.bytes_received;
+  s.bytes_received_per_worker_per_step =
+      counted_steps > 0 ? static_cast<double>(counted_received) / static_cast<double>(counted_steps)
                         : 0.0;
   s.dense_bytes_per_step = dense_bytes;
   s.compression_ratio =
@@ -424,6 +448,7 @@ TrainSummary Trainer::run() {
         .add("test_loss", s.test_loss)
         .add("train_loss", s.train_loss)
         .add("bytes_sent_per_worker_per_step", s.bytes_sent_per_worker_per_step)
+        .add("bytes_received_per_worker_per_step", s.bytes_received_per_worker_per_step)
         .add("dense_bytes_per_step", s.dense_bytes_per_step)
         .add("compression_ratio", s.compression_ratio)
         .add("step_ms_median", s.step_ms_median)

@@ -77,6 +77,7 @@ struct TrainSummary {
   // Bytes this worker sent per step, averaged over the steps after the dense warm-up
   // (over all steps if the run never left it).
   double bytes_sent_per_worker_per_step = 0;
+  double bytes_received_per_worker_per_step = 0;  // the same, downlink
   double dense_bytes_per_step =
       0;  // a dense fp32 ring allreduce of the gradient (2(W-1)/W of it; W=1: the gradient)
   double compression_ratio = 0;  // dense / sent
@@ -151,6 +152,7 @@ class Trainer {
   ReduceStats totals_;
   std::uint64_t compressed_steps_ = 0;
   std::uint64_t compressed_bytes_ = 0;
+  std::uint64_t compressed_bytes_received_ = 0;
   std::vector<double> step_ms_;
   std::int64_t steps_this_process_ = 0;
   double epoch_loss_sum_ = 0;
@@ -158,6 +160,10 @@ class Trainer {
   std::int64_t epoch_seen_ = 0;
   std::int64_t epoch_steps_ = 0;
 };
+
+// Mean cross-entropy and accuracy of `model` on `test`, eval_batch samples at a time
+// (the model is put in eval mode and back into train mode).
+EvalResult evaluate_model(Model& model, const data::Dataset& test, std::int64_t eval_batch);
 
 // Sets LibTorch's intra-op threads and, when LibTorch runs on OpenBLAS, OpenBLAS's own
 // thread count (the pthread build ignores OpenMP's); blas_threads 0 means `threads`.

@@ -98,5 +98,92 @@ sleep 0.5
 if pgrep -f -- "--epochs 50" > /dev/null; then fail "processes left behind"; pgrep -af -- "--epochs 50";
 else pass "no process left behind"; fi
 
+# ---- parameter server (--topology ps-sync / ps-async)
+ps=(--dataset synthetic --synthetic-train 2048 --mlp-hidden 128 --batch-size 32 --epochs 1
+    --lr 0.1 --seed 7 --timeout-ms 8000)
+
+# ps-sync with a dense downlink is the allgather reducer: with 2 workers the dense sums
+# are even bit-identical (a + b in either order), so the printed results match exactly.
+"$GRADCOMP" train --workers 2 --compressor "ef(topk:ratio=0.05)" --reducer allgather "${ps[@]}" \
+  > ag.txt 2> ag.err
+"$GRADCOMP" train --workers 2 --servers 1 --topology ps-sync --compressor "ef(topk:ratio=0.05)" \
+  "${ps[@]}" --metrics "$WORK/ps.jsonl" > pss.txt 2> pss.err
+if [ -n "$(grep -E '^  test accuracy' ag.txt)" ] &&
+   [ "$(grep -E '^  test (accuracy|loss)' ag.txt)" = "$(grep -E '^  test (accuracy|loss)' pss.txt)" ]; then
+  pass "ps-sync (1 server, dense downlink) = allgather: $(grep -E '^  test accuracy' pss.txt | tr -s ' ')"
+else
+  fail "ps-sync = allgather"; cat ag.err pss.err; grep -E '^  test' ag.txt pss.txt
+fi
+if grep -q "received per worker" pss.txt && grep -q '"type":"ps"' ps.jsonl &&
+   grep -q '"bytes_received_per_worker_per_step"' ps.jsonl; then
+  pass "ps-sync reports bytes up and down"; else fail "ps-sync byte report"; cat pss.txt; fi
+
+# Two servers, compressed downlink; ps-async bounded and unbounded: they run and learn.
+# (2-bit's default threshold 0.5 sends next to nothing in 32 steps of this small run,
+# with any topology: a smaller one here.)
+for args in "--topology ps-sync --servers 2 --ps-downlink compressed --compressor ef(topk:ratio=0.05)" \
+            "--topology ps-async --servers 2 --max-staleness 0 --compressor none" \
+            "--topology ps-async --servers 1 --compressor 2bit:threshold=0.01"; do
+  # shellcheck disable=SC2086
+  if "$GRADCOMP" train --workers 2 $args "${ps[@]}" --metrics "$WORK/psa.jsonl" > r.txt 2> e.txt &&
+     awk -v a="$(sed -n 's/^  test accuracy *//p' r.txt)" 'BEGIN { exit !(a > 0.3) }'; then
+    pass "$args: $(grep -E '^  test accuracy' r.txt | tr -s ' ')"
+  else
+    fail "$args"; cat e.txt r.txt
+  fi
+done
+if grep -q '"staleness_histogram":{"' psa.jsonl; then pass "ps-async staleness histogram"; else
+  fail "ps-async staleness histogram"; cat psa.jsonl; fi
+
+# Flags that do not fit a topology are refused before anything starts.
+"$GRADCOMP" train --workers 2 --topology ps-sync --max-staleness 1 "${ps[@]}" > /dev/null 2> e.txt
+if [ $? -eq 1 ] && grep -q "max-staleness" e.txt; then pass "--max-staleness needs ps-async"; else
+  fail "--max-staleness with ps-sync"; cat e.txt; fi
+
+# A killed server ends the run with an error naming the rank and its role.
+"$GRADCOMP" train --workers 2 --servers 1 --topology ps-sync --compressor 2bit "${ps[@]}" \
+  --epochs 50 > k.txt 2> kerr.txt &
+launcher=$!
+for _ in $(seq 100); do
+  victim=$(pgrep -f -- "--epochs 50" | grep -v "^$launcher$" | tail -n 1)
+  [ -n "$victim" ] && grep -q "^model" k.txt 2>/dev/null && break
+  sleep 0.2
+done
+sleep 1
+start=$(date +%s)
+kill -KILL "$victim" 2>/dev/null
+wait "$launcher"
+status=$?
+took=$(( $(date +%s) - start ))
+if [ $status -ne 0 ] && [ $took -lt 30 ] && grep -q "rank 2 .*(server 0)" kerr.txt; then
+  pass "killed server: run fails in ${took}s ($(tail -n 1 kerr.txt))"
+else
+  fail "killed server (exit $status after ${took}s)"; cat kerr.txt
+fi
+sleep 0.5
+if pgrep -f -- "--epochs 50" > /dev/null; then fail "processes left behind"; pgrep -af -- "--epochs 50";
+else pass "no process left behind"; fi
+
+# The evaluator reads the run's checkpoints: one JSON line each, the same accuracy.
+"$GRADCOMP" train --workers 2 --compressor 2bit "${ps[@]}" --checkpoint-dir "$WORK/ck" > t.txt 2> /dev/null
+"$GRADCOMP" eval --checkpoint-dir "$WORK/ck" --dataset synthetic --synthetic-train 2048 \
+  --mlp-hidden 128 --seed 7 > ev.jsonl 2> ev.err
+want=$(sed -n 's/^  test accuracy *//p' t.txt)
+got=$(grep '"file":"rank-0.ckpt"' ev.jsonl | sed 's/.*"test_accuracy":\([0-9.e-]*\).*/\1/')
+if [ "$(wc -l < ev.jsonl)" -eq 2 ] && awk -v a="$want" -v b="${got:-x}" 'BEGIN { exit !(a - b < 1e-4 && b - a < 1e-4) }'; then
+  pass "eval: 2 checkpoints, accuracy $got = $want"
+else
+  fail "eval (want $want)"; cat ev.err ev.jsonl
+fi
+# --follow: picks up a checkpoint written while it waits, stops when idle.
+rm -rf "$WORK/ck2"; mkdir -p "$WORK/ck2"
+"$GRADCOMP" eval --checkpoint-dir "$WORK/ck2" --follow --idle-seconds 6 --poll-ms 200 \
+  --dataset synthetic --synthetic-train 2048 --mlp-hidden 128 --seed 7 > fo.jsonl 2> fo.err &
+evaluator=$!
+cp "$WORK/ck/rank-1.ckpt" "$WORK/ck2/rank-1.ckpt.tmp" && mv "$WORK/ck2/rank-1.ckpt.tmp" "$WORK/ck2/rank-1.ckpt"
+wait $evaluator
+if [ "$(grep -c '"type":"eval"' fo.jsonl)" -eq 1 ]; then pass "eval --follow"; else
+  fail "eval --follow"; cat fo.err fo.jsonl; fi
+
 [ $failures -eq 0 ] && echo "all train CLI tests passed" || echo "$failures train CLI test(s) failed"
 exit $(( failures > 0 ))

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   gradcomp::cli::add_codec_command(app);
   gradcomp::cli::add_bench_command(app);
   gradcomp::cli::add_train_command(app, argc, argv);
+  gradcomp::cli::add_eval_command(app);
   try {
     app.parse(argc, argv);  // runs the chosen command's callback
   } catch (const gradcomp::cli::ExitStatus& e) {

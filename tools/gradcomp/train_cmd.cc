@@ -18,6 +18,8 @@ struct TrainFlags {
   std::string model = "mlp";
   std::string mlp_hidden = "1536,1536";
   std::string reducer = "auto";
+  std::string topology = "allreduce";
+  std::string downlink = "dense";
   std::string lr_decay = "cosine";
   std::string milestones;
   std::string rank, world_size, master_addr, master_port, timeout_ms, interface;
@@ -47,6 +49,22 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                   "compressor spec, e.g. none, 2bit, qsgd, ef(topk:ratio=0.01) (see gradcomp list)")
       ->capture_default_str();
   cmd->add_option("--reducer", flags->reducer, "auto | dense | allreduce | allgather")
+      ->capture_default_str();
+  cmd->add_option("--topology", flags->topology,
+                  "allreduce | ps-sync | ps-async (parameter server: --servers ranks beside "
+                  "the workers)")
+      ->capture_default_str();
+  cmd->add_option("--servers", j.servers, "parameter servers (ps-sync / ps-async)")
+      ->capture_default_str();
+  cmd->add_option("--ps-downlink", flags->downlink,
+                  "ps-sync replies: dense (MXNet) | compressed (server-side error feedback)")
+      ->capture_default_str();
+  cmd->add_option("--max-staleness", j.max_staleness,
+                  "ps-async: a worker waits while more than N steps ahead of the slowest "
+                  "(-1: never)")
+      ->capture_default_str();
+  cmd->add_option("--ps-split-elements", j.split_elements,
+                  "parameter server: buckets larger than this are split across the servers")
       ->capture_default_str();
   cmd->add_option("--model", flags->model, "mlp | lenet5 | resnet20")->capture_default_str();
   cmd->add_option("--mlp-hidden", flags->mlp_hidden, "MLP hidden widths")->capture_default_str();
@@ -95,6 +113,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
     job.train.model.name = flags->model;
     job.train.model.mlp_hidden = train::parse_widths(flags->mlp_hidden);
     job.reducer = dist::parse_reducer_kind(flags->reducer);
+    job.topology = dist::parse_topology(flags->topology);
+    job.downlink = dist::parse_downlink(flags->downlink);
     job.train.decay = train::parse_lr_decay(flags->lr_decay);
     if (!flags->milestones.empty())
       job.train.milestone_epochs = train::parse_widths(flags->milestones);

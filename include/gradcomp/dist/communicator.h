@@ -23,6 +23,8 @@
 // W = 1 moves nothing. The ring figures are exact up to Gloo's rounding of chunks to
 // whole elements (we use floor(2*(W-1)*B/W)); they are what makes compression ratios
 // comparable across world sizes. size exchanges of allgather_bytes are counted too.
+// Point-to-point messages (the parameter server) count exactly their bytes: a send adds
+// its size to bytes_sent, a receive to bytes_received.
 #pragma once
 
 #include <chrono>
@@ -100,6 +102,26 @@ class Store {
   std::shared_ptr<Impl> impl_;
 };
 
+class Communicator;
+
+// A point-to-point operation in flight (Communicator::isend_bytes / irecv_bytes). The
+// buffer it names must stay alive until wait() returns; destroying a request that was
+// not waited for aborts it (and the communicator is then unusable, as after a failure).
+class P2PRequest {
+ public:
+  P2PRequest();
+  P2PRequest(P2PRequest&&) noexcept;
+  P2PRequest& operator=(P2PRequest&&) noexcept;
+  ~P2PRequest();
+  bool pending() const;
+
+  struct Impl;
+
+ private:
+  friend class Communicator;
+  std::unique_ptr<Impl> impl_;
+};
+
 struct CommCounters {
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
@@ -141,6 +163,24 @@ class Communicator {
   void broadcast_bytes(std::span<std::byte> data, int root);
 
   void barrier();
+
+  // ---- Point to point (c10d ProcessGroupGloo::send / recv / recvAnysource).
+  // A message goes to one peer under a tag (>= 0); messages of one (peer, tag) pair
+  // arrive in the order they were sent. Both sides must agree on the exact size (the
+  // parameter server sends a fixed-size frame that announces each payload), and an
+  // empty message is not sent at all, on either side alike. A send completes once the
+  // receiver has posted the matching receive (Gloo's rendezvous protocol), so post
+  // both directions before waiting when two ranks exchange. Waiting is bounded by the
+  // timeout; a failure or timeout throws CommError naming the peer rank and the tag,
+  // and leaves the communicator broken.
+  void send_bytes(int dst, int tag, std::span<const std::byte> data);
+  void recv_bytes(int src, int tag, std::span<std::byte> data);
+  // Receives one non-empty message from whichever rank sends first; returns that rank.
+  int recv_bytes_any(int tag, std::span<std::byte> data);
+  // Non-blocking forms; wait() blocks (with the timeout) until the operation is done.
+  P2PRequest isend_bytes(int dst, int tag, std::span<const std::byte> data);
+  P2PRequest irecv_bytes(int src, int tag, std::span<std::byte> data);
+  void wait(P2PRequest& request);
 
   // Counters since construction (or the last take_counters()), then reset.
   CommCounters counters() const;
