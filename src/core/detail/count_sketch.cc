@@ -43,32 +43,60 @@ float median_ref(float* v, std::uint32_t r) {
   return m + 0.0f;
 }
 
-// Sorts v[0..r) (each an array of m floats) elementwise with odd-even transposition
-// (r passes of compare-exchanges; each loop vectorises to vminps/vmaxps), then writes
-// the median of each column to out. Matches median_ref bit for bit: min/max of
-// finite values select one of their inputs, so the sorted values are the same numbers
+// The median of each column t of v[0..R) (R arrays of m floats) into out: odd-even
+// transposition sort (R passes of compare-exchanges) of the R values, held in
+// registers for eight columns at a time (AVX2 vminps/vmaxps), then the middle value
+// (even R: the mean of the middle two). Matches median_ref bit for bit: min and max of
+// finite values return one of their inputs, so the sorted values are the same numbers
 // (up to the sign of zeros, which the final +0 removes).
-template <std::uint32_t R>
-void median_columns(float (*v)[kChunk], std::size_t m, float* out) {
+template <std::uint32_t R, class V, class Min, class Max>
+inline void sort_network(V* a, Min&& vmin, Max&& vmax) {
+#pragma GCC unroll 16
   for (std::uint32_t pass = 0; pass < R; ++pass) {
+#pragma GCC unroll 16
     for (std::uint32_t i = pass & 1u; i + 1 < R; i += 2) {
-      float* a = v[i];
-      float* b = v[i + 1];
-      for (std::size_t t = 0; t < m; ++t) {
-        const float x = a[t];
-        const float y = b[t];
-        a[t] = y < x ? y : x;
-        b[t] = y < x ? x : y;
-      }
+      const V lo = vmin(a[i], a[i + 1]);
+      const V hi = vmax(a[i], a[i + 1]);
+      a[i] = lo;
+      a[i + 1] = hi;
     }
   }
-  if constexpr (R % 2 == 1) {
-    const float* mid = v[R / 2];
-    for (std::size_t t = 0; t < m; ++t) out[t] = mid[t] + 0.0f;
-  } else {
-    const float* lo = v[R / 2 - 1];
-    const float* hi = v[R / 2];
-    for (std::size_t t = 0; t < m; ++t) out[t] = (0.5f * lo[t] + 0.5f * hi[t]) + 0.0f;
+}
+
+template <std::uint32_t R>
+void median_columns(float (*v)[kChunk], std::size_t m, float* out) {
+  std::size_t t = 0;
+#ifdef __AVX2__
+  // x < y ? x : y and x < y ? y : x: _mm256_min_ps(y, x) returns x on ties, as the
+  // scalar form below does.
+  const auto vmin = [](__m256 x, __m256 y) { return _mm256_min_ps(y, x); };
+  const auto vmax = [](__m256 x, __m256 y) { return _mm256_max_ps(y, x); };
+  const __m256 half = _mm256_set1_ps(0.5f);
+  const __m256 zero = _mm256_setzero_ps();
+  for (; t + 8 <= m; t += 8) {
+    __m256 a[R];
+    for (std::uint32_t j = 0; j < R; ++j) a[j] = _mm256_load_ps(v[j] + t);
+    sort_network<R>(a, vmin, vmax);
+    __m256 med;
+    if constexpr (R % 2 == 1) {
+      med = a[R / 2];
+    } else {
+      med = _mm256_add_ps(_mm256_mul_ps(half, a[R / 2 - 1]), _mm256_mul_ps(half, a[R / 2]));
+    }
+    _mm256_storeu_ps(out + t, _mm256_add_ps(med, zero));
+  }
+#endif
+  const auto smin = [](float x, float y) { return y < x ? y : x; };
+  const auto smax = [](float x, float y) { return y < x ? x : y; };
+  for (; t < m; ++t) {
+    float a[R];
+    for (std::uint32_t j = 0; j < R; ++j) a[j] = v[j][t];
+    sort_network<R>(a, smin, smax);
+    if constexpr (R % 2 == 1) {
+      out[t] = a[R / 2] + 0.0f;
+    } else {
+      out[t] = (0.5f * a[R / 2 - 1] + 0.5f * a[R / 2]) + 0.0f;
+    }
   }
 }
 
@@ -89,6 +117,9 @@ MedianFn median_for(std::uint32_t r) {
 // SketchHash definitions, eight lanes at a time with AVX2 (four 32x32->64 multiplies
 // and one 32-bit multiply per eight coordinates; GCC's own vectorisation of the 64-bit
 // arithmetic spends most of its time shuffling), the scalar definitions for the tail.
+// kPacked: col[t] = column | sign mask (columns are < 2^31), sgn unused: the scatter
+// then reads one array instead of two.
+template <bool kPacked>
 void hash_chunk(const SketchHash::Row& row, std::uint32_t cols, std::uint32_t s, std::size_t m,
                 std::uint32_t* col, std::uint32_t* sgn) {
   const std::uint32_t a_lo = row.a_lo, a_hi = row.a_hi;
@@ -113,8 +144,13 @@ void hash_chunk(const SketchHash::Row& row, std::uint32_t cols, std::uint32_t s,
     const __m256i ce = _mm256_mul_epu32(h, cc);
     const __m256i co = _mm256_mul_epu32(_mm256_srli_epi64(h, 32), cc);
     const __m256i c = _mm256_blend_epi32(_mm256_srli_epi64(ce, 32), co, 0xAA);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(col + t), c);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(sgn + t), _mm256_slli_epi32(h, 31));
+    if constexpr (kPacked) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(col + t),
+                         _mm256_or_si256(c, _mm256_slli_epi32(h, 31)));
+    } else {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(col + t), c);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sgn + t), _mm256_slli_epi32(h, 31));
+    }
     i = _mm256_add_epi32(i, eight);
   }
 #endif
@@ -122,8 +158,12 @@ void hash_chunk(const SketchHash::Row& row, std::uint32_t cols, std::uint32_t s,
     const std::uint32_t ii = s + static_cast<std::uint32_t>(t);
     const std::uint64_t p = std::uint64_t{a_lo} * ii + b;
     const std::uint32_t h = static_cast<std::uint32_t>(p >> 32) + a_hi * ii;
-    col[t] = SketchHash::column_of(h, cols);
-    sgn[t] = h << 31;
+    if constexpr (kPacked) {
+      col[t] = SketchHash::column_of(h, cols) | (h << 31);
+    } else {
+      col[t] = SketchHash::column_of(h, cols);
+      sgn[t] = h << 31;
+    }
   }
 }
 
@@ -165,7 +205,9 @@ SketchHash::SketchHash(std::uint64_t key, std::uint32_t rows, std::uint32_t cols
     throw InvalidArgument("count sketch: rows " + std::to_string(rows) + " outside [1, " +
                           std::to_string(kMaxSketchRows) + "]");
   }
-  if (cols == 0) throw InvalidArgument("count sketch: cols must be >= 1");
+  if (cols == 0 || cols > 0x80000000u) {
+    throw InvalidArgument("count sketch: cols " + std::to_string(cols) + " outside [1, 2^31]");
+  }
   std::uint64_t s = splitmix64(key ^ 0x5EC7C4A1D5EEDull);
   for (std::uint32_t j = 0; j < rows; ++j) {
     s = splitmix64(s);
@@ -202,17 +244,19 @@ void sketch_accumulate(const SketchHash& h, std::span<const float> x, float scal
     const auto j = static_cast<std::uint32_t>(jj);
     float* row = table.data() + std::size_t{j} * c;
     alignas(64) std::uint32_t col[kChunk];
-    alignas(64) std::uint32_t sgn[kChunk];
     for (std::size_t s = 0; s < n; s += kChunk) {
       const std::size_t m = std::min(kChunk, n - s);
       const float* xs = x.data() + s;
-      hash_chunk(h.row(j), c, static_cast<std::uint32_t>(s), m, col, sgn);
+      hash_chunk<true>(h.row(j), c, static_cast<std::uint32_t>(s), m, col, nullptr);
       // The scatter: independent read-modify-writes that the CPU overlaps; equal columns
       // within the chunk are forwarded store to load, in order.
+      constexpr std::uint32_t kCol = 0x7FFFFFFFu, kSign = 0x80000000u;
       if (scale == 1.0f) {
-        for (std::size_t t = 0; t < m; ++t) row[col[t]] += flip(xs[t], sgn[t]);
+        for (std::size_t t = 0; t < m; ++t) row[col[t] & kCol] += flip(xs[t], col[t] & kSign);
       } else {
-        for (std::size_t t = 0; t < m; ++t) row[col[t]] += flip(scale * xs[t], sgn[t]);
+        for (std::size_t t = 0; t < m; ++t) {
+          row[col[t] & kCol] += flip(scale * xs[t], col[t] & kSign);
+        }
       }
     }
   }
@@ -262,7 +306,7 @@ void sketch_estimate_all(const SketchHash& h, std::span<const float> table, std:
     alignas(64) std::uint32_t sgn[kChunk];
     const std::size_t m = e - s;
     for (std::uint32_t j = 0; j < r; ++j) {
-      hash_chunk(h.row(j), c, static_cast<std::uint32_t>(s), m, col, sgn);
+      hash_chunk<false>(h.row(j), c, static_cast<std::uint32_t>(s), m, col, sgn);
       const float* row = table.data() + std::size_t{j} * c;
       float* vj = v[j];
       for (std::size_t t = 0; t < m; ++t) vj[t] = flip(row[col[t]], sgn[t]);
