@@ -23,6 +23,8 @@ void register_builtin_codecs(CodecRegistry& registry) {
   register_signsgd(registry);         // wire ids 11 (signsgd), 12 (efsign)
   // named memories (their messages are those of a codec above)
   register_dgc(registry);  // dgc: topk messages
+  // sketches
+  register_sketch(registry);  // wire id 13
 }
 
 }  // namespace gradcomp

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "gradcomp/error.h"
+#include "scheme_list.h"
 
 namespace gradcomp::dist {
 
@@ -15,6 +16,8 @@ const std::vector<SchemeInfo>& reducer_schemes() {
     std::vector<SchemeInfo> all;
     // SCHEME-LIST entries: all.push_back(<name>_scheme());
     all.push_back(powersgd_scheme());
+    all.push_back(sketched_sgd_scheme());
+    all.push_back(fetchsgd_scheme());
     std::sort(all.begin(), all.end(),
               [](const SchemeInfo& a, const SchemeInfo& b) { return a.name < b.name; });
     return all;

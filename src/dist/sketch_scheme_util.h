@@ -1,0 +1,78 @@
+// Pieces shared by the count-sketch reducer schemes (sketched_sgd.cc, fetchsgd.cc):
+// bucket-size checks, per-bucket sketch geometry, the common parameters.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "detail/count_sketch.h"
+#include "detail/select.h"
+#include "gradcomp/error.h"
+#include "gradcomp/reducer.h"
+#include "gradcomp/registry.h"
+
+namespace gradcomp::dist::sketch_scheme {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// k, rows, cols, table as the user gave them.
+struct Geometry {
+  std::int64_t k = 0;      // 0: from ratio
+  double ratio = 0.01;     // k = ceil(ratio * n)
+  std::uint32_t rows = 5;  // sketch rows
+  std::uint32_t cols = 0;  // 0: from table
+  double table = 0.025;    // r * c as a fraction of n
+};
+
+inline Geometry geometry_from(const Params& p) {
+  Geometry g;
+  g.k = p.get_int("k");
+  g.ratio = p.get_float("ratio");
+  g.rows = static_cast<std::uint32_t>(p.get_int("rows"));
+  g.cols = static_cast<std::uint32_t>(p.get_int("cols"));
+  g.table = p.get_float("table");
+  return g;
+}
+
+// min(k, n) for a bucket of n (k >= 1 when n >= 1).
+inline std::size_t k_for(const Geometry& g, std::size_t n) {
+  if (n == 0) return 0;
+  if (g.k > 0) return std::min<std::size_t>(static_cast<std::size_t>(g.k), n);
+  return detail::count_for_fraction(g.ratio, n);
+}
+
+inline std::vector<ParamDef> geometry_params(double default_ratio, double default_table) {
+  return {int_param("k", 0, 0, std::int64_t{1} << 31,
+                    "coordinates updated per bucket and step; 0: ceil(ratio*n)"),
+          float_param("ratio", default_ratio, 0.0, 1.0, "with k=0: k as a fraction of the bucket",
+                      true),
+          int_param("rows", 5, 1, detail::kMaxSketchRows, "sketch rows r"),
+          int_param("cols", 0, 0, std::int64_t{1} << 24, "sketch columns c; 0: ceil(table*n/rows)"),
+          float_param("table", default_table, 0.0, 1.0,
+                      "with cols=0: sketch cells r*c as a fraction of the bucket", true)};
+}
+
+inline void check_buckets(std::span<const BucketRef> buckets, std::span<const BucketShape> shapes,
+                          const char* op) {
+  if (buckets.size() != shapes.size()) {
+    throw InvalidArgument(std::string(op) + ": " + std::to_string(buckets.size()) +
+                          " buckets, reducer built for " + std::to_string(shapes.size()));
+  }
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    if (buckets[b].grad.size() != shapes[b].numel) {
+      throw InvalidArgument(std::string(op) + ": bucket " + std::to_string(b) + " has " +
+                            std::to_string(buckets[b].grad.size()) + " elements, expected " +
+                            std::to_string(shapes[b].numel));
+    }
+  }
+}
+
+}  // namespace gradcomp::dist::sketch_scheme

@@ -1,0 +1,234 @@
+// sketched-sgd: Sketched-SGD (Ivkin et al., NeurIPS 2019; SPEC §3), a two-round reducer.
+//   worker:  u <- m*u + g ; v <- v + u ; allreduce S(v)             (round 1: r*c floats)
+//   all:     C <- the p2*k coordinates with the largest |median estimate| of the summed
+//            sketch (identical on every rank: the sums are)
+//   worker:  allreduce v[C]                                          (round 2: p2*k floats)
+//   all:     Delta <- top-k of the exact sums at C ; u[supp Delta] <- 0 ; v[supp Delta] <- 0
+//            grad <- Delta / W  (the optimizer applies x <- x - lr * Delta / W, without
+//            momentum of its own for these buckets: u is the momentum)
+// Every compressed bucket's sketch goes into ONE fused allreduce together with the dense
+// buckets; the candidates' values of every bucket into one second allreduce.
+// Hashes: keyed by (seed, step, bucket), shared by all ranks, new every step. u and v
+// live in coordinate space, so nothing ties the hashes of two steps together, and
+// fresh hashes stop a coordinate from colliding with the same heavy neighbour step
+// after step (it would then be estimated wrongly, and skipped, every time).
+// Dense steps (BucketRef::compressed false, e.g. warm-up) of a compressible bucket send
+// u <- m*u + g densely: the mean of the workers' u is the momentum of the mean gradient,
+// so momentum carries on through warm-up; v is untouched.
+#include <cstring>
+#include <utility>
+
+#include "detail/count_sketch.h"
+#include "detail/select.h"
+#include "gradcomp/dist/schemes.h"
+#include "gradcomp/rng.h"
+#include "scheme_list.h"
+#include "sketch_scheme_util.h"
+
+namespace gradcomp::dist {
+
+namespace {
+
+using namespace sketch_scheme;
+
+constexpr std::uint32_t kHashStream = 0x55C4u;
+
+class SketchedSgdReducer final : public Reducer {
+ public:
+  SketchedSgdReducer(const Params& p, std::string spec, Communicator& comm,
+                     std::span<const BucketShape> shapes)
+      : spec_(std::move(spec)),
+        comm_(comm),
+        shapes_(shapes.begin(), shapes.end()),
+        geo_(geometry_from(p)),
+        p2_(static_cast<std::size_t>(p.get_int("p2"))),
+        momentum_(static_cast<float>(p.get_float("momentum"))) {
+    std::size_t cap1 = 0, cap2 = 0, max_n = 0, max_k = 0;
+    for (const BucketShape& s : shapes_) {
+      State st;
+      if (s.compressible && s.numel > 0) {
+        st.on = true;
+        st.cols = detail::sketch_columns(s.numel, geo_.rows, geo_.cols, geo_.table);
+        st.k = k_for(geo_, s.numel);
+        st.kc = std::min(s.numel, p2_ * st.k);
+        st.u.assign(s.numel, 0.0f);
+        st.v.assign(s.numel, 0.0f);
+        st.cand.resize(st.kc);
+        cap1 += std::max(s.numel, std::size_t{geo_.rows} * st.cols);
+        cap2 += st.kc;
+        max_n = std::max(max_n, s.numel);
+        max_k = std::max(max_k, st.k);
+      } else {
+        cap1 += s.numel;
+      }
+      state_.push_back(std::move(st));
+    }
+    fused1_.resize(cap1);
+    fused2_.resize(cap2);
+    est_.resize(max_n);
+    pos_.resize(max_k);
+  }
+
+  void reduce(std::span<const BucketRef> buckets, const StepContext& ctx) override {
+    check_buckets(buckets, shapes_, "sketched-sgd reduce");
+    const auto before = comm_.counters();
+    const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
+
+    // ---- encode: momentum, error accumulation, sketches (round-1 buffer)
+    auto t0 = Clock::now();
+    std::size_t n1 = 0;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const BucketRef& bk = buckets[b];
+      State& st = state_[b];
+      const std::size_t n = bk.grad.size();
+      float* g = bk.grad.data();
+      if (st.on) {
+        float* u = st.u.data();
+        for (std::size_t i = 0; i < n; ++i) u[i] = momentum_ * u[i] + g[i];
+      }
+      if (!sketched(bk, st)) {
+        const float* src = st.on ? st.u.data() : g;
+        if (n > 0) std::memcpy(fused1_.data() + n1, src, 4 * n);
+        n1 += n;
+        continue;
+      }
+      float* v = st.v.data();
+      const float* u = st.u.data();
+      for (std::size_t i = 0; i < n; ++i) v[i] += u[i];
+      StepContext c = ctx;
+      c.bucket = bk.id;
+      st.hash = detail::SketchHash(CounterRng::for_step(c, RngScope::kShared, kHashStream).key(),
+                                   geo_.rows, st.cols);
+      const std::span<float> table(fused1_.data() + n1, st.hash.cells());
+      std::fill(table.begin(), table.end(), 0.0f);
+      detail::sketch_accumulate(st.hash, st.v, 1.0f, table);
+      n1 += table.size();
+    }
+    stats_.encode_seconds += seconds_since(t0);
+
+    t0 = Clock::now();
+    comm_.allreduce_sum(std::span<float>(fused1_.data(), n1));
+    stats_.comm_seconds += seconds_since(t0);
+
+    // ---- candidates from the summed sketches; dense buckets' means (round-2 buffer)
+    t0 = Clock::now();
+    n1 = 0;
+    std::size_t n2 = 0;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const BucketRef& bk = buckets[b];
+      State& st = state_[b];
+      const std::size_t n = bk.grad.size();
+      if (!sketched(bk, st)) {
+        const float* s = fused1_.data() + n1;
+        float* g = bk.grad.data();
+        for (std::size_t i = 0; i < n; ++i) g[i] = s[i] * inv_w;
+        n1 += n;
+        continue;
+      }
+      const std::span<const float> table(fused1_.data() + n1, st.hash.cells());
+      n1 += table.size();
+      st.m = detail::sketch_top_k(st.hash, table, std::span<float>(est_.data(), n), st.kc, st.cand,
+                                  "sketched-sgd candidates");
+      const float* v = st.v.data();
+      for (std::size_t t = 0; t < st.m; ++t) fused2_[n2 + t] = v[st.cand[t]];
+      n2 += st.m;
+    }
+    stats_.decode_seconds += seconds_since(t0);
+
+    t0 = Clock::now();
+    comm_.allreduce_sum(std::span<float>(fused2_.data(), n2));
+    stats_.comm_seconds += seconds_since(t0);
+
+    // ---- top-k of the exact sums; the update; clear what was applied
+    t0 = Clock::now();
+    n2 = 0;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const BucketRef& bk = buckets[b];
+      State& st = state_[b];
+      if (!sketched(bk, st)) continue;
+      const std::span<const float> sums(fused2_.data() + n2, st.m);
+      n2 += st.m;
+      // Positions in C, ascending (C is ascending, so the indices are too); ties: lower
+      // index first, as everywhere.
+      const std::size_t kk =
+          detail::select_topk_exact(sums, st.k, std::span<std::uint32_t>(pos_), "sketched-sgd");
+      float* g = bk.grad.data();
+      std::fill(bk.grad.begin(), bk.grad.end(), 0.0f);
+      for (std::size_t t = 0; t < kk; ++t) {
+        const std::uint32_t i = st.cand[pos_[t]];
+        g[i] = sums[pos_[t]] * inv_w;
+        st.u[i] = 0.0f;
+        st.v[i] = 0.0f;
+      }
+    }
+    stats_.decode_seconds += seconds_since(t0);
+
+    const auto after = comm_.counters();
+    stats_.bytes_sent += after.bytes_sent - before.bytes_sent;
+    stats_.bytes_received += after.bytes_received - before.bytes_received;
+    ++stats_.steps;
+  }
+
+  ReduceStats take_stats() override { return std::exchange(stats_, {}); }
+
+  std::vector<StateBuffer> state() override {
+    std::vector<StateBuffer> out;
+    for (std::size_t b = 0; b < state_.size(); ++b) {
+      State& st = state_[b];
+      if (!st.on) continue;
+      const std::string id = std::to_string(shapes_[b].id);
+      out.push_back({"bucket" + id + ".momentum", st.u});
+      out.push_back({"bucket" + id + ".error", st.v});
+    }
+    return out;
+  }
+
+  std::string describe() const override { return spec_; }
+  bool momentum_in_memory() const override { return true; }
+
+ private:
+  struct State {
+    bool on = false;  // compressible: has u, v
+    std::uint32_t cols = 0;
+    std::size_t k = 0;   // coordinates updated per step
+    std::size_t kc = 0;  // candidates, min(n, p2 * k)
+    std::size_t m = 0;   // candidates this step
+    std::vector<float> u, v;
+    std::vector<std::uint32_t> cand;
+    detail::SketchHash hash{0, 1, 1};
+  };
+
+  static bool sketched(const BucketRef& bk, const State& st) { return bk.compressed && st.on; }
+
+  std::string spec_;
+  Communicator& comm_;
+  std::vector<BucketShape> shapes_;
+  Geometry geo_;
+  std::size_t p2_;
+  float momentum_;
+  std::vector<State> state_;
+  std::vector<float> fused1_, fused2_, est_;
+  std::vector<std::uint32_t> pos_;
+  ReduceStats stats_;
+};
+
+}  // namespace
+
+SchemeInfo sketched_sgd_scheme() {
+  std::vector<ParamDef> params = geometry_params(0.01, 0.025);
+  params.push_back(int_param("p2", 4, 1, 1000,
+                             "candidates per bucket in round 2: p2*k (exact values allreduced)"));
+  params.push_back(float_param("momentum", 0.9, 0.0, 0.9999, "worker momentum m (u <- m*u + g)"));
+  return {.name = "sketched-sgd",
+          .summary =
+              "Sketched-SGD: allreduce count sketches of the accumulated momentum, then "
+              "the exact values of the p2*k best candidates; apply the top k",
+          .params = std::move(params),
+          .examples = {"sketched-sgd:ratio=0.001,table=0.01", "sketched-sgd:k=100,rows=3,cols=500"},
+          .make = [](const Params& p, const std::string& spec, Communicator& comm,
+                     std::span<const BucketShape> buckets) -> std::unique_ptr<Reducer> {
+            return std::make_unique<SketchedSgdReducer>(p, spec, comm, buckets);
+          }};
+}
+
+}  // namespace gradcomp::dist
