@@ -20,6 +20,8 @@ void register_builtin_codecs(CodecRegistry& registry) {
   register_qsgd(registry);            // wire id 9
   register_terngrad(registry);        // wire id 10
   register_signsgd(registry);         // wire ids 11 (signsgd), 12 (efsign)
+  // atomic sparsification
+  register_atomo(registry);  // wire id 14
 }
 
 }  // namespace gradcomp
