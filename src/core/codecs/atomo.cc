@@ -15,10 +15,11 @@
 // would make it full-rank, hence a full SVD per step; per-layer buckets (the default,
 // --bucket-mb 0) are what ATOMO is meant for.
 //
-// Randomness: per-rank counter RNG, one 64-bit uniform x_i per atom (the high word from
+// Randomness: per-rank counter RNG, one 64-bit uniform x_i per atom i (the high word from
 // stream 0, the low word from stream 1, drawn only when the high word ties), kept iff
-// x_i < p_i * 2^64. 24- or 32-bit uniforms are not enough: P(u < p) would be off by up
-// to 2^-32 absolute, i.e. relative 2^-32/p, and entrywise atoms routinely have p ~ 1e-7.
+// x_i < p_i * 2^64 (detail::atomo_keep; a 24-bit uniform would bias atoms of small p,
+// and entrywise atoms routinely have p ~ 1e-7). Atom i is the i-th singular triplet
+// (spectral) or element i (entry).
 //
 // Wire payload (after the 20-byte header), little-endian:
 //   spectral, rows r, cols c, count k (kept atoms, ascending atom index):
@@ -54,22 +55,13 @@ enum class Atoms : std::uint8_t { kSpectral, kEntry };
 
 constexpr std::size_t kSpectralHeader = 12;  // rows, cols, count
 
-// Keep decision for atom i with probability p, exact up to 2^-64 (see the top comment).
+// The per-rank keep draws: the high words from stream 0, the low words from stream 1.
 class Bernoulli {
  public:
   explicit Bernoulli(const StepContext& ctx)
       : hi_(CounterRng::for_step(ctx, RngScope::kPerRank, 0)),
         lo_(CounterRng::for_step(ctx, RngScope::kPerRank, 1)) {}
-
-  bool keep(std::uint32_t i, double p) const {
-    if (p >= 1.0) return true;
-    if (!(p > 0.0)) return false;
-    const double scaled = p * 0x1.0p32;       // exact; < 2^32
-    const double whole = std::floor(scaled);  // the high word's threshold
-    const double h = hi_.bits(i);
-    if (h != whole) return h < whole;
-    return static_cast<double>(lo_.bits(i)) < (scaled - whole) * 0x1.0p32;  // both exact
-  }
+  bool keep(std::uint32_t i, double p) const { return detail::atomo_keep(hi_, lo_, i, p); }
 
  private:
   CounterRng hi_;
@@ -223,7 +215,8 @@ class AtomoCodec final : public Codec {
     const std::size_t count = load_le<std::uint32_t>(p + 8);
     // u32 * u32 fits in 64 bits.
     if (std::uint64_t{rows} * std::uint64_t{cols} != n) {
-      corrupt("rows " + std::to_string(rows) + " x cols " + std::to_string(cols) + " != n " +
+      corrupt("rows " + std::to_string(rows) + " x cols " + std::to_string(cols) + " = " +
+              std::to_string(std::uint64_t{rows} * std::uint64_t{cols}) + " != n " +
               std::to_string(n));
     }
     if (count > std::min(rows, cols)) {

@@ -28,10 +28,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "gradcomp/rng.h"
 
 namespace gradcomp::detail {
 
@@ -56,6 +59,22 @@ AtomoCut atomo_cut(std::span<const float> lambda, double s);
 
 // p_i for every atom, from a cut computed for the same lambda.
 void atomo_probabilities(std::span<const float> lambda, const AtomoCut& cut, std::span<double> p);
+
+// The keep decision for atom i with probability p: a 64-bit uniform x whose high word is
+// hi.bits(i) and low word lo.bits(i) (drawn only when the high word ties), kept iff
+// x < p * 2^64, so P(keep) = ceil(p * 2^64) / 2^64. 24- or 32-bit uniforms are not
+// enough here: their P(u < p) is off by up to 2^-32 absolute, i.e. relative 2^-32 / p,
+// and the value sent is lambda / p, so an entrywise atom of p ~ 1e-9 would be biased by
+// a factor. p >= 1 always keeps, p <= 0 (or NaN) never does.
+inline bool atomo_keep(const CounterRng& hi, const CounterRng& lo, std::uint32_t i, double p) {
+  if (p >= 1.0) return true;
+  if (!(p > 0.0)) return false;
+  const double scaled = p * 0x1.0p32;       // exact, < 2^32
+  const double whole = std::floor(scaled);  // the high word's threshold
+  const double h = hi.bits(i);
+  if (h != whole) return h < whole;
+  return static_cast<double>(lo.bits(i)) < (scaled - whole) * 0x1.0p32;  // both sides exact
+}
 
 // The textbook form, for tests: full sort by (|lambda| descending, index ascending),
 // tail sums accumulated from the back of the sorted order, SPEC's loop literally.

@@ -139,6 +139,15 @@ bool randomized_svd(std::span<const float> m, int shift, const SvdOptions& opt, 
     }
     const Eigen::HouseholderQR<MatF> qr(y);
     q.middleCols(ek, eb) = qr.householderQ() * MatF::Identity(r, eb);
+    if (k > 0) {
+      // Columns of Y at noise level (the rank is exhausted) are normalised by the QR
+      // from tiny remainders whose leftover components along Q are then no longer tiny
+      // relative to them: project once more and re-orthonormalise (Martinsson-Voronin).
+      y.noalias() = q.middleCols(ek, eb);
+      y.noalias() -= q.leftCols(ek) * (q.leftCols(ek).transpose() * y);
+      const Eigen::HouseholderQR<MatF> qr2(y);
+      q.middleCols(ek, eb) = qr2.householderQ() * MatF::Identity(r, eb);
+    }
     bmat.middleRows(ek, eb).noalias() = q.middleCols(ek, eb).transpose() * res;
     res.noalias() -= q.middleCols(ek, eb) * bmat.middleRows(ek, eb);
     k += b;
