@@ -25,6 +25,8 @@ void register_builtin_codecs(CodecRegistry& registry) {
   register_dgc(registry);  // dgc: topk messages
   // sketches
   register_sketch(registry);  // wire id 13
+  // atomic sparsification
+  register_atomo(registry);  // wire id 14
 }
 
 }  // namespace gradcomp

@@ -9,7 +9,6 @@ namespace gradcomp::dist {
 
 // SCHEME-LIST: each scheme's file defines one of these; add it to the list below.
 // (Explicit calls, not static registration objects a linker may drop.)
-SchemeInfo powersgd_scheme();  // powersgd.cc
 
 const std::vector<SchemeInfo>& reducer_schemes() {
   static const std::vector<SchemeInfo> schemes = [] {
