@@ -6,7 +6,7 @@
 
 namespace gradcomp::dist {
 
-SchemeInfo powersgd_scheme();  // powersgd.cc
+SchemeInfo powersgd_scheme();      // powersgd.cc
 SchemeInfo sketched_sgd_scheme();  // sketched_sgd.cc
 SchemeInfo fetchsgd_scheme();      // fetchsgd.cc
 
