@@ -29,7 +29,7 @@ done
 gradcomp=${GRADCOMP:-build/bin/gradcomp}
 [ -x "$gradcomp" ] || { echo "accuracy-table: $gradcomp not found (run scripts/build.sh)" >&2; exit 1; }
 
-default_methods="dense=none dgc=dgc:density=0.001 topk=ef(topk:ratio=0.01) 2bit=2bit qsgd=qsgd
+default_methods="dense=none dgc=dgc:density=0.001,warmup_epochs=0.25 topk=ef(topk:ratio=0.01) 2bit=2bit qsgd=qsgd
 terngrad=terngrad efsign=efsign sketched-sgd=sketched-sgd fetchsgd=fetchsgd
 atomo=atomo:budget=3 powersgd=powersgd:rank=2"
 methods=${METHODS:-$default_methods}

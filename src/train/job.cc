@@ -343,7 +343,10 @@ int run_job(const JobOptions& options, std::ostream& out, std::ostream& err) {
   JobOptions local = options;
   if (local.workers == 0) local.workers = std::max(1, options.default_workers);
   if (local.workers > 1) return run_local_launch(local, err);
-  return run_worker(local, out);  // one process: world of one
+  // One process: a world of one, whatever the environment says.
+  local.rendezvous.rank = "0";
+  local.rendezvous.world_size = "1";
+  return run_worker(local, out);
 }
 
 }  // namespace gradcomp::train

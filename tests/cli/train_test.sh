@@ -65,6 +65,11 @@ for spec in "2bit" "ef(topk:ratio=0.05)" "powersgd:rank=2"; do
   fi
 done
 
+# One local worker is a world of one, with no rendezvous flags or environment.
+if env -u RANK -u WORLD_SIZE "$GRADCOMP" train --workers 1 "${small[@]}" --steps 5 > w1.txt 2> e.txt &&
+   grep -q "== gradcomp train report ==" w1.txt; then
+  pass "--workers 1 runs alone"; else fail "--workers 1"; cat e.txt; fi
+
 # Bad input: one line, exit 1, before any worker starts.
 "$GRADCOMP" train --workers 2 --compressor 'topk:ratio=7' "${small[@]}" > /dev/null 2> e.txt
 status=$?
