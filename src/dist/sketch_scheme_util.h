@@ -1,5 +1,7 @@
-// Pieces shared by the count-sketch reducer schemes (sketched_sgd.cc, fetchsgd.cc):
-// bucket-size checks, per-bucket sketch geometry, the common parameters.
+// Pieces shared by the count-sketch reducer schemes (sketched_sgd.cc, fetchsgd.cc) and
+// Sketched-SGD at the parameter server (ps/sketch_plan.cc): bucket-size checks,
+// per-bucket sketch geometry, the common parameters, Sketched-SGD's hashes and worker
+// accumulation.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +16,8 @@
 #include "gradcomp/error.h"
 #include "gradcomp/reducer.h"
 #include "gradcomp/registry.h"
+#include "gradcomp/rng.h"
+#include "gradcomp/step_context.h"
 
 namespace gradcomp::dist::sketch_scheme {
 
@@ -72,6 +76,32 @@ inline void check_buckets(std::span<const BucketRef> buckets, std::span<const Bu
                             std::to_string(buckets[b].grad.size()) + " elements, expected " +
                             std::to_string(shapes[b].numel));
     }
+  }
+}
+
+// Sketched-SGD's hashes for one bucket (or parameter-server key) and step: keyed by
+// (seed, step, bucket), shared by every rank, new every step (see sketched_sgd.cc).
+inline constexpr std::uint32_t kSketchedSgdHashStream = 0x55C4u;
+inline detail::SketchHash sketched_sgd_hash(std::uint64_t seed, std::uint64_t step,
+                                            std::uint32_t bucket, std::uint32_t rows,
+                                            std::uint32_t cols) {
+  StepContext c;
+  c.seed = seed;
+  c.step = step;
+  c.bucket = bucket;
+  return detail::SketchHash(
+      CounterRng::for_step(c, RngScope::kShared, kSketchedSgdHashStream).key(), rows, cols);
+}
+
+// Sketched-SGD's worker state update: u <- m*u + g ; v <- v + u.
+inline void accumulate_momentum(std::span<float> u, std::span<float> v, std::span<const float> g,
+                                float m) {
+  float* pu = u.data();
+  float* pv = v.data();
+  const float* pg = g.data();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    pu[i] = m * pu[i] + pg[i];
+    pv[i] += pu[i];
   }
 }
 

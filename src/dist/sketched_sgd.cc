@@ -12,16 +12,17 @@
 // live in coordinate space, so nothing ties the hashes of two steps together, and
 // fresh hashes stop a coordinate from colliding with the same heavy neighbour step
 // after step (it would then be estimated wrongly, and skipped, every time).
-// Dense steps (BucketRef::compressed false, e.g. warm-up) of a compressible bucket send
-// u <- m*u + g densely: the mean of the workers' u is the momentum of the mean gradient,
-// so momentum carries on through warm-up; v is untouched.
+// Dense steps (BucketRef::compressed false, e.g. --dense-steps) of a compressible bucket
+// send the plain gradient and leave u and v alone: the trainer's optimizer applies its
+// own momentum on dense steps (it skips momentum only while a bucket is compressed), as
+// for every other method. The parameter server runs the same math per key
+// (ps/sketch_plan.h).
 #include <cstring>
 #include <utility>
 
 #include "detail/count_sketch.h"
 #include "detail/select.h"
 #include "gradcomp/dist/schemes.h"
-#include "gradcomp/rng.h"
 #include "scheme_list.h"
 #include "sketch_scheme_util.h"
 
@@ -30,8 +31,6 @@ namespace gradcomp::dist {
 namespace {
 
 using namespace sketch_scheme;
-
-constexpr std::uint32_t kHashStream = 0x55C4u;
 
 class SketchedSgdReducer final : public Reducer {
  public:
@@ -81,24 +80,13 @@ class SketchedSgdReducer final : public Reducer {
       const BucketRef& bk = buckets[b];
       State& st = state_[b];
       const std::size_t n = bk.grad.size();
-      float* g = bk.grad.data();
-      if (st.on) {
-        float* u = st.u.data();
-        for (std::size_t i = 0; i < n; ++i) u[i] = momentum_ * u[i] + g[i];
-      }
       if (!sketched(bk, st)) {
-        const float* src = st.on ? st.u.data() : g;
-        if (n > 0) std::memcpy(fused1_.data() + n1, src, 4 * n);
+        if (n > 0) std::memcpy(fused1_.data() + n1, bk.grad.data(), 4 * n);
         n1 += n;
         continue;
       }
-      float* v = st.v.data();
-      const float* u = st.u.data();
-      for (std::size_t i = 0; i < n; ++i) v[i] += u[i];
-      StepContext c = ctx;
-      c.bucket = bk.id;
-      st.hash = detail::SketchHash(CounterRng::for_step(c, RngScope::kShared, kHashStream).key(),
-                                   geo_.rows, st.cols);
+      accumulate_momentum(st.u, st.v, bk.grad, momentum_);
+      st.hash = sketched_sgd_hash(ctx.seed, ctx.step, bk.id, geo_.rows, st.cols);
       const std::span<float> table(fused1_.data() + n1, st.hash.cells());
       std::fill(table.begin(), table.end(), 0.0f);
       detail::sketch_accumulate(st.hash, st.v, 1.0f, table);

@@ -93,9 +93,17 @@ void check_ps_options(const JobOptions& o) {
   if (o.reducer != dist::ReducerKind::kAuto) {
     throw InvalidArgument("--reducer applies to --topology allreduce only");
   }
-  if (dist::find_scheme(parse_spec(o.compressor).name) != nullptr) {
+  const std::string name = parse_spec(o.compressor).name;
+  if (dist::find_scheme(name) != nullptr &&
+      !(name == "sketched-sgd" && o.topology == dist::Topology::kPsSync)) {
     throw InvalidArgument("--compressor " + o.compressor +
-                          " is a reducer scheme of its own; it runs with --topology allreduce");
+                          " is a reducer scheme of its own; it runs with --topology allreduce" +
+                          (name == "sketched-sgd" ? " or ps-sync" : ""));
+  }
+  if (name == "sketched-sgd" && o.downlink == dist::Downlink::kCompressed) {
+    throw InvalidArgument(
+        "--ps-downlink compressed: sketched-sgd's reply is already the sparse "
+        "top k; use the dense downlink");
   }
   if (o.train.resume &&
       (o.topology == dist::Topology::kPsAsync || o.downlink == dist::Downlink::kCompressed)) {

@@ -371,6 +371,14 @@ TEST(PsCorrupt, ServerRejectsBadPushes) {
               p[4] = std::byte{2};
             }).find("2bit"),
             std::string::npos);
+  EXPECT_NE(server_error_for([](ps::Frame&, std::vector<std::byte>& p) {
+              p[4] = std::byte{3};  // key 0 as a count sketch: this server runs 2bit
+            }).find("never sketched"),
+            std::string::npos);
+  EXPECT_NE(server_error_for([](ps::Frame&, std::vector<std::byte>& p) {
+              p[4] = std::byte{5};  // a sparse update is a reply, never a push
+            }).find("which no push carries"),
+            std::string::npos);
   const std::string dense_key = server_error_for([](ps::Frame&, std::vector<std::byte>& p) {
     // The dense bucket (last key) as a codec message.
     std::size_t pos = 0;

@@ -21,6 +21,12 @@
 // MXNet), or the mean re-encoded with the server's own error feedback (`compressed`,
 // BytePS). Deterministic: no any-source receive in sync mode.
 //
+// Sketched-SGD (--compressor sketched-sgd on ps-sync; src/dist/ps/sketch_plan.h): the
+// workers push count sketches of their accumulated momentum, the server merges them,
+// answers with the candidate heavy hitters, collects the workers' exact values there
+// (a second push) and replies with the top k; the workers zero their momentum and error
+// where the update landed. The same updates as the allreduce scheme.
+//
 // Asynchronous (ps-async): servers hold the weights of their keys and apply SGD (the
 // workers' momentum / Nesterov / weight decay, lr carried in each push) to every push
 // as it arrives, scaled by 1/W so that one push from every worker moves the weights as
@@ -34,11 +40,13 @@
 //
 // Wire (every PS message): a 48-byte frame on one tag, then, when it announces a
 // payload, the payload on the next tag. Frame, little-endian:
-//    0 4 magic "GCPS"   4 2 version (1)   6 2 kind (1 hello, 2 push, 3 reply, 4 done, 5 stats)
+//    0 4 magic "GCPS"   4 2 version (1)   6 2 kind (1 hello, 2 push, 3 reply, 4 done, 5 stats,
+//                                                    6 candidates)
 //    8 4 sender rank   12 4 record count  16 8 step (sync) / worker clock (async)
 //   24 8 payload bytes 32 4 f32 lr        36 4 aux (hello: worker count; reply: staleness)
 //   40 8 aux64 (hello: configuration hash; push: steps per epoch; async reply: version)
-// Record: 0 4 key id, 4 1 kind (1 fp32, 2 codec message), 5 3 zero, 8 4 bytes, 12 data.
+// Record: 0 4 key id, 4 1 kind (1 fp32, 2 codec message, 3 sketch table, 4 u32 indices,
+// 5 sparse update), 5 3 zero, 8 4 bytes, 12 data.
 // Everything is validated before it is applied: the frame (magic, version, kind, zero
 // padding, the sender rank against the rank Gloo reports, the step), each record (the
 // key must be this server's next key, the kind and length must fit it), each codec

@@ -19,6 +19,8 @@ const char* to_string(Kind k) {
       return "done";
     case Kind::kStats:
       return "stats";
+    case Kind::kCandidates:
+      return "candidates";
   }
   return "?";
 }
@@ -56,7 +58,7 @@ Frame decode_frame(std::span<const std::byte, kFrameBytes> bytes, int sender,
                          " != " + std::to_string(kFrameVersion));
   }
   const auto kind = load_le<std::uint16_t>(p + 6);
-  if (kind < 1 || kind > 5) {
+  if (kind < 1 || kind > 6) {
     throw CorruptMessage("ps frame from " + who + ": unknown kind " + std::to_string(kind));
   }
   Frame f;
@@ -103,7 +105,7 @@ Record RecordReader::next() {
   Record r;
   r.key = load_le<std::uint32_t>(p);
   const auto kind = static_cast<std::uint8_t>(p[4]);
-  if (kind != 1 && kind != 2) {
+  if (kind < 1 || kind > 5) {
     throw CorruptMessage("ps payload from " + who_ + ": record kind " + std::to_string(kind) +
                          " unknown (key " + std::to_string(r.key) + ")");
   }

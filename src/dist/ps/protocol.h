@@ -26,10 +26,27 @@ inline constexpr int kTagPushPayload = 12;
 inline constexpr int kTagReplyFrame = 13;
 inline constexpr int kTagReplyPayload = 14;
 
-enum class Kind : std::uint16_t { kHello = 1, kPush = 2, kReply = 3, kDone = 4, kStats = 5 };
+// kCandidates: Sketched-SGD's first reply (the coordinates whose exact values the
+// server asks for next; see sketch_plan.h).
+enum class Kind : std::uint16_t {
+  kHello = 1,
+  kPush = 2,
+  kReply = 3,
+  kDone = 4,
+  kStats = 5,
+  kCandidates = 6
+};
 const char* to_string(Kind k);
 
-enum class RecordKind : std::uint8_t { kDense = 1, kCodec = 2 };
+// kSketch: a count-sketch table (fp32 cells); kIndices: ascending u32 coordinates;
+// kSparse: u32 count c, c ascending u32 coordinates, c fp32 values (sketch_plan.h).
+enum class RecordKind : std::uint8_t {
+  kDense = 1,
+  kCodec = 2,
+  kSketch = 3,
+  kIndices = 4,
+  kSparse = 5
+};
 
 struct Frame {
   Kind kind = Kind::kPush;

@@ -3,6 +3,9 @@
 // Sync: per step, the push frame of every worker (received from each rank in order,
 // never from "any": the sum is then the same on every run), then every payload,
 // decoded into the key's mean in worker order; one reply built once and sent to all.
+// With Sketched-SGD the summed sketches first yield the candidates (a reply of their
+// own), the workers' values at them come in as a second round of pushes, and the reply
+// carries the top k of their sums (sketch_rounds).
 // Async: receive-from-any of the next push frame, its payload from that rank, decode
 // every record into scratch (nothing is applied before the whole push validated), SGD
 // on the keys' weights with lr/W, reply with the weights unless the staleness bound
@@ -11,12 +14,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "detail/select.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
 #include "protocol.h"
+#include "sketch_plan.h"
 
 namespace gradcomp::dist {
 
@@ -40,12 +46,17 @@ class Server {
     }
     me_ = cfg_.role_of(comm_.rank());
     index_ = comm_.rank() - cfg_.workers;
-    const auto probe = registry.make_memory(cfg_.compressor, 0);
-    canonical_ = probe->spec();
-    compress_ = probe->codec().name() != "none";
-    codec_ = registry.make_codec_of(cfg_.compressor);
     keys_ = plan_keys(shapes_, cfg_.servers, cfg_.split_elements);
     const bool async = cfg_.topology == Topology::kPsAsync;
+    sketch_ = ps::sketch_plan_for(cfg_, keys_);
+    if (sketch_) {
+      canonical_ = sketch_->spec;
+    } else {
+      const auto probe = registry.make_memory(cfg_.compressor, 0);
+      canonical_ = probe->spec();
+      compress_ = probe->codec().name() != "none";
+      codec_ = registry.make_codec_of(cfg_.compressor);
+    }
     if (async && initial_weights.size() != shapes_.size()) {
       throw InvalidArgument("ps server: " + std::to_string(initial_weights.size()) +
                             " initial weight buckets, expected " + std::to_string(shapes_.size()));
@@ -56,12 +67,24 @@ class Server {
       if (k.server != index_) continue;
       mine_.push_back(k.id);
       const bool coded = compress_ && k.compressible;
-      push_cap += ps::kRecordHeaderBytes +
-                  std::max(4 * k.numel, coded ? codec_->max_encoded_bytes(k.numel) : 0);
+      const std::size_t sketch_bytes = sketch_ ? sketch_->max_record_bytes(k) : 0;
+      push_cap +=
+          ps::kRecordHeaderBytes +
+          std::max({4 * k.numel, coded ? codec_->max_encoded_bytes(k.numel) : 0, sketch_bytes});
       const bool coded_reply = coded && !async && cfg_.downlink == Downlink::kCompressed;
       reply_cap += ps::kRecordHeaderBytes +
-                   std::max(4 * k.numel, coded_reply ? codec_->max_encoded_bytes(k.numel) : 0);
-      acc_.emplace_back(k.numel, 0.0f);
+                   std::max({4 * k.numel, coded_reply ? codec_->max_encoded_bytes(k.numel) : 0,
+                             sketch_bytes});
+      SketchServerKey sk;
+      if (sketch_ && sketch_->keys[k.id].on) {
+        const ps::SketchKey& plan = sketch_->keys[k.id];
+        sk.cand.resize(plan.kc);
+        sk.sums.resize(plan.kc);
+        sk.pos.resize(plan.k);
+        estimates_.resize(std::max(estimates_.size(), k.numel));
+      }
+      sketch_keys_.push_back(std::move(sk));
+      acc_.emplace_back(std::max(k.numel, sketch_ ? sketch_->cells(k.id) : 0), 0.0f);
       server_memories_.push_back(coded_reply ? registry.make_memory(cfg_.compressor, k.numel)
                                              : nullptr);
       if (async) {
@@ -153,13 +176,14 @@ class Server {
     });
   }
 
-  // Checks a push frame against this server's keys and buffers.
-  void check_push(const Frame& f, int w) const {
-    if (f.records != mine_.size() || f.payload_bytes > push_[static_cast<std::size_t>(w)].size()) {
+  // Checks a push frame against this server's buffers and the records expected (every
+  // key of this server, or Sketched-SGD's second round: the sketched keys).
+  void check_push(const Frame& f, int w, std::size_t records) const {
+    if (f.records != records || f.payload_bytes > push_[static_cast<std::size_t>(w)].size()) {
       throw CorruptMessage("ps " + me_ + ": push from " + cfg_.role_of(w) + " announces " +
                            std::to_string(f.records) + " records and " +
-                           std::to_string(f.payload_bytes) + " bytes; this server has " +
-                           std::to_string(mine_.size()) + " keys and at most " +
+                           std::to_string(f.payload_bytes) + " bytes; expected " +
+                           std::to_string(records) + " records and at most " +
                            std::to_string(push_[static_cast<std::size_t>(w)].size()) + " bytes");
     }
   }
@@ -176,12 +200,24 @@ class Server {
           " where key " + std::to_string(expected) + " was expected");
     }
     const PsKey& k = keys_[expected];
-    if (r.kind == RecordKind::kDense) {
+    if (r.kind == RecordKind::kSketch) {
+      if (!sketch_ || !sketch_->keys[k.id].on || r.data.size() != 4 * sketch_->cells(k.id)) {
+        throw CorruptMessage(
+            "ps " + me_ + ": push from " + who + ": key " + std::to_string(k.id) +
+            " came as a sketch of " + std::to_string(r.data.size()) + " bytes; it is " +
+            (sketch_ && sketch_->keys[k.id].on ? std::to_string(4 * sketch_->cells(k.id)) + " bytes"
+                                               : std::string("never sketched")));
+      }
+    } else if (r.kind == RecordKind::kDense) {
       if (r.data.size() != 4 * k.numel) {
         throw CorruptMessage("ps " + me_ + ": push from " + who + ": key " + std::to_string(k.id) +
                              " has " + std::to_string(r.data.size()) + " bytes of fp32, expected " +
                              std::to_string(4 * k.numel));
       }
+    } else if (r.kind != RecordKind::kCodec) {
+      throw CorruptMessage("ps " + me_ + ": push from " + who + ": key " + std::to_string(k.id) +
+                           " came as record kind " + std::to_string(static_cast<int>(r.kind)) +
+                           ", which no push carries");
     } else if (!(compress_ && k.compressible)) {
       throw CorruptMessage("ps " + me_ + ": push from " + who + ": key " + std::to_string(k.id) +
                            " is never compressed, yet came as a codec message");
@@ -219,10 +255,51 @@ class Server {
     *all_done = done == cfg_.workers;
   }
 
-  void run_sync() {
+  // Posts every worker's push payload (sizes from decoded_), then reads them in worker
+  // order: `records` records each, handed to per_record(worker, position, record).
+  template <class F>
+  void receive_payloads(std::size_t records, F&& per_record) {
     const auto w_count = static_cast<std::size_t>(cfg_.workers);
+    std::vector<P2PRequest> reqs;
+    reqs.reserve(w_count);
+    for (int w = 0; w < cfg_.workers; ++w) {
+      const auto wi = static_cast<std::size_t>(w);
+      guarded("push from", w, [&] {
+        reqs.push_back(
+            comm_.irecv_bytes(w, ps::kTagPushPayload,
+                              std::span<std::byte>(push_[wi]).first(decoded_[wi].payload_bytes)));
+      });
+    }
+    for (int w = 0; w < cfg_.workers; ++w) {
+      const auto wi = static_cast<std::size_t>(w);
+      guarded("push from", w, [&] { comm_.wait(reqs[wi]); });
+      ps::RecordReader reader(
+          std::span<const std::byte>(push_[wi].data(), decoded_[wi].payload_bytes),
+          cfg_.role_of(w));
+      for (std::size_t j = 0; j < records; ++j) per_record(w, j, reader.next());
+      if (!reader.done()) {
+        throw CorruptMessage("ps " + me_ + ": push from " + cfg_.role_of(w) +
+                             " has trailing bytes after its last key");
+      }
+    }
+  }
+
+  // Every worker's push frame of one round: the same step, `records` records each.
+  void check_round(std::uint64_t step, std::size_t records) const {
+    for (int w = 0; w < cfg_.workers; ++w) {
+      const Frame& f = decoded_[static_cast<std::size_t>(w)];
+      if (f.step != step) {
+        throw CorruptMessage("ps " + me_ + ": " + cfg_.role_of(w) + " pushed step " +
+                             std::to_string(f.step) + " while " + cfg_.role_of(0) +
+                             " pushed step " + std::to_string(step));
+      }
+      check_push(f, w, records);
+    }
+  }
+
+  void run_sync() {
     const float inv_w = 1.0f / static_cast<float>(cfg_.workers);
-    decoded_.resize(w_count);
+    decoded_.resize(static_cast<std::size_t>(cfg_.workers));
     std::vector<RecordKind> kinds(mine_.size());
     bool first_step = true;
     std::uint64_t last_step = 0;
@@ -235,68 +312,34 @@ class Server {
         throw CorruptMessage("ps " + me_ + ": " + cfg_.role_of(0) + " pushed step " +
                              std::to_string(step) + " after step " + std::to_string(last_step));
       }
-      for (int w = 0; w < cfg_.workers; ++w) {
-        const Frame& f = decoded_[static_cast<std::size_t>(w)];
-        if (f.step != step) {
-          throw CorruptMessage("ps " + me_ + ": " + cfg_.role_of(w) + " pushed step " +
-                               std::to_string(f.step) + " while " + cfg_.role_of(0) +
-                               " pushed step " + std::to_string(step));
-        }
-        check_push(f, w);
-      }
+      check_round(step, mine_.size());
       first_step = false;
       last_step = step;
 
-      // Payloads: all posted, consumed in worker order.
-      std::vector<P2PRequest> reqs;
-      reqs.reserve(w_count);
-      for (int w = 0; w < cfg_.workers; ++w) {
-        const auto wi = static_cast<std::size_t>(w);
-        guarded("push from", w, [&] {
-          reqs.push_back(
-              comm_.irecv_bytes(w, ps::kTagPushPayload,
-                                std::span<std::byte>(push_[wi]).first(decoded_[wi].payload_bytes)));
-        });
-      }
-      for (int w = 0; w < cfg_.workers; ++w) {
-        const auto wi = static_cast<std::size_t>(w);
-        guarded("push from", w, [&] { comm_.wait(reqs[wi]); });
+      // Payloads, consumed in worker order: each key's sum (scaled once at the end, as
+      // the dense allreduce does) or its mean (codec messages).
+      receive_payloads(mine_.size(), [&](int w, std::size_t j, const ps::Record& r) {
         const std::string who = cfg_.role_of(w);
-        ps::RecordReader reader(
-            std::span<const std::byte>(push_[wi].data(), decoded_[wi].payload_bytes), who);
-        for (std::size_t j = 0; j < mine_.size(); ++j) {
-          const ps::Record r = reader.next();
-          const PsKey& k = check_record(r, j, who);
-          if (w == 0) {
-            kinds[j] = r.kind;
-          } else if (kinds[j] != r.kind) {
-            throw CorruptMessage("ps " + me_ + ": " + who + " sent key " + std::to_string(k.id) +
-                                 (r.kind == RecordKind::kDense ? " dense" : " compressed") +
-                                 " while " + cfg_.role_of(0) + " did not");
-          }
-          std::vector<float>& acc = acc_[j];
-          if (r.kind == RecordKind::kDense) {
-            // Summed in worker order, scaled once at the end (as the dense allreduce).
-            const float* g = reinterpret_cast<const float*>(r.data.data());
-            if (w == 0) {
-              if (k.numel > 0) std::memcpy(acc.data(), r.data.data(), 4 * k.numel);
-            } else {
-              for (std::size_t i = 0; i < k.numel; ++i) {
-                float v;
-                std::memcpy(&v, g + i, 4);
-                acc[i] += v;
-              }
-            }
-          } else {
-            // decode_add validates the whole message before writing into acc.
-            if (w == 0) std::fill(acc.begin(), acc.end(), 0.0f);
-            codec_->decode_add(r.data, acc, inv_w);
-          }
+        const PsKey& k = check_record(r, j, who);
+        if (w == 0) {
+          kinds[j] = r.kind;
+        } else if (kinds[j] != r.kind) {
+          throw CorruptMessage("ps " + me_ + ": " + who + " sent key " + std::to_string(k.id) +
+                               " as record kind " + std::to_string(static_cast<int>(r.kind)) +
+                               " while " + cfg_.role_of(0) + " sent kind " +
+                               std::to_string(static_cast<int>(kinds[j])));
         }
-        if (!reader.done()) {
-          throw CorruptMessage("ps " + me_ + ": push from " + who +
-                               " has trailing bytes after its last key");
+        std::vector<float>& acc = acc_[j];
+        if (r.kind == RecordKind::kCodec) {
+          // decode_add validates the whole message before writing into acc.
+          if (w == 0) std::fill(acc.begin(), acc.end(), 0.0f);
+          codec_->decode_add(r.data, acc, inv_w);
+        } else {
+          add_floats(r.data, std::span<float>(acc).first(r.data.size() / 4), w == 0);
         }
+      });
+      if (std::find(kinds.begin(), kinds.end(), RecordKind::kSketch) != kinds.end()) {
+        sketch_rounds(step, kinds);
       }
 
       // The reply, once for everybody.
@@ -304,11 +347,12 @@ class Server {
       for (std::size_t j = 0; j < mine_.size(); ++j) {
         const PsKey& k = keys_[mine_[j]];
         std::vector<float>& acc = acc_[j];
-        if (kinds[j] == RecordKind::kDense) {
-          for (float& v : acc) v *= inv_w;
-        }
         Memory* m = server_memories_[j].get();
-        if (kinds[j] == RecordKind::kCodec && m != nullptr) {
+        if (kinds[j] == RecordKind::kSketch) {
+          const SketchServerKey& sk = sketch_keys_[j];
+          const auto out = writer.begin(k.id, RecordKind::kSparse, 4 + 8 * sk.update_idx.size());
+          writer.end(ps::write_sparse(sk.update_idx, sk.update_val, out));
+        } else if (kinds[j] == RecordKind::kCodec && m != nullptr) {
           StepContext c;
           c.seed = cfg_.seed;
           c.step = step;
@@ -321,6 +365,9 @@ class Server {
           const auto out = writer.begin(k.id, RecordKind::kCodec, m->max_encoded_bytes());
           writer.end(m->compress(acc, c, out));
         } else {
+          if (kinds[j] == RecordKind::kDense) {
+            for (std::size_t i = 0; i < k.numel; ++i) acc[i] *= inv_w;
+          }
           const auto out = writer.begin(k.id, RecordKind::kDense, 4 * k.numel);
           if (k.numel > 0) std::memcpy(out.data(), acc.data(), 4 * k.numel);
           writer.end(4 * k.numel);
@@ -335,6 +382,84 @@ class Server {
       reply.aux64 = step + 1;
       send_to_all(reply);
       ++report_.steps;
+    }
+  }
+
+  // acc = data (first) or acc += data, data being fp32 little-endian.
+  static void add_floats(std::span<const std::byte> data, std::span<float> acc, bool first) {
+    if (first) {
+      if (!acc.empty()) std::memcpy(acc.data(), data.data(), 4 * acc.size());
+      return;
+    }
+    for (std::size_t i = 0; i < acc.size(); ++i) {
+      float v;
+      std::memcpy(&v, data.data() + 4 * i, 4);
+      acc[i] += v;
+    }
+  }
+
+  // Sketched-SGD's rounds (sketch_plan.h) once the sketches of this step are summed in
+  // acc_: the candidates out, the workers' values at them in, the top k of their sums
+  // into sketch_keys_[j].update_*.
+  void sketch_rounds(std::uint64_t step, std::span<const RecordKind> kinds) {
+    const float inv_w = 1.0f / static_cast<float>(cfg_.workers);
+    ps::RecordWriter writer(reply_);
+    std::vector<std::size_t> sketched;  // positions j in mine_
+    for (std::size_t j = 0; j < mine_.size(); ++j) {
+      if (kinds[j] != RecordKind::kSketch) continue;
+      sketched.push_back(j);
+      const PsKey& k = keys_[mine_[j]];
+      SketchServerKey& sk = sketch_keys_[j];
+      const detail::SketchHash h = sketch_->hash(k, cfg_.seed, step);
+      const std::span<const float> table(acc_[j].data(), h.cells());
+      const std::size_t m =
+          detail::sketch_top_k(h, table, std::span<float>(estimates_).first(k.numel),
+                               sketch_->keys[k.id].kc, sk.cand, "ps sketched-sgd candidates");
+      const auto out = writer.begin(k.id, RecordKind::kIndices, 4 * m);
+      writer.end(ps::write_indices(std::span<const std::uint32_t>(sk.cand).first(m), out));
+      sk.m = m;
+    }
+    Frame cand;
+    cand.kind = Kind::kCandidates;
+    cand.sender = static_cast<std::uint32_t>(comm_.rank());
+    cand.records = writer.records();
+    cand.step = step;
+    cand.payload_bytes = writer.size();
+    send_to_all(cand);
+
+    bool all_done = false;
+    recv_frames_in_order(&all_done);
+    if (all_done) {
+      throw CorruptMessage("ps " + me_ + ": the workers finished between the two rounds of step " +
+                           std::to_string(step));
+    }
+    check_round(step, sketched.size());
+    receive_payloads(sketched.size(), [&](int w, std::size_t t, const ps::Record& r) {
+      const std::size_t j = sketched[t];
+      const PsKey& k = keys_[mine_[j]];
+      SketchServerKey& sk = sketch_keys_[j];
+      if (r.key != k.id || r.kind != RecordKind::kDense || r.data.size() != 4 * sk.m) {
+        throw CorruptMessage(
+            "ps " + me_ + ": values from " + cfg_.role_of(w) + ": key " + std::to_string(r.key) +
+            ", kind " + std::to_string(static_cast<int>(r.kind)) + ", " +
+            std::to_string(r.data.size()) + " bytes where key " + std::to_string(k.id) + " and " +
+            std::to_string(4 * sk.m) + " bytes of fp32 were expected");
+      }
+      add_floats(r.data, std::span<float>(sk.sums).first(sk.m), w == 0);
+    });
+    for (const std::size_t j : sketched) {
+      const PsKey& k = keys_[mine_[j]];
+      SketchServerKey& sk = sketch_keys_[j];
+      const std::span<const float> sums(sk.sums.data(), sk.m);
+      // Positions in the candidates, ascending; ties: lower index first.
+      const std::size_t kk =
+          detail::select_topk_exact(sums, sketch_->keys[k.id].k, sk.pos, "ps sketched-sgd");
+      sk.update_idx.resize(kk);
+      sk.update_val.resize(kk);
+      for (std::size_t t = 0; t < kk; ++t) {
+        sk.update_idx[t] = sk.cand[sk.pos[t]];
+        sk.update_val[t] = sums[sk.pos[t]] * inv_w;
+      }
     }
   }
 
@@ -457,7 +582,7 @@ class Server {
                              "), weights version " + std::to_string(f.aux64) + " (current " +
                              std::to_string(version) + "), lr " + std::to_string(f.lr));
       }
-      check_push(f, src);
+      check_push(f, src, mine_.size());
       guarded("push from", src, [&] {
         comm_.recv_bytes(src, ps::kTagPushPayload,
                          std::span<std::byte>(push_[w]).first(f.payload_bytes));
@@ -527,7 +652,20 @@ class Server {
   int index_ = 0;
   std::string canonical_;
   bool compress_ = false;
-  std::shared_ptr<const Codec> codec_;
+  std::shared_ptr<const Codec> codec_;  // null with sketched-sgd
+  std::optional<ps::SketchPlan> sketch_;
+  // Sketched-SGD, per key of mine: this step's candidates, their summed values, the
+  // top k's positions and the update sent back.
+  struct SketchServerKey {
+    std::vector<std::uint32_t> cand;
+    std::vector<float> sums;
+    std::vector<std::uint32_t> pos;
+    std::size_t m = 0;
+    std::vector<std::uint32_t> update_idx;
+    std::vector<float> update_val;
+  };
+  std::vector<SketchServerKey> sketch_keys_;
+  std::vector<float> estimates_;
   std::vector<PsKey> keys_;
   std::vector<std::uint32_t> mine_;
   std::vector<std::vector<float>> acc_;  // per key of mine: the sum (sync) / gradient (async)
