@@ -255,9 +255,18 @@ netlab_run() {
   local status=0 st done_pid
   while [ ${#NETLAB_PIDS[@]} -gt 0 ]; do
     done_pid=""
-    wait -n -p done_pid "${NETLAB_PIDS[@]}"
+    wait -n -p done_pid "${NETLAB_PIDS[@]}" 2>/dev/null
     st=$?
-    [ -z "$done_pid" ] && break
+    # wait -p unsets done_pid when no listed process is left to wait for (bash may have
+    # reaped them already): collect whatever is left one by one and stop.
+    if [ -z "${done_pid:-}" ]; then
+      for pid in "${NETLAB_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null
+        st=$?
+        [ "$st" -ne 0 ] && [ "$st" -ne 127 ] && [ "$status" -eq 0 ] && status=$st
+      done
+      break
+    fi
     local left=()
     for pid in "${NETLAB_PIDS[@]}"; do [ "$pid" != "$done_pid" ] && left+=("$pid"); done
     NETLAB_PIDS=("${left[@]}")

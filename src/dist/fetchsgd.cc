@@ -26,6 +26,7 @@
 #include "gradcomp/rng.h"
 #include "scheme_list.h"
 #include "sketch_scheme_util.h"
+#include "step_recorder.h"
 
 namespace gradcomp::dist {
 
@@ -69,11 +70,10 @@ class FetchSgdReducer final : public Reducer {
 
   void reduce(std::span<const BucketRef> buckets, const StepContext& ctx) override {
     check_buckets(buckets, shapes_, "fetchsgd reduce");
-    const auto before = comm_.counters();
+    StepRecorder rec(comm_, stats_);
     const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
 
     // ---- encode: each worker's sketch of its gradient
-    auto t0 = Clock::now();
     std::size_t n1 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
@@ -101,14 +101,12 @@ class FetchSgdReducer final : public Reducer {
       detail::sketch_accumulate(st.hash, bk.grad, 1.0f, table);
       n1 += table.size();
     }
-    stats_.encode_seconds += seconds_since(t0);
+    rec.encoded();
 
-    t0 = Clock::now();
     comm_.allreduce_sum(std::span<float>(fused_.data(), n1));
-    stats_.comm_seconds += seconds_since(t0);
+    rec.communicated();
 
     // ---- momentum and error in sketch space; unsketch; the update
-    t0 = Clock::now();
     const float lr = ctx.lr;
     const bool extract = std::isfinite(lr) && lr > 0.0f;
     n1 = 0;
@@ -140,12 +138,9 @@ class FetchSgdReducer final : public Reducer {
       detail::sketch_zero_cells(st.hash, sent, st.su);
       detail::sketch_zero_cells(st.hash, sent, st.se);
     }
-    stats_.decode_seconds += seconds_since(t0);
+    rec.decoded();
 
-    const auto after = comm_.counters();
-    stats_.bytes_sent += after.bytes_sent - before.bytes_sent;
-    stats_.bytes_received += after.bytes_received - before.bytes_received;
-    ++stats_.steps;
+    rec.finish();
   }
 
   ReduceStats take_stats() override { return std::exchange(stats_, {}); }

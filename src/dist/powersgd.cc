@@ -28,7 +28,6 @@
 // ("bucket<id>.residual", numel floats, with error feedback) and Q ("bucket<id>.q",
 // r columns of cols floats).
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -39,16 +38,11 @@
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/rng.h"
+#include "step_recorder.h"
 
 namespace gradcomp::dist {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // SPEC §8: a matrix is compressed only when the factors are less than half its size.
 bool worth_compressing(std::size_t rows, std::size_t cols, std::size_t rank) {
@@ -96,12 +90,11 @@ class PowerSgdReducer final : public Reducer {
 
   void reduce(std::span<const BucketRef> buckets, const StepContext& ctx) override {
     check_buckets(buckets);
-    const auto before = comm_.counters();
+    StepRecorder rec(comm_, stats_);
     const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
     const bool warming_up = ctx.step < warmup_steps_;
 
     // ---- encode: M = g + e, P = M Q; dense buckets copied next to the P's
-    auto t0 = Clock::now();
     std::size_t n32 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
@@ -122,14 +115,12 @@ class PowerSgdReducer final : public Reducer {
         n32 += bk.grad.size();
       }
     }
-    stats_.encode_seconds += seconds_since(t0);
+    rec.encoded();
 
-    t0 = Clock::now();
     comm_.allreduce_sum(std::span<float>(fused_.data(), n32));
-    stats_.comm_seconds += seconds_since(t0);
+    rec.communicated();
 
     // ---- encode, second half: orthonormalise P, Q = M^T P
-    t0 = Clock::now();
     std::size_t nq = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       if (!active_[b]) continue;
@@ -150,14 +141,12 @@ class PowerSgdReducer final : public Reducer {
       detail::lr_back_project(s.lr, m, p, std::span<float>(q_sum_.data() + nq, s.lr.q_size()));
       nq += s.lr.q_size();
     }
-    stats_.encode_seconds += seconds_since(t0);
+    rec.encoded();
 
-    t0 = Clock::now();
     comm_.allreduce_sum(std::span<float>(q_sum_.data(), nq));
-    stats_.comm_seconds += seconds_since(t0);
+    rec.communicated();
 
     // ---- decode: Q = sum / W (kept: warm start), g = P Q^T, e = M - g; dense: sum / W
-    t0 = Clock::now();
     nq = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
@@ -178,12 +167,9 @@ class PowerSgdReducer final : public Reducer {
         for (std::size_t i = 0; i < bk.grad.size(); ++i) g[i] = sum[i] * inv_w;
       }
     }
-    stats_.decode_seconds += seconds_since(t0);
+    rec.decoded();
 
-    const auto after = comm_.counters();
-    stats_.bytes_sent += after.bytes_sent - before.bytes_sent;
-    stats_.bytes_received += after.bytes_received - before.bytes_received;
-    ++stats_.steps;
+    rec.finish();
   }
 
   ReduceStats take_stats() override { return std::exchange(stats_, {}); }

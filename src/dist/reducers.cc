@@ -15,7 +15,6 @@
 //            so every rank ends with bit-identical buckets.
 // Buffers are sized at construction (the gather buffer grows to its high-water mark),
 // so a steady-state step allocates nothing in gradcomp (c10d allocates its work objects).
-#include <chrono>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -26,16 +25,11 @@
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
+#include "step_recorder.h"
 
 namespace gradcomp::dist {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::size_t dtype_bytes(WireDType d) { return d == WireDType::kFloat32 ? 4 : 2; }
 
@@ -88,11 +82,10 @@ class FusedReducer final : public Reducer {
 
   void reduce(std::span<const BucketRef> buckets, const StepContext& ctx) override {
     check_buckets(buckets);
-    const auto before = comm_.counters();
+    StepRecorder rec(comm_, stats_);
     const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
 
     // ---- encode
-    auto t0 = Clock::now();
     std::size_t send_len = 0;
     std::size_t n_messages = 0;
     if (mode_ != Mode::kDense) {
@@ -119,10 +112,9 @@ class FusedReducer final : public Reducer {
         ++n_messages;
       }
     }
-    stats_.encode_seconds += seconds_since(t0);
+    rec.encoded();
 
     // ---- pack + communicate
-    t0 = Clock::now();
     std::size_t n32 = 0;
     std::size_t n16 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -153,10 +145,9 @@ class FusedReducer final : public Reducer {
       comm_.allgather_bytes(std::span<const std::byte>(send_.data(), send_len), gathered_,
                             offsets_);
     }
-    stats_.comm_seconds += seconds_since(t0);
+    rec.communicated();
 
     // ---- unpack + decode
-    t0 = Clock::now();
     n32 = 0;
     n16 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -187,12 +178,9 @@ class FusedReducer final : public Reducer {
       }
     }
     if (mode_ == Mode::kAllgather && n_messages > 0) decode_gathered(buckets, n_messages, inv_w);
-    stats_.decode_seconds += seconds_since(t0);
+    rec.decoded();
 
-    const auto after = comm_.counters();
-    stats_.bytes_sent += after.bytes_sent - before.bytes_sent;
-    stats_.bytes_received += after.bytes_received - before.bytes_received;
-    ++stats_.steps;
+    rec.finish();
   }
 
   ReduceStats take_stats() override { return std::exchange(stats_, {}); }

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -20,12 +19,6 @@
 #include "gradcomp/step_context.h"
 
 namespace gradcomp::dist::sketch_scheme {
-
-using Clock = std::chrono::steady_clock;
-
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // k, rows, cols, table as the user gave them.
 struct Geometry {

@@ -25,6 +25,7 @@
 #include "gradcomp/dist/schemes.h"
 #include "scheme_list.h"
 #include "sketch_scheme_util.h"
+#include "step_recorder.h"
 
 namespace gradcomp::dist {
 
@@ -70,11 +71,10 @@ class SketchedSgdReducer final : public Reducer {
 
   void reduce(std::span<const BucketRef> buckets, const StepContext& ctx) override {
     check_buckets(buckets, shapes_, "sketched-sgd reduce");
-    const auto before = comm_.counters();
+    StepRecorder rec(comm_, stats_);
     const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
 
     // ---- encode: momentum, error accumulation, sketches (round-1 buffer)
-    auto t0 = Clock::now();
     std::size_t n1 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
@@ -92,14 +92,12 @@ class SketchedSgdReducer final : public Reducer {
       detail::sketch_accumulate(st.hash, st.v, 1.0f, table);
       n1 += table.size();
     }
-    stats_.encode_seconds += seconds_since(t0);
+    rec.encoded();
 
-    t0 = Clock::now();
     comm_.allreduce_sum(std::span<float>(fused1_.data(), n1));
-    stats_.comm_seconds += seconds_since(t0);
+    rec.communicated();
 
     // ---- candidates from the summed sketches; dense buckets' means (round-2 buffer)
-    t0 = Clock::now();
     n1 = 0;
     std::size_t n2 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -121,14 +119,12 @@ class SketchedSgdReducer final : public Reducer {
       for (std::size_t t = 0; t < st.m; ++t) fused2_[n2 + t] = v[st.cand[t]];
       n2 += st.m;
     }
-    stats_.decode_seconds += seconds_since(t0);
+    rec.decoded();
 
-    t0 = Clock::now();
     comm_.allreduce_sum(std::span<float>(fused2_.data(), n2));
-    stats_.comm_seconds += seconds_since(t0);
+    rec.communicated();
 
     // ---- top-k of the exact sums; the update; clear what was applied
-    t0 = Clock::now();
     n2 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
@@ -149,12 +145,9 @@ class SketchedSgdReducer final : public Reducer {
         st.v[i] = 0.0f;
       }
     }
-    stats_.decode_seconds += seconds_since(t0);
+    rec.decoded();
 
-    const auto after = comm_.counters();
-    stats_.bytes_sent += after.bytes_sent - before.bytes_sent;
-    stats_.bytes_received += after.bytes_received - before.bytes_received;
-    ++stats_.steps;
+    rec.finish();
   }
 
   ReduceStats take_stats() override { return std::exchange(stats_, {}); }

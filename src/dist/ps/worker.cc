@@ -10,13 +10,13 @@
 // the sketches out and the candidates back, then the values at the candidates out and
 // the top k back.
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "../step_recorder.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
 #include "protocol.h"
@@ -26,14 +26,9 @@ namespace gradcomp::dist {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using ps::Frame;
 using ps::Kind;
 using ps::RecordKind;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 class PsWorkerImpl final : public PsWorker {
  public:
@@ -271,13 +266,12 @@ class PsWorkerImpl final : public PsWorker {
                 const StepContext& ctx) {
     check_buckets(buckets);
     if (finished_) throw InvalidArgument("ps worker: exchange after finish()");
-    const auto before = comm_.counters();
+    StepRecorder rec(comm_, stats_);
     const auto s_count = static_cast<std::size_t>(cfg_.servers);
     const bool async = cfg_.topology == Topology::kPsAsync;
     const std::uint64_t step = async ? clock_ : ctx.step;
 
     // ---- encode one push per server
-    auto t0 = Clock::now();
     std::vector<char> two_rounds(s_count, 0);  // servers owning a sketched key this step
     std::vector<std::size_t> sketched_keys(s_count, 0);
     for (std::size_t s = 0; s < s_count; ++s) {
@@ -315,17 +309,15 @@ class PsWorkerImpl final : public PsWorker {
       push_len_[s] = w.size();
       push_records_[s] = w.records();
     }
-    stats_.encode_seconds += seconds_since(t0);
+    rec.encoded();
 
     // ---- push, then pull (the candidates, for servers owning a sketched key)
-    t0 = Clock::now();
     const std::vector<char> all(s_count, 1);
     round_trip(all, sketched_keys, step, ctx);
-    stats_.comm_seconds += seconds_since(t0);
+    rec.communicated();
 
     // ---- Sketched-SGD's second round: v at the candidates, then the top k
     if (std::find(two_rounds.begin(), two_rounds.end(), 1) != two_rounds.end()) {
-      t0 = Clock::now();
       for (std::size_t s = 0; s < s_count; ++s) {
         if (!two_rounds[s]) continue;
         const std::string who = "reply from " + server_name(s);
@@ -355,15 +347,13 @@ class PsWorkerImpl final : public PsWorker {
         push_len_[s] = w.size();
         push_records_[s] = w.records();
       }
-      stats_.decode_seconds += seconds_since(t0);
-      t0 = Clock::now();
+      rec.decoded();
       const std::vector<std::size_t> final_reply(s_count, 0);
       round_trip(two_rounds, final_reply, step, ctx);
-      stats_.comm_seconds += seconds_since(t0);
+      rec.communicated();
     }
 
     // ---- apply: the mean gradient (sync) or the weights (async)
-    t0 = Clock::now();
     for (std::size_t s = 0; s < s_count; ++s) {
       const std::string who = server_name(s);
       ps::RecordReader reader(
@@ -417,12 +407,9 @@ class PsWorkerImpl final : public PsWorker {
       if (async) ++local_staleness_[replies_[s].aux];
     }
     ++clock_;
-    stats_.decode_seconds += seconds_since(t0);
+    rec.decoded();
 
-    const auto after = comm_.counters();
-    stats_.bytes_sent += after.bytes_sent - before.bytes_sent;
-    stats_.bytes_received += after.bytes_received - before.bytes_received;
-    ++stats_.steps;
+    rec.finish();
   }
 
   std::string server_name(std::size_t s) const {
