@@ -203,7 +203,8 @@ SchemeInfo sketched_sgd_scheme() {
   return {.name = "sketched-sgd",
           .summary =
               "Sketched-SGD: allreduce count sketches of the accumulated momentum, then "
-              "the exact values of the p2*k best candidates; apply the top k",
+              "the exact values of the p2*k best candidates; apply the top k (on "
+              "--topology ps-sync the server merges the sketches)",
           .params = std::move(params),
           .examples = {"sketched-sgd:ratio=0.001,table=0.01", "sketched-sgd:k=100,rows=3,cols=500"},
           .make = [](const Params& p, const std::string& spec, Communicator& comm,

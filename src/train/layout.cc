@@ -1,10 +1,42 @@
 #include "train/layout.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "gradcomp/error.h"
 
 namespace gradcomp::train {
+
+namespace {
+
+// Which tensors stay dense (see the rules in layout.h).
+std::vector<char> dense_tensors(std::span<const ParamInfo> params, const LayoutOptions& options) {
+  std::vector<char> dense(params.size(), 0);
+  double total = 0.0;
+  std::vector<std::size_t> candidates;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamInfo& p = params[i];
+    if (p.numel < 0) throw InvalidArgument("layout: " + p.name + " has negative numel");
+    total += static_cast<double>(p.numel);
+    if (p.dim <= 1 || p.numel < options.min_elements) {
+      dense[i] = 1;
+    } else {
+      candidates.push_back(i);
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](std::size_t a, std::size_t b) { return params[a].numel < params[b].numel; });
+  const double budget = options.dense_share * total;
+  double used = 0.0;
+  for (const std::size_t i : candidates) {
+    used += static_cast<double>(params[i].numel);
+    if (used > budget) break;
+    dense[i] = 1;
+  }
+  return dense;
+}
+
+}  // namespace
 
 std::vector<BucketPlan> plan_buckets(std::span<const ParamInfo> params,
                                      const LayoutOptions& options) {
@@ -13,6 +45,11 @@ std::vector<BucketPlan> plan_buckets(std::span<const ParamInfo> params,
                           " and min_elements " + std::to_string(options.min_elements) +
                           " must be >= 0");
   }
+  if (!(options.dense_share >= 0.0 && options.dense_share <= 1.0)) {
+    throw InvalidArgument("layout: dense_share " + std::to_string(options.dense_share) +
+                          " must be in [0, 1]");
+  }
+  const std::vector<char> stays_dense = dense_tensors(params, options);
   const double cap_elements = options.bucket_mb * 1024.0 * 1024.0 / sizeof(float);
   std::vector<BucketPlan> out;
   BucketPlan dense;
@@ -20,9 +57,8 @@ std::vector<BucketPlan> plan_buckets(std::span<const ParamInfo> params,
   BucketPlan* open = nullptr;  // the fused bucket still taking tensors
   for (std::size_t i = 0; i < params.size(); ++i) {
     const ParamInfo& p = params[i];
-    if (p.numel < 0) throw InvalidArgument("layout: " + p.name + " has negative numel");
     const auto n = static_cast<std::size_t>(p.numel);
-    if (p.dim <= 1 || p.numel < options.min_elements) {
+    if (stays_dense[i]) {
       dense.slots.push_back({i, dense.numel, n});
       dense.numel += n;
       continue;

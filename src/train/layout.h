@@ -3,6 +3,11 @@
 // Rules, in parameter order:
 //   - a tensor with dim <= 1 (biases, norms) or numel < min_elements stays dense; all
 //     dense tensors share ONE dense bucket (one small collective instead of many);
+//   - dense_share > 0: the smallest of the remaining tensors also stay dense, as many as
+//     fit together in dense_share of all the model's elements (ties: earlier first).
+//     Sending them dense costs at most that share of a dense step; it keeps a small
+//     classifier layer (the MLP's 1536 x 10) out of compression, where it costs the most
+//     accuracy per byte saved (README, "State of the measurements");
 //   - bucket_mb == 0: every other tensor is a bucket of its own (per-layer);
 //   - bucket_mb  > 0: consecutive compressed tensors are fused while the bucket stays
 //     within bucket_mb MiB (a tensor larger than that is alone in its bucket).
@@ -32,6 +37,7 @@ struct ParamInfo {
 struct LayoutOptions {
   double bucket_mb = 0.0;            // 0: per-layer buckets; else fused, MiB of fp32
   std::int64_t min_elements = 1024;  // smaller tensors stay dense
+  double dense_share = 0.0;          // the smallest tensors within this share stay dense
 };
 
 struct BucketPlan {
@@ -48,7 +54,7 @@ struct BucketPlan {
   std::string name;      // "fc1.weight" or "fc1.weight+fc2.weight" or "dense(6 tensors)"
 };
 
-// Throws InvalidArgument for bucket_mb < 0 or min_elements < 0.
+// Throws InvalidArgument for bucket_mb < 0, min_elements < 0 or dense_share outside [0, 1].
 std::vector<BucketPlan> plan_buckets(std::span<const ParamInfo> params,
                                      const LayoutOptions& options);
 

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "train/layout.h"
@@ -59,6 +61,39 @@ TEST(Layout, FusedBucketsRespectTheCap) {
   const auto again = plan_buckets(params, LayoutOptions{0.05, 1024});
   for (std::size_t i = 0; i < plan.size(); ++i) EXPECT_EQ(again[i].name, plan[i].name);
   EXPECT_THROW(plan_buckets(params, LayoutOptions{-1.0, 1024}), InvalidArgument);
+}
+
+TEST(Layout, DenseShareKeepsTheSmallestTensorsDense) {
+  const auto params = sample_params();  // 311270 elements in all
+  LayoutOptions o{0.0, 1024};
+  // 2% = 6225 elements: conv.weight (2000), then fc1.weight (4096: 6096 in all) fit;
+  // fc4.weight (5000) would not.
+  o.dense_share = 0.02;
+  const auto plan = plan_buckets(params, o);
+  ASSERT_EQ(plan.size(), 3u);
+  EXPECT_EQ(plan[0].name, "fc3.weight");
+  EXPECT_EQ(plan[1].name, "fc4.weight");
+  EXPECT_FALSE(plan[2].compressible);
+  ASSERT_EQ(plan[2].slots.size(), 5u);  // parameters 0..4, in parameter order
+  for (std::size_t s = 0; s < 5; ++s) EXPECT_EQ(plan[2].slots[s].param, s);
+  EXPECT_EQ(plan[2].numel, 4096u + 64 + 100 + 10 + 2000);
+  // 1%: conv.weight alone.
+  o.dense_share = 0.01;
+  const auto one = plan_buckets(params, o);
+  ASSERT_EQ(one.size(), 4u);
+  EXPECT_EQ(one[0].name, "fc1.weight");
+  EXPECT_EQ(one.back().numel, 64u + 100 + 10 + 2000);
+  // 0 changes nothing; 1 makes everything dense.
+  o.dense_share = 0.0;
+  EXPECT_EQ(plan_buckets(params, o).size(), 5u);
+  o.dense_share = 1.0;
+  const auto all = plan_buckets(params, o);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_FALSE(all[0].compressible);
+  for (double bad : {-0.1, 1.5, std::nan("")}) {
+    o.dense_share = bad;
+    EXPECT_THROW(plan_buckets(params, o), InvalidArgument) << bad;
+  }
 }
 
 TEST(Layout, NoDenseBucketWhenNothingIsDense) {

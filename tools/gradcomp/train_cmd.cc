@@ -92,6 +92,11 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--min-elements", j.train.layout.min_elements,
                   "smaller tensors (and 1-D ones) stay dense")
       ->capture_default_str();
+  cmd->add_option("--dense-share", j.train.layout.dense_share,
+                  "the smallest tensors, together at most this share of the model's "
+                  "elements, stay dense (0.01 keeps the MLP's classifier dense)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd->add_option("--threads", flags->threads,
                   "threads per worker (default: cores / local workers)");
   cmd->add_option("--blas-threads", j.train.blas_threads, "OpenBLAS threads (0: = --threads)");
