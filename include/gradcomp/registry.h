@@ -2,11 +2,13 @@
 //
 //   spec    := wrapper '(' spec ')' | name [ ':' param { ',' param } ]
 //   param   := key '=' value
-//   wrapper := 'ef' | 'noef'
+//   wrapper := 'ef' | 'efm' | 'noef'
 //
-// Examples: "topk:ratio=0.001", "ef(qsgd:levels=16,bucket=512)", "noef(2bit)".
+// Examples: "topk:ratio=0.001", "ef(qsgd:levels=16,bucket=512)", "noef(2bit)",
+// "efm(topk:ratio=0.01)".
 // A plain biased codec (traits.needs_memory) gets error feedback by default;
-// noef(...) switches it off for ablations; ef(...) adds it to any codec.
+// noef(...) switches it off for ablations; ef(...) adds it to any codec; efm(...) is
+// error feedback with momentum correction (make_momentum_error_feedback, memory.h).
 // The grammar is strict: names and keys are [a-z0-9_-]+, values are consumed whole
 // by std::from_chars, no whitespace inside. Unknown names and keys, duplicate keys,
 // malformed and out-of-range values throw InvalidArgument listing the known choices.

@@ -18,6 +18,10 @@ struct StepContext {
   // The learning rate this step's update will be applied with. Methods that work in
   // parameter units (FetchSGD's error, EF-signSGD's p = lr*g + e) scale by it.
   float lr = 1.0f;
+  // The optimizer's momentum m and Nesterov flag. Memories that carry momentum for the
+  // optimizer (efm) apply it; everything else ignores them.
+  float momentum = 0.0f;
+  bool nesterov = false;
   // The bucket's matrix view: rows of its layer (the first dimension; a conv kernel
   // (o,i,k,k) has o rows of i*k*k). 0 for a flat or fused bucket. Shape-aware codecs
   // (ATOMO's spectral atoms) read it; the rest ignore it.

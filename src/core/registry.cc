@@ -48,7 +48,7 @@ std::string CodecRegistry::known_names() const {
 
 namespace {
 
-bool is_wrapper(std::string_view name) { return name == "ef" || name == "noef"; }
+bool is_wrapper(std::string_view name) { return name == "ef" || name == "efm" || name == "noef"; }
 
 }  // namespace
 
@@ -84,7 +84,7 @@ std::shared_ptr<const Codec> CodecRegistry::make_codec(const SpecNode& node) con
     throw InvalidArgument("'" + node.name +
                           "' is a memory with its own state, not a codec: write it on its own "
                           "as the compressor (e.g. --compressor " +
-                          node.name + "), not inside ef(...) or noef(...)");
+                          node.name + "), not inside ef(...), efm(...) or noef(...)");
   }
   const CodecInfo* info = find(node.name);
   if (info == nullptr) {
@@ -92,7 +92,7 @@ std::shared_ptr<const Codec> CodecRegistry::make_codec(const SpecNode& node) con
     for (const auto& [name, m] : memories_)
       memories += (memories.empty() ? "; memories: " : ", ") + name;
     throw InvalidArgument("unknown codec '" + node.name + "'; known: " + known_names() +
-                          " (wrappers: ef, noef" + memories + ")");
+                          " (wrappers: ef, efm, noef" + memories + ")");
   }
   const Params params = resolve_params(*info, node);
   const std::string canonical = params.canonical();
@@ -154,8 +154,9 @@ std::unique_ptr<Memory> CodecRegistry::make_memory(std::string_view spec, std::s
   }
   if (is_wrapper(node.name)) {
     auto codec = make_codec(wrapped_codec(node, spec));
-    return node.name == "ef" ? make_error_feedback(std::move(codec), n)
-                             : make_pass_through(std::move(codec), n);
+    if (node.name == "ef") return make_error_feedback(std::move(codec), n);
+    if (node.name == "efm") return make_momentum_error_feedback(std::move(codec), n);
+    return make_pass_through(std::move(codec), n);
   }
   auto codec = make_codec(node);
   return codec->traits().needs_memory ? make_error_feedback(std::move(codec), n)

@@ -100,6 +100,12 @@ void check_ps_options(const JobOptions& o) {
                           " is a reducer scheme of its own; it runs with --topology allreduce" +
                           (name == "sketched-sgd" ? " or ps-sync" : ""));
   }
+  if (o.topology == dist::Topology::kPsAsync && dist::find_scheme(name) == nullptr &&
+      builtin_registry().make_memory(o.compressor, 1)->carries_momentum()) {
+    throw InvalidArgument("--compressor " + o.compressor +
+                          " carries the optimizer's momentum, but on ps-async the servers "
+                          "apply it: it would be applied twice (use it with ps-sync)");
+  }
   if (name == "sketched-sgd" && o.downlink == dist::Downlink::kCompressed) {
     throw InvalidArgument(
         "--ps-downlink compressed: sketched-sgd's reply is already the sparse "

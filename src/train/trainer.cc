@@ -196,6 +196,8 @@ double Trainer::train_step() {
   ctx.world = static_cast<std::uint32_t>(config_.world);
   ctx.steps_per_epoch = static_cast<std::uint64_t>(steps_per_epoch_);
   ctx.lr = static_cast<float>(schedule_->lr(step_));
+  ctx.momentum = static_cast<float>(config_.sgd.momentum);
+  ctx.nesterov = config_.sgd.nesterov;
   const bool compress = step_ >= config_.dense_steps;
   // Dense steps (--dense-steps) bypass the memories, so the optimizer keeps the momentum
   // of those parameters until compression starts (its buffer is then dropped).

@@ -33,6 +33,16 @@ else
   fail "same seed, same result"; diff run1.txt run2.txt
 fi
 
+# Error feedback with momentum correction (efm) runs and learns; the optimizer then
+# leaves the compressed layers' momentum to the memory.
+if "$GRADCOMP" train --workers 2 --compressor "efm(topk:ratio=0.05)" "${small[@]}" > efm.txt \
+     2> efm.err && awk -v a="$(sed -n 's/^  test accuracy *//p' efm.txt)" 'BEGIN { exit !(a > 0.5) }'
+then
+  pass "efm(topk): $(grep -E '^  test accuracy' efm.txt | tr -s ' ')"
+else
+  fail "efm(topk)"; cat efm.err efm.txt
+fi
+
 # Training learns: accuracy well above chance (10 classes).
 acc=$(sed -n 's/^  test accuracy *//p' run1.txt)
 if awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5) }'; then pass "learns (accuracy $acc)"; else
@@ -127,6 +137,7 @@ if grep -q "received per worker" pss.txt && grep -q '"type":"ps"' ps.jsonl &&
 # (2-bit's default threshold 0.5 sends next to nothing in 32 steps of this small run,
 # with any topology: a smaller one here.)
 for args in "--topology ps-sync --servers 2 --ps-downlink compressed --compressor ef(topk:ratio=0.05)" \
+            "--topology ps-sync --servers 2 --compressor sketched-sgd:ratio=0.05,table=0.2" \
             "--topology ps-async --servers 2 --max-staleness 0 --compressor none" \
             "--topology ps-async --servers 1 --compressor 2bit:threshold=0.01"; do
   # shellcheck disable=SC2086
@@ -144,6 +155,12 @@ if grep -q '"staleness_histogram":{"' psa.jsonl; then pass "ps-async staleness h
 "$GRADCOMP" train --workers 2 --topology ps-sync --max-staleness 1 "${ps[@]}" > /dev/null 2> e.txt
 if [ $? -eq 1 ] && grep -q "max-staleness" e.txt; then pass "--max-staleness needs ps-async"; else
   fail "--max-staleness with ps-sync"; cat e.txt; fi
+# ps-async servers apply momentum themselves: a memory that carries it would apply it twice.
+"$GRADCOMP" train --workers 2 --topology ps-async --compressor "efm(topk:ratio=0.05)" "${ps[@]}" \
+  > /dev/null 2> e.txt
+if [ $? -eq 1 ] && grep -q "applied twice" e.txt && [ "$(wc -l < e.txt)" -eq 1 ]; then
+  pass "ps-async refuses a momentum-carrying memory"; else
+  fail "ps-async with efm"; cat e.txt; fi
 
 # A killed server ends the run with an error naming the rank and its role.
 "$GRADCOMP" train --workers 2 --servers 1 --topology ps-sync --compressor 2bit "${ps[@]}" \

@@ -127,6 +127,54 @@ TEST_P(CodecContract, ErrorFeedbackConservesTheSum) {
   }
 }
 
+// efm(...) with the optimizer's momentum 0 is error feedback, message for message and
+// residual for residual.
+TEST_P(CodecContract, MomentumErrorFeedbackWithoutMomentumIsErrorFeedback) {
+  auto ef = builtin_registry().make_memory("ef(" + GetParam() + ")", 131);
+  auto efm = builtin_registry().make_memory("efm(" + GetParam() + ")", 131);
+  ASSERT_TRUE(efm->carries_momentum());
+  ASSERT_FALSE(ef->carries_momentum());
+  std::vector<std::byte> a(ef->max_encoded_bytes()), b(efm->max_encoded_bytes());
+  for (std::uint64_t step = 0; step < 8; ++step) {
+    const auto g = test::random_gradient(131, 40 + step);
+    const StepContext ctx{.seed = 3, .step = step};
+    const std::size_t na = ef->compress(g, ctx, a);
+    const std::size_t nb = efm->compress(g, ctx, b);
+    ASSERT_EQ(na, nb) << "step " << step;
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), na)) << "step " << step;
+  }
+  const auto ea = ef->state().at(0).data;
+  const auto st = efm->state();
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_EQ(st[0].name, "momentum");
+  EXPECT_EQ(st[1].name, "residual");
+  EXPECT_TRUE(test::same_bits(ea, st[1].data));
+}
+
+// efm conserves the momentum's sum: sum_t decode(msg_t) + e_T = sum_t u_t with
+// u_t = m u_{t-1} + g_t (m = 1/2: the u_t of integer g_t are exact in float).
+TEST_P(CodecContract, MomentumErrorFeedbackConservesTheMomentumSum) {
+  auto mem = builtin_registry().make_memory("efm(" + GetParam() + ")", 257);
+  const std::size_t n = mem->size();
+  std::vector<float> sent(n, 0.0f), total(n, 0.0f), u(n, 0.0f);
+  std::vector<std::byte> msg(mem->max_encoded_bytes());
+  for (std::uint64_t step = 0; step < 12; ++step) {
+    const auto g = test::integer_gradient(n, step, 8);
+    for (std::size_t i = 0; i < n; ++i) {
+      u[i] = 0.5f * u[i] + g[i];
+      total[i] += u[i];
+    }
+    const std::size_t bytes = mem->compress(g, {.seed = 1, .step = step, .momentum = 0.5f}, msg);
+    const auto d = test::decode(mem->codec(), {msg.data(), bytes}, n);
+    for (std::size_t i = 0; i < n; ++i) sent[i] += d[i];
+  }
+  const auto st = mem->state();
+  ASSERT_TRUE(test::same_bits(st.at(0).data, u));  // the memory's momentum is u
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(sent[i] + st.at(1).data[i], total[i], 1e-3f * (1.0f + std::fabs(total[i]))) << i;
+  }
+}
+
 // Codecs that claim unbiasedness: the mean of decode over many RNG keys converges to
 // the input. Each element's mean must lie within 5 standard errors (estimated from the
 // same draws) — a codec that rounds the wrong way is off by a whole level and fails.

@@ -529,7 +529,7 @@ TEST(MemoryRegistry, ErrorsNameTheProblem) {
             std::string::npos);
   // Unknown names list the memories next to the wrappers.
   EXPECT_NE(
-      error_of([&] { reg().make_memory("dgcc", 4); }).find("(wrappers: ef, noef; memories: dgc)"),
+      error_of([&] { reg().make_memory("dgcc", 4); }).find("(wrappers: ef, efm, noef; memories: dgc)"),
       std::string::npos);
 }
 

@@ -5,6 +5,7 @@
 // pass to add g plus the codec's fused encode_feedback (e.g. top-k only zeroes the k
 // sent positions; 2-bit updates the residual while packing). Conservation holds
 // exactly for integer-valued inputs: sum of decoded messages + e_final = sum of g.
+// efm(...) (momentum correction, memory.h) feeds the momentum u into the same residual.
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,7 +46,61 @@ class ErrorFeedback final : public Memory {
   std::vector<float> residual_;
 };
 
+class MomentumErrorFeedback final : public Memory {
+ public:
+  MomentumErrorFeedback(std::shared_ptr<const Codec> codec, std::size_t n)
+      : codec_(std::move(codec)), momentum_(n, 0.0f), residual_(n, 0.0f) {}
+
+  const Codec& codec() const override { return *codec_; }
+  std::string spec() const override { return "efm(" + codec_->spec() + ")"; }
+  std::size_t size() const override { return residual_.size(); }
+  bool carries_momentum() const override { return true; }
+
+  std::size_t compress(std::span<const float> grad, const StepContext& ctx,
+                       std::span<std::byte> out) override {
+    if (grad.size() != residual_.size()) {
+      throw InvalidArgument("efm compress: gradient of " + std::to_string(grad.size()) +
+                            " elements, memory holds " + std::to_string(residual_.size()));
+    }
+    if (!(ctx.momentum >= 0.0f && ctx.momentum < 1.0f)) {
+      throw InvalidArgument("efm compress: momentum " + std::to_string(ctx.momentum) +
+                            " outside [0, 1)");
+    }
+    const float m = ctx.momentum;
+    float* u = momentum_.data();
+    float* e = residual_.data();
+    const float* g = grad.data();
+    const std::size_t n = residual_.size();
+    if (ctx.nesterov) {
+      for (std::size_t i = 0; i < n; ++i) {
+        u[i] = m * (u[i] + g[i]);
+        e[i] += u[i] + g[i];
+      }
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        u[i] = m * u[i] + g[i];
+        e[i] += u[i];
+      }
+    }
+    return codec_->encode_feedback(residual_, ctx, out);
+  }
+
+  std::vector<StateBuffer> state() override {
+    return {{"momentum", momentum_}, {"residual", residual_}};
+  }
+
+ private:
+  std::shared_ptr<const Codec> codec_;
+  std::vector<float> momentum_;
+  std::vector<float> residual_;
+};
+
 }  // namespace
+
+std::unique_ptr<Memory> make_momentum_error_feedback(std::shared_ptr<const Codec> codec,
+                                                     std::size_t n) {
+  return std::make_unique<MomentumErrorFeedback>(std::move(codec), n);
+}
 
 std::unique_ptr<Memory> make_error_feedback(std::shared_ptr<const Codec> codec, std::size_t n) {
   return std::make_unique<ErrorFeedback>(std::move(codec), n);
