@@ -10,7 +10,7 @@
 #          "label=spec" pairs overriding the default list)
 #
 # Writes DIR/<label>.log and .jsonl per row, DIR/table.md and DIR/table.json; prints the
-# markdown table. Runs rows one after the other (each uses every core): ~25 minutes
+# markdown table. Runs rows one after the other (each uses every core): ~30 minutes
 # for the full list on a quiet 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,9 +29,11 @@ done
 gradcomp=${GRADCOMP:-build/bin/gradcomp}
 [ -x "$gradcomp" ] || { echo "accuracy-table: $gradcomp not found (run scripts/build.sh)" >&2; exit 1; }
 
-default_methods="dense=none dgc=dgc:density=0.001,warmup_epochs=0.25 topk=ef(topk:ratio=0.01) 2bit=2bit qsgd=qsgd
-terngrad=terngrad efsign=efsign sketched-sgd=sketched-sgd fetchsgd=fetchsgd
-atomo=atomo:budget=3 powersgd=powersgd:rank=2"
+# The README's rows ("Accuracy"), measured with `-- --dense-share 0.01`.
+default_methods="dense=none dgc=dgc:density=0.001,warmup_epochs=0.25 topk=ef(topk:ratio=0.01)
+topk-efm=efm(topk:ratio=0.01) 2bit=2bit 2bit-tau0.003=2bit:threshold=0.003 qsgd=qsgd
+terngrad=terngrad efsign=efsign efsign-block256=efsign:block=256 efsign-efm=efm(efsign)
+sketched-sgd=sketched-sgd fetchsgd=fetchsgd atomo=atomo:budget=3 powersgd=powersgd:rank=2"
 methods=${METHODS:-$default_methods}
 
 mkdir -p "$out"
