@@ -528,9 +528,10 @@ TEST(MemoryRegistry, ErrorsNameTheProblem) {
   EXPECT_NE(error_of([&] { reg().make_memory("dgc(topk)", 4); }).find("wraps no codec"),
             std::string::npos);
   // Unknown names list the memories next to the wrappers.
-  EXPECT_NE(
-      error_of([&] { reg().make_memory("dgcc", 4); }).find("(wrappers: ef, efm, noef; memories: dgc)"),
-      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              reg().make_memory("dgcc", 4);
+            }).find("(wrappers: ef, efm, noef; memories: dgc)"),
+            std::string::npos);
 }
 
 TEST(MemoryRegistry, NamesAreUniqueAcrossCodecsWrappersAndMemories) {

@@ -373,14 +373,7 @@ class Server {
           writer.end(4 * k.numel);
         }
       }
-      Frame reply;
-      reply.kind = Kind::kReply;
-      reply.sender = static_cast<std::uint32_t>(comm_.rank());
-      reply.records = writer.records();
-      reply.step = step;
-      reply.payload_bytes = writer.size();
-      reply.aux64 = step + 1;
-      send_to_all(reply);
+      send_records_to_all(Kind::kReply, writer, step, step + 1);
       ++report_.steps;
     }
   }
@@ -419,13 +412,7 @@ class Server {
       writer.end(ps::write_indices(std::span<const std::uint32_t>(sk.cand).first(m), out));
       sk.m = m;
     }
-    Frame cand;
-    cand.kind = Kind::kCandidates;
-    cand.sender = static_cast<std::uint32_t>(comm_.rank());
-    cand.records = writer.records();
-    cand.step = step;
-    cand.payload_bytes = writer.size();
-    send_to_all(cand);
+    send_records_to_all(Kind::kCandidates, writer, step, 0);
 
     bool all_done = false;
     recv_frames_in_order(&all_done);
@@ -461,6 +448,19 @@ class Server {
         sk.update_val[t] = sums[sk.pos[t]] * inv_w;
       }
     }
+  }
+
+  // The records `writer` wrote into reply_, as one `kind` frame and payload to every worker.
+  void send_records_to_all(Kind kind, const ps::RecordWriter& writer, std::uint64_t step,
+                           std::uint64_t aux64) {
+    Frame f;
+    f.kind = kind;
+    f.sender = static_cast<std::uint32_t>(comm_.rank());
+    f.records = writer.records();
+    f.step = step;
+    f.payload_bytes = writer.size();
+    f.aux64 = aux64;
+    send_to_all(f);
   }
 
   void send_to_all(const Frame& reply) {
