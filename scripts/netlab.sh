@@ -245,9 +245,12 @@ netlab_run() {
     NETLAB_PIDS+=("$pid")
     rank_of[$pid]=$r
   done
+  # Rank 0's log is streamed by a tail that ends by itself once rank 0 has exited and
+  # it has copied the last bytes (--pid); killing it on a timer instead lost the end of
+  # the output (the report) on a loaded machine.
   local tail_pid=""
   if [ "${NETLAB_ECHO:-0}" = 1 ]; then
-    tail -n +1 -F "$logdir/rank-0.log" 2>/dev/null &
+    tail -n +1 -s 0.2 -F --pid="${NETLAB_PIDS[0]}" "$logdir/rank-0.log" 2>/dev/null &
     tail_pid=$!
   fi
   # Reap in completion order; the first failure stops the rest (a dead peer would end
@@ -276,11 +279,7 @@ netlab_run() {
       for pid in "${NETLAB_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
     fi
   done
-  if [ -n "$tail_pid" ]; then
-    sleep 0.3
-    kill "$tail_pid" 2>/dev/null
-    wait "$tail_pid" 2>/dev/null
-  fi
+  [ -n "$tail_pid" ] && wait "$tail_pid" 2>/dev/null
   return "$status"
 }
 
