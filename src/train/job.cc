@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
+#include "gradcomp/json.h"
 #include "gradcomp/launch.h"
 #include "gradcomp/registry.h"
 
@@ -123,6 +125,42 @@ void check_ps_options(const JobOptions& o) {
   }
 }
 
+// DGC, Sketched-SGD and FetchSGD keep the momentum of their compressed tensors
+// themselves (the optimizer skips it there but applies its own to the dense tensors):
+// a spec whose momentum differs from --momentum would train the two parts of the model
+// with different momenta, silently. efm(...) reads --momentum and cannot disagree.
+void check_spec_momentum(const JobOptions& o) {
+  const SpecNode node = parse_spec(o.compressor);
+  Params p;
+  bool has_nesterov = false;
+  if (const dist::SchemeInfo* scheme = dist::find_scheme(node.name)) {
+    const bool has_momentum =
+        std::any_of(scheme->params.begin(), scheme->params.end(),
+                    [](const ParamDef& d) { return d.key == "momentum"; });
+    if (!has_momentum) return;
+    p = resolve_params(node.name, scheme->params, node);
+  } else if (node.name == "dgc") {
+    p = resolve_params(node.name, builtin_registry().find_memory("dgc")->params, node);
+    if (!p.get_bool("correction")) return;  // the optimizer keeps its own momentum
+    has_nesterov = true;
+  } else {
+    return;
+  }
+  const double m = p.get_float("momentum");
+  const double want = o.train.sgd.momentum;
+  if (std::abs(m - want) > 1e-9 * std::max(1.0, std::abs(want))) {
+    throw InvalidArgument("--compressor " + o.compressor + ": its momentum " + json_number(m) +
+                          " differs from --momentum " + json_number(want) + "; " + node.name +
+                          " applies momentum in place of the optimizer, so they must agree "
+                          "(write momentum=" + json_number(want) + " in the spec)");
+  }
+  if (has_nesterov && p.get_bool("nesterov") != o.train.sgd.nesterov) {
+    throw InvalidArgument("--compressor " + o.compressor + ": nesterov=" +
+                          (p.get_bool("nesterov") ? "1" : "0") + " but --nesterov is " +
+                          (o.train.sgd.nesterov ? "on" : "off") + "; they must agree");
+  }
+}
+
 dist::PsConfig ps_config(const JobOptions& o, int world) {
   dist::PsConfig c;
   c.topology = o.topology;
@@ -208,6 +246,7 @@ int run_worker(const JobOptions& o, std::ostream& out) {
   const dist::RendezvousConfig rc = dist::rendezvous_from_env(o.rendezvous);
   // Validate the compressor before anyone connects: a typo should not cost a timeout.
   dist::validate_compressor_spec(o.compressor);
+  check_spec_momentum(o);
   check_ps_options(o);
   std::optional<dist::PsConfig> pc;
   if (is_ps(o)) {
@@ -263,6 +302,7 @@ int run_local_launch(const JobOptions& o, std::ostream& err) {
                                                       .interface = std::nullopt});
   // Fail on a bad compressor or data set here, once, not in N workers.
   dist::validate_compressor_spec(o.compressor);
+  check_spec_momentum(o);
   check_ps_options(o);
   // A parameter server run starts its servers too: ranks workers .. workers+servers-1.
   const int world = o.workers + (is_ps(o) ? o.servers : 0);

@@ -162,6 +162,20 @@ if [ $? -eq 1 ] && grep -q "applied twice" e.txt && [ "$(wc -l < e.txt)" -eq 1 ]
   pass "ps-async refuses a momentum-carrying memory"; else
   fail "ps-async with efm"; cat e.txt; fi
 
+# Methods that keep the compressed tensors' momentum themselves must use the optimizer's.
+for spec in "dgc:density=0.01" "sketched-sgd:k=50" "fetchsgd:k=50,momentum=0.95"; do
+  "$GRADCOMP" train --workers 2 --compressor "$spec" --momentum 0.5 "${small[@]}" \
+    > /dev/null 2> e.txt
+  if [ $? -eq 1 ] && grep -q "differs from --momentum 0.5" e.txt && [ "$(wc -l < e.txt)" -eq 1 ]; then
+    pass "$spec with --momentum 0.5 is refused"; else
+    fail "$spec with --momentum 0.5"; cat e.txt; fi
+done
+"$GRADCOMP" train --workers 2 --compressor "dgc:density=0.01,nesterov=1" "${small[@]}" \
+  > /dev/null 2> e.txt
+if [ $? -eq 1 ] && grep -q "nesterov" e.txt && [ "$(wc -l < e.txt)" -eq 1 ]; then
+  pass "dgc nesterov=1 without --nesterov is refused"; else
+  fail "dgc nesterov without --nesterov"; cat e.txt; fi
+
 # A killed server ends the run with an error naming the rank and its role.
 "$GRADCOMP" train --workers 2 --servers 1 --topology ps-sync --compressor 2bit "${ps[@]}" \
   --epochs 50 > k.txt 2> kerr.txt &

@@ -269,7 +269,7 @@ void register_dgc(CodecRegistry& registry) {
        .params = {float_param("density", 0.001, 0.0, 1.0,
                               "fraction of entries sent after warm-up, k = ceil(density*n)", true),
                   float_param("momentum", 0.9, 0.0, 1.0,
-                              "momentum m of the correction; set it to the optimizer's --momentum "
+                              "momentum m of the correction; must equal the optimizer's --momentum "
                               "(which then skips momentum for compressed tensors)"),
                   bool_param("nesterov", false, "Nesterov momentum: u = m*(u+g); v = v + u + g"),
                   float_param("clip", 0.0, 0.0, 1e30,
