@@ -90,28 +90,40 @@ status=$?
 if [ $status -ne 0 ] && grep -q "none" e.txt; then pass "missing data dir names it"; else
   fail "missing data dir (exit $status)"; cat e.txt; fi
 
+# kill_last_rank LABEL ERROR_REGEX READY_REGEX ARGS...: starts `train ARGS` (which must
+# name a file in $WORK, so that only this test's processes match it), waits until its
+# output matches READY_REGEX, SIGKILLs the launcher's last-started rank, and expects the
+# run to fail within 30 s with an error matching ERROR_REGEX and leave no process behind.
+kill_last_rank() {
+  local label=$1 error_re=$2 ready_re=$3
+  shift 3
+  "$GRADCOMP" train "$@" > k.txt 2> kerr.txt &
+  local launcher=$! victim="" start status took
+  for _ in $(seq 100); do
+    victim=$(pgrep -P "$launcher" | tail -n 1)
+    [ -n "$victim" ] && grep -q "$ready_re" k.txt 2>/dev/null && break
+    sleep 0.2
+  done
+  sleep 1
+  start=$(date +%s)
+  kill -KILL "$victim" 2>/dev/null
+  wait "$launcher"
+  status=$?
+  took=$(( $(date +%s) - start ))
+  if [ $status -ne 0 ] && [ $took -lt 30 ] && grep -q "$error_re" kerr.txt; then
+    pass "$label: run fails in ${took}s ($(tail -n 1 kerr.txt))"
+  else
+    fail "$label (exit $status after ${took}s)"; cat kerr.txt
+  fi
+  sleep 0.5
+  if pgrep -f -- "$WORK" > /dev/null; then fail "$label: processes left behind"; pgrep -af -- "$WORK";
+  else pass "$label: no process left behind"; fi
+}
+
 # A worker killed mid-run ends the whole run with an error naming it, within the
 # timeout, and leaves no process behind.
-"$GRADCOMP" train --workers 3 --compressor 2bit "${small[@]}" --epochs 50 > k.txt 2> kerr.txt &
-launcher=$!
-for _ in $(seq 100); do
-  victim=$(pgrep -f -- "--epochs 50" | grep -v "^$launcher$" | tail -n 1)
-  [ -n "$victim" ] && grep -q "^epoch\|^model" k.txt 2>/dev/null && break
-  sleep 0.2
-done
-start=$(date +%s)
-kill -KILL "$victim" 2>/dev/null
-wait "$launcher"
-status=$?
-took=$(( $(date +%s) - start ))
-if [ $status -ne 0 ] && [ $took -lt 30 ] && grep -q "rank [0-9]" kerr.txt; then
-  pass "killed worker: run fails in ${took}s ($(head -c 120 kerr.txt | tr '\n' ' '))"
-else
-  fail "killed worker (exit $status after ${took}s)"; cat kerr.txt
-fi
-sleep 0.5
-if pgrep -f -- "--epochs 50" > /dev/null; then fail "processes left behind"; pgrep -af -- "--epochs 50";
-else pass "no process left behind"; fi
+kill_last_rank "killed worker" "rank [0-9]" "^epoch\|^model" \
+  --workers 3 --compressor 2bit "${small[@]}" --epochs 50
 
 # ---- parameter server (--topology ps-sync / ps-async)
 ps=(--dataset synthetic --synthetic-train 2048 --mlp-hidden 128 --batch-size 32 --epochs 1
@@ -177,28 +189,8 @@ if [ $? -eq 1 ] && grep -q "nesterov" e.txt && [ "$(wc -l < e.txt)" -eq 1 ]; the
   fail "dgc nesterov without --nesterov"; cat e.txt; fi
 
 # A killed server ends the run with an error naming the rank and its role.
-"$GRADCOMP" train --workers 2 --servers 1 --topology ps-sync --compressor 2bit "${ps[@]}" \
-  --epochs 50 > k.txt 2> kerr.txt &
-launcher=$!
-for _ in $(seq 100); do
-  victim=$(pgrep -f -- "--epochs 50" | grep -v "^$launcher$" | tail -n 1)
-  [ -n "$victim" ] && grep -q "^model" k.txt 2>/dev/null && break
-  sleep 0.2
-done
-sleep 1
-start=$(date +%s)
-kill -KILL "$victim" 2>/dev/null
-wait "$launcher"
-status=$?
-took=$(( $(date +%s) - start ))
-if [ $status -ne 0 ] && [ $took -lt 30 ] && grep -q "rank 2 .*(server 0)" kerr.txt; then
-  pass "killed server: run fails in ${took}s ($(tail -n 1 kerr.txt))"
-else
-  fail "killed server (exit $status after ${took}s)"; cat kerr.txt
-fi
-sleep 0.5
-if pgrep -f -- "--epochs 50" > /dev/null; then fail "processes left behind"; pgrep -af -- "--epochs 50";
-else pass "no process left behind"; fi
+kill_last_rank "killed server" "rank 2 .*(server 0)" "^model" --workers 2 --servers 1 \
+  --topology ps-sync --compressor 2bit "${ps[@]}" --metrics "$WORK/kill.jsonl" --epochs 50
 
 # The evaluator reads the run's checkpoints: one JSON line each, the same accuracy.
 "$GRADCOMP" train --workers 2 --compressor 2bit "${ps[@]}" --checkpoint-dir "$WORK/ck" > t.txt 2> /dev/null

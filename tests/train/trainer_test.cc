@@ -5,37 +5,19 @@
 
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
-#include "train/local_reducer.h"
 #include "train/trainer.h"
+#include "trainer_test_support.h"
 
 namespace gradcomp::train {
 namespace {
 
 namespace fs = std::filesystem;
 
-ReducerFactory local(std::string spec) {
-  return [spec](std::span<const BucketShape> shapes) {
-    return std::make_unique<LocalReducer>(builtin_registry(), spec, shapes);
-  };
-}
+using test::Data;
+using test::local;
+using test::synthetic;
 
-struct Data {
-  data::Dataset train;
-  data::Dataset test;
-};
-
-Data synthetic(std::int64_t n_train, std::int64_t n_test, int h) {
-  const data::Dataset all = data::make_synthetic(n_train + n_test, 10, 1, h, h, 11);
-  return {data::slice(all, 0, n_train), data::slice(all, n_train, n_train + n_test)};
-}
-
-fs::path temp_dir(const std::string& tag) {
-  fs::path d =
-      fs::temp_directory_path() / ("gradcomp_train_" + std::to_string(::getpid()) + "_" + tag);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& tag) { return test::temp_dir("train", tag); }
 
 TEST(Trainer, MlpLearnsSyntheticDataWithTopkAndMetrics) {
   Data d = synthetic(2048, 500, 16);
