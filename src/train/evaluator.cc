@@ -24,8 +24,12 @@ std::vector<std::filesystem::path> checkpoints_in(const std::filesystem::path& d
   std::vector<std::filesystem::path> files;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    // FILE.tmp is a checkpoint being written; only the renamed file is complete.
-    if (e.is_regular_file(ec) && e.path().extension() == ".ckpt") files.push_back(e.path());
+    // FILE.tmp is a checkpoint being written; only the renamed file is complete. Workers
+    // write rank-R.ckpt; parameter servers' server-*.ckpt hold no model.
+    if (e.is_regular_file(ec) && e.path().extension() == ".ckpt" &&
+        e.path().filename().string().starts_with("rank-")) {
+      files.push_back(e.path());
+    }
   }
   std::sort(files.begin(), files.end());
   return files;

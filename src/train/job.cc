@@ -15,6 +15,7 @@
 #include "gradcomp/json.h"
 #include "gradcomp/launch.h"
 #include "gradcomp/registry.h"
+#include "train/server_checkpoints.h"
 
 namespace gradcomp::train {
 
@@ -113,13 +114,6 @@ void check_ps_options(const JobOptions& o) {
         "--ps-downlink compressed: sketched-sgd's reply is already the sparse "
         "top k; use the dense downlink");
   }
-  if (o.train.resume &&
-      (o.topology == dist::Topology::kPsAsync || o.downlink == dist::Downlink::kCompressed)) {
-    throw InvalidArgument(
-        "--resume: the servers' state (async weights, downlink error "
-        "feedback) is not checkpointed; resume works with ps-sync and a "
-        "dense downlink only");
-  }
   if (o.max_staleness >= 0 && o.topology != dist::Topology::kPsAsync) {
     throw InvalidArgument("--max-staleness applies to --topology ps-async only");
   }
@@ -134,9 +128,8 @@ void check_spec_momentum(const JobOptions& o) {
   Params p;
   bool has_nesterov = false;
   if (const dist::SchemeInfo* scheme = dist::find_scheme(node.name)) {
-    const bool has_momentum =
-        std::any_of(scheme->params.begin(), scheme->params.end(),
-                    [](const ParamDef& d) { return d.key == "momentum"; });
+    const bool has_momentum = std::any_of(scheme->params.begin(), scheme->params.end(),
+                                          [](const ParamDef& d) { return d.key == "momentum"; });
     if (!has_momentum) return;
     p = resolve_params(node.name, scheme->params, node);
   } else if (node.name == "dgc") {
@@ -152,12 +145,13 @@ void check_spec_momentum(const JobOptions& o) {
     throw InvalidArgument("--compressor " + o.compressor + ": its momentum " + json_number(m) +
                           " differs from --momentum " + json_number(want) + "; " + node.name +
                           " applies momentum in place of the optimizer, so they must agree "
-                          "(write momentum=" + json_number(want) + " in the spec)");
+                          "(write momentum=" +
+                          json_number(want) + " in the spec)");
   }
   if (has_nesterov && p.get_bool("nesterov") != o.train.sgd.nesterov) {
-    throw InvalidArgument("--compressor " + o.compressor + ": nesterov=" +
-                          (p.get_bool("nesterov") ? "1" : "0") + " but --nesterov is " +
-                          (o.train.sgd.nesterov ? "on" : "off") + "; they must agree");
+    throw InvalidArgument(
+        "--compressor " + o.compressor + ": nesterov=" + (p.get_bool("nesterov") ? "1" : "0") +
+        " but --nesterov is " + (o.train.sgd.nesterov ? "on" : "off") + "; they must agree");
   }
 }
 
@@ -202,8 +196,17 @@ int run_server(const JobOptions& o, const dist::RendezvousConfig& rc) {
     buffers.gather_weights();
     for (std::span<float> w : buffers.weights()) initial.emplace_back(w);
   }
+  dist::PsServerCheckpoints checkpoints;
+  if (!o.train.checkpoint_dir.empty()) {
+    CheckpointMeta identity;
+    identity.seed = o.train.seed;
+    identity.rank = static_cast<std::uint32_t>(rc.rank);
+    identity.world = static_cast<std::uint32_t>(rc.world_size);
+    checkpoints =
+        server_checkpoints(o.train.checkpoint_dir, rc.rank - pc.workers, identity, o.train.resume);
+  }
   dist::Communicator comm = connect(rc);
-  (void)dist::run_ps_server(pc, comm, shapes, initial, builtin_registry());
+  (void)dist::run_ps_server(pc, comm, shapes, initial, builtin_registry(), checkpoints);
   return 0;
 }
 

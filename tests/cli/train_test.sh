@@ -163,6 +163,66 @@ done
 if grep -q '"staleness_histogram":{"' psa.jsonl; then pass "ps-async staleness histogram"; else
   fail "ps-async staleness histogram"; cat psa.jsonl; fi
 
+# The servers checkpoint their own state. ps-sync with a compressed downlink (the servers'
+# error feedback): stopped at step 45 and resumed, every worker's and server's checkpoint
+# is byte-identical to an uninterrupted run's; without the servers' files, resume fails.
+pss=(--workers 2 --servers 2 --topology ps-sync --ps-downlink compressed
+     --compressor "ef(topk:ratio=0.05)" "${small[@]}")
+rm -rf ck_full ck_split
+"$GRADCOMP" train "${pss[@]}" --checkpoint-dir ck_full > /dev/null 2> e.txt &&
+"$GRADCOMP" train "${pss[@]}" --checkpoint-dir ck_split --steps 45 > /dev/null 2>> e.txt &&
+"$GRADCOMP" train "${pss[@]}" --checkpoint-dir ck_split --resume > resumed.txt 2>> e.txt
+status=$?
+files=$(cd ck_full && ls)
+same=1
+for f in $files; do cmp -s "ck_full/$f" "ck_split/$f" || same=0; done
+if [ $status -eq 0 ] && [ $same -eq 1 ] && echo "$files" | grep -q "^server-1.step-96.ckpt$" &&
+   grep -q "resumed from .* at step 45" resumed.txt; then
+  pass "ps-sync, compressed downlink: stopped and resumed == uninterrupted ($(echo $files))"
+else
+  fail "ps-sync compressed downlink resume (exit $status, identical $same: $(echo $files))"
+  cat e.txt resumed.txt
+fi
+# Killed after the servers saved an epoch but before the workers did: the workers resume
+# one epoch back, which the servers still hold (they keep two).
+rm -rf ck_two && mkdir -p kept
+"$GRADCOMP" train "${pss[@]}" --checkpoint-dir ck_two --steps 48 > /dev/null 2> e.txt &&
+  cp ck_two/rank-*.ckpt kept/ &&
+"$GRADCOMP" train "${pss[@]}" --checkpoint-dir ck_two --resume > /dev/null 2>> e.txt &&
+  cp kept/rank-*.ckpt ck_two/ &&
+"$GRADCOMP" train "${pss[@]}" --checkpoint-dir ck_two --resume > resumed.txt 2>> e.txt
+status=$?
+same=1
+for f in $files; do cmp -s "ck_full/$f" "ck_two/$f" || same=0; done
+if [ $status -eq 0 ] && [ $same -eq 1 ] && grep -q "resumed from .* at step 48" resumed.txt; then
+  pass "ps-sync: workers one epoch behind their servers resume == uninterrupted"
+else
+  fail "ps-sync: workers one epoch behind (exit $status, identical $same)"; cat e.txt resumed.txt
+fi
+rm -rf ck_split
+"$GRADCOMP" train "${pss[@]}" --checkpoint-dir ck_split --steps 45 > /dev/null 2> e.txt
+rm -f ck_split/server-1.*
+"$GRADCOMP" train "${pss[@]}" --checkpoint-dir ck_split --resume > /dev/null 2> e.txt
+if [ $? -ne 0 ] && grep -q "server 1 (rank 3): the workers resume at step 45 but this server has no checkpoint" e.txt; then
+  pass "ps-sync resume without a server's checkpoint fails, naming it"; else
+  fail "ps-sync resume without a server's checkpoint"; cat e.txt; fi
+
+# ps-async: the server's weights version continues across the restart: 2 workers x 45
+# pushes, then 2 x 51 more (files are numbered by version: 90, then 192, not 102).
+psa=(--workers 2 --servers 1 --topology ps-async --compressor "2bit:threshold=0.01" "${small[@]}")
+rm -rf ck_async
+"$GRADCOMP" train "${psa[@]}" --checkpoint-dir ck_async --steps 45 > /dev/null 2> e.txt &&
+  ls ck_async > first.txt &&
+"$GRADCOMP" train "${psa[@]}" --checkpoint-dir ck_async --resume > resumed.txt 2>> e.txt
+status=$?
+acc=$(sed -n 's/^  test accuracy *//p' resumed.txt)
+if [ $status -eq 0 ] && grep -q "^server-0.step-90.ckpt$" first.txt && [ -f ck_async/server-0.step-192.ckpt ] &&
+   awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5) }'; then
+  pass "ps-async: the server resumes its weights and version (accuracy $acc)"
+else
+  fail "ps-async resume (exit $status)"; cat first.txt; ls ck_async; cat e.txt resumed.txt
+fi
+
 # Flags that do not fit a topology are refused before anything starts.
 "$GRADCOMP" train --workers 2 --topology ps-sync --max-staleness 1 "${ps[@]}" > /dev/null 2> e.txt
 if [ $? -eq 1 ] && grep -q "max-staleness" e.txt; then pass "--max-staleness needs ps-async"; else

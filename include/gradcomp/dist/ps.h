@@ -56,8 +56,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -152,6 +154,29 @@ struct PsServerReport {
   StalenessHistogram staleness;
 };
 
+// A server's own state across a restart (gradcomp train --checkpoint-dir / --resume).
+// The server says what and when; the caller owns the files (gradcomp_dist knows no file
+// format). fp32 arrays are named "key<id>/<state>": a compressed downlink's error
+// feedback (ps-sync), "weights" and "velocity" (ps-async); counters are ps-async's
+// weights version and every worker's clock. Servers without state (ps-sync with a dense
+// downlink) never call either function; empty functions: no checkpoints.
+struct PsServerCheckpoints {
+  // The state after `step` rounds. ps-sync: at the end of every epoch, before the reply
+  // that completes it (so a worker's checkpoint of that step implies the server's), and
+  // when the workers finish; ps-async: when worker 0 ends an epoch, and at the end, with
+  // `step` the weights version (updates applied, growing across restarts).
+  std::function<void(std::uint64_t step, std::span<const StateBuffer> arrays,
+                     std::span<const std::int64_t> counters)>
+      save;
+  // Fills arrays and counters (the names and sizes save() wrote) from the state after
+  // `step` rounds (ps-sync: the step the workers resume at) or the newest (ps-async:
+  // nullopt). Returns false, writing nothing, when there is no such checkpoint; throws
+  // InvalidArgument for a file that does not fit.
+  std::function<bool(std::optional<std::uint64_t> step, std::span<const StateBuffer> arrays,
+                     std::span<std::int64_t> counters)>
+      load;
+};
+
 // A server's whole life: handshake, then serve until every worker said done.
 // initial_weights (async only): one span per bucket, the model's starting parameters
 // in the bucket layout (the servers build the same model from the same seed).
@@ -160,6 +185,7 @@ struct PsServerReport {
 PsServerReport run_ps_server(const PsConfig& config, Communicator& comm,
                              std::span<const BucketShape> buckets,
                              std::span<const std::span<const float>> initial_weights = {},
-                             const CodecRegistry& registry = builtin_registry());
+                             const CodecRegistry& registry = builtin_registry(),
+                             const PsServerCheckpoints& checkpoints = {});
 
 }  // namespace gradcomp::dist

@@ -35,8 +35,9 @@ using ps::RecordKind;
 class Server {
  public:
   Server(const PsConfig& config, Communicator& comm, std::span<const BucketShape> buckets,
-         std::span<const std::span<const float>> initial_weights, const CodecRegistry& registry)
-      : cfg_(config), comm_(comm), shapes_(buckets.begin(), buckets.end()) {
+         std::span<const std::span<const float>> initial_weights, const CodecRegistry& registry,
+         const PsServerCheckpoints& checkpoints)
+      : cfg_(config), comm_(comm), shapes_(buckets.begin(), buckets.end()), ckpt_(checkpoints) {
     if (cfg_.servers < 1 || cfg_.workers < 1 || comm_.world_size() != cfg_.servers + cfg_.workers ||
         !cfg_.is_server(comm_.rank())) {
       throw InvalidArgument("ps server: rank " + std::to_string(comm_.rank()) + " of " +
@@ -176,6 +177,43 @@ class Server {
     });
   }
 
+  // What this server checkpoints (names in ps.h): empty for a stateless server.
+  std::vector<StateBuffer> state_arrays() {
+    std::vector<StateBuffer> out;
+    for (std::size_t j = 0; j < mine_.size(); ++j) {
+      const std::string key = "key" + std::to_string(mine_[j]) + "/";
+      if (Memory* m = server_memories_[j].get()) {
+        for (const StateBuffer& b : m->state()) out.push_back({key + b.name, b.data});
+      }
+      if (cfg_.topology == Topology::kPsAsync) {
+        out.push_back({key + "weights", weights_[j]});
+        if (!velocity_[j].empty()) out.push_back({key + "velocity", velocity_[j]});
+      }
+    }
+    return out;
+  }
+
+  void save_state(std::uint64_t step, std::span<const std::int64_t> counters) {
+    if (!ckpt_.save || step == saved_step_) return;
+    const std::vector<StateBuffer> arrays = state_arrays();
+    if (arrays.empty() && counters.empty()) return;
+    ckpt_.save(step, arrays, counters);
+    saved_step_ = step;
+  }
+
+  // ps-sync: the workers resume at `step` > 0; the downlink's error feedback must
+  // resume there too, or the run would silently leave its trajectory.
+  void restore_sync_state(std::uint64_t step) {
+    const std::vector<StateBuffer> arrays = state_arrays();
+    if (arrays.empty()) return;  // nothing kept between rounds
+    if (!ckpt_.load || !ckpt_.load(step, arrays, {})) {
+      throw InvalidArgument("ps " + me_ + ": the workers resume at step " + std::to_string(step) +
+                            " but this server has no checkpoint of that step (its downlink "
+                            "error feedback); resume from a checkpoint written with it");
+    }
+    saved_step_ = step;
+  }
+
   // Checks a push frame against this server's buffers and the records expected (every
   // key of this server, or Sketched-SGD's second round: the sketched keys).
   void check_push(const Frame& f, int w, std::size_t records) const {
@@ -306,13 +344,17 @@ class Server {
     for (;;) {
       bool all_done = false;
       recv_frames_in_order(&all_done);
-      if (all_done) return;
+      if (all_done) {
+        if (!first_step) save_state(last_step + 1, {});
+        return;
+      }
       const std::uint64_t step = decoded_[0].step;
       if (!first_step && step <= last_step) {
         throw CorruptMessage("ps " + me_ + ": " + cfg_.role_of(0) + " pushed step " +
                              std::to_string(step) + " after step " + std::to_string(last_step));
       }
       check_round(step, mine_.size());
+      if (first_step && step > 0) restore_sync_state(step);
       first_step = false;
       last_step = step;
 
@@ -373,6 +415,10 @@ class Server {
           writer.end(4 * k.numel);
         }
       }
+      // An epoch ends: the state goes to disk before the reply that lets the workers
+      // finish the step and write theirs.
+      const std::uint64_t steps_per_epoch = decoded_[0].aux64;
+      if (steps_per_epoch > 0 && (step + 1) % steps_per_epoch == 0) save_state(step + 1, {});
       send_records_to_all(Kind::kReply, writer, step, step + 1);
       ++report_.steps;
     }
@@ -542,6 +588,25 @@ class Server {
       }
     };
 
+    // Resumed: weights, velocity, version and clocks from the newest checkpoint; each
+    // worker's first push then sets its clock (it resumes from its own checkpoint).
+    std::vector<std::int64_t> counters(1 + w_count);
+    std::vector<char> rejoining(w_count, 0);
+    if (ckpt_.load && ckpt_.load(std::nullopt, state_arrays(), counters)) {
+      version = static_cast<std::uint64_t>(counters[0]);
+      for (std::size_t w = 0; w < w_count; ++w) {
+        clock[w] = static_cast<std::uint64_t>(counters[1 + w]);
+        rejoining[w] = 1;
+      }
+    }
+    // Files are numbered by the weights version: it keeps growing across restarts.
+    auto save_async = [&] {
+      counters[0] = static_cast<std::int64_t>(version);
+      for (std::size_t w = 0; w < w_count; ++w)
+        counters[1 + w] = static_cast<std::int64_t>(clock[w]);
+      save_state(version, counters);
+    };
+
     const float inv_w = 1.0f / static_cast<float>(cfg_.workers);
     ps::FrameBytes fb{};
     while (finished < cfg_.workers) {
@@ -576,7 +641,8 @@ class Server {
       if (held[w]) {
         throw CorruptMessage("ps " + me_ + ": " + who + " pushed before its last pull");
       }
-      if (f.step != clock[w] || f.aux64 > version || !std::isfinite(f.lr) || f.lr < 0.0f) {
+      if ((f.step != clock[w] && !rejoining[w]) || f.aux64 > version || !std::isfinite(f.lr) ||
+          f.lr < 0.0f) {
         throw CorruptMessage("ps " + me_ + ": push from " + who + " has clock " +
                              std::to_string(f.step) + " (expected " + std::to_string(clock[w]) +
                              "), weights version " + std::to_string(f.aux64) + " (current " +
@@ -630,11 +696,16 @@ class Server {
           for (std::size_t i = 0; i < n; ++i) wt[i] -= lr * (g[i] + wd * wt[i]);
         }
       }
-      const std::uint64_t staleness = version - f.aux64;
-      ++report_.staleness[staleness];
+      // A rejoining worker's version counts from its restart: its first push has no
+      // staleness to report.
+      const std::uint64_t staleness = rejoining[w] ? 0 : version - f.aux64;
+      if (!rejoining[w]) ++report_.staleness[staleness];
+      if (rejoining[w]) clock[w] = f.step;
+      rejoining[w] = 0;
       ++version;
       ++clock[w];
       ++report_.steps;
+      if (w == 0 && f.aux == 1) save_async();  // worker 0 ended an epoch
       if (releasable(w)) {
         reply_to(w, staleness);
       } else {
@@ -643,6 +714,7 @@ class Server {
       }
       release_held();
     }
+    save_async();
   }
 
   PsConfig cfg_;
@@ -678,6 +750,8 @@ class Server {
   std::vector<std::byte> reply_;
   std::uint64_t hash_ = 0;
   PsServerReport report_;
+  PsServerCheckpoints ckpt_;
+  std::optional<std::uint64_t> saved_step_;  // the last step save_state() wrote
 };
 
 }  // namespace
@@ -685,8 +759,9 @@ class Server {
 PsServerReport run_ps_server(const PsConfig& config, Communicator& comm,
                              std::span<const BucketShape> buckets,
                              std::span<const std::span<const float>> initial_weights,
-                             const CodecRegistry& registry) {
-  Server server(config, comm, buckets, initial_weights, registry);
+                             const CodecRegistry& registry,
+                             const PsServerCheckpoints& checkpoints) {
+  Server server(config, comm, buckets, initial_weights, registry, checkpoints);
   return server.run();
 }
 

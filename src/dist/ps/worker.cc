@@ -440,6 +440,9 @@ class PsWorkerImpl final : public PsWorker {
       f.payload_bytes = push_len_[s];
       f.lr = ctx.lr;
       f.aux64 = async ? version_[s] : ctx.steps_per_epoch;
+      // Async: 1 when this push ends the worker's epoch (worker 0's epoch ends are when
+      // the servers save their state).
+      f.aux = async && ctx.steps_per_epoch > 0 && (ctx.step + 1) % ctx.steps_per_epoch == 0;
       frames[s] = ps::encode_frame(f);
     }
     for (std::size_t s = 0; s < s_count; ++s) {
