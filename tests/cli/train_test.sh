@@ -252,8 +252,10 @@ if [ $? -eq 1 ] && grep -q "nesterov" e.txt && [ "$(wc -l < e.txt)" -eq 1 ]; the
 kill_last_rank "killed server" "rank 2 .*(server 0)" "^model" --workers 2 --servers 1 \
   --topology ps-sync --compressor 2bit "${ps[@]}" --metrics "$WORK/kill.jsonl" --epochs 50
 
-# The evaluator reads the run's checkpoints: one JSON line each, the same accuracy.
-"$GRADCOMP" train --workers 2 --compressor 2bit "${ps[@]}" --checkpoint-dir "$WORK/ck" > t.txt 2> /dev/null
+# The evaluator reads the run's checkpoints: one JSON line each, the same accuracy. The
+# run is a parameter server's, whose server-*.ckpt files (no model) it passes over.
+"$GRADCOMP" train --workers 2 --servers 1 --topology ps-sync --ps-downlink compressed \
+  --compressor "ef(topk:ratio=0.05)" "${ps[@]}" --checkpoint-dir "$WORK/ck" > t.txt 2> /dev/null
 "$GRADCOMP" eval --checkpoint-dir "$WORK/ck" --dataset synthetic --synthetic-train 2048 \
   --mlp-hidden 128 --seed 7 > ev.jsonl 2> ev.err
 want=$(sed -n 's/^  test accuracy *//p' t.txt)
