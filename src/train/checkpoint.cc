@@ -253,6 +253,15 @@ CheckpointMeta read_checkpoint_subset(const std::filesystem::path& file,
   return read_arrays(file, arrays, true);
 }
 
+std::optional<std::uint64_t> checkpoint_step(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  char buf[kHeaderBytes + 8];
+  if (!in.read(buf, sizeof buf) || std::memcmp(buf, kMagic, 8) != 0) return std::nullopt;
+  std::uint64_t step = 0;
+  std::memcpy(&step, buf + kHeaderBytes, 8);
+  return step;
+}
+
 CheckpointMeta load_model_from_checkpoint(const std::filesystem::path& file,
                                           torch::nn::Module& model) {
   torch::NoGradGuard no_grad;

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -61,6 +62,10 @@ CheckpointMeta read_checkpoint(const std::filesystem::path& file,
 // their order): the evaluator reads the model and skips optimizer and memory state.
 CheckpointMeta read_checkpoint_subset(const std::filesystem::path& file,
                                       std::span<const ArrayView> arrays);
+// The step a checkpoint holds, from its header alone (magic and step; nothing else is
+// validated): nullopt for a file that is unreadable, short or not a checkpoint.
+std::optional<std::uint64_t> checkpoint_step(const std::filesystem::path& file);
+
 // Parameters and buffers only (gradcomp eval).
 CheckpointMeta load_model_from_checkpoint(const std::filesystem::path& file,
                                           torch::nn::Module& model);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,17 +34,6 @@ std::vector<std::filesystem::path> checkpoints_in(const std::filesystem::path& d
   }
   std::sort(files.begin(), files.end());
   return files;
-}
-
-// The step a checkpoint holds, from its header alone (no model needed): 24-byte
-// header, then u64 step. 0 with ok == false when the file is unreadable or short.
-std::uint64_t peek_step(const std::filesystem::path& file, bool* ok) {
-  std::ifstream in(file, std::ios::binary);
-  char buf[32];
-  *ok = static_cast<bool>(in.read(buf, sizeof buf));
-  std::uint64_t step = 0;
-  if (*ok) std::memcpy(&step, buf + 24, 8);
-  return step;
 }
 
 }  // namespace
@@ -78,9 +68,9 @@ std::int64_t run_eval(const EvalOptions& o, std::ostream& out) {
   for (;;) {
     bool found = false;
     for (const auto& f : checkpoints_in(o.checkpoint_dir)) {
-      bool ok = false;
-      const std::uint64_t step = peek_step(f, &ok);
-      if (!ok) continue;
+      const std::optional<std::uint64_t> peeked = checkpoint_step(f);
+      if (!peeked) continue;
+      const std::uint64_t step = *peeked;
       const auto it = done.find(f);
       if (it != done.end() && it->second == step) continue;
       const auto t0 = Clock::now();

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <thread>
@@ -155,6 +157,62 @@ void check_spec_momentum(const JobOptions& o) {
   }
 }
 
+// --resume with several ranks: every worker must start from the same step. Each keeps
+// its last two checkpoints (rank-R.ckpt and rank-R.ckpt.prev), so a run killed while
+// some ranks had written an epoch's checkpoint and others had not resumes from the
+// newest step every worker holds. A collective of the whole group: parameter servers
+// take part with nothing (they find their own state by the step the workers push).
+// Returns the file this rank loads; empty when no worker has a checkpoint (or a server).
+std::filesystem::path agree_resume_file(dist::Communicator& comm, const JobOptions& o,
+                                        int workers) {
+  const int rank = comm.rank();
+  const bool worker = rank < workers;
+  std::filesystem::path cur = o.train.checkpoint_dir / ("rank-" + std::to_string(rank) + ".ckpt");
+  std::filesystem::path prev = cur;
+  prev += ".prev";
+  auto step_of = [](const std::filesystem::path& f) -> std::int64_t {
+    const std::optional<std::uint64_t> s = checkpoint_step(f);
+    return s ? static_cast<std::int64_t>(*s) : -1;
+  };
+  const std::int64_t mine[2] = {worker ? step_of(cur) : -1, worker ? step_of(prev) : -1};
+  std::vector<std::byte> all;
+  std::vector<std::size_t> offsets;
+  comm.allgather_bytes(std::as_bytes(std::span(mine)), all, offsets);
+  std::vector<std::array<std::int64_t, 2>> steps(static_cast<std::size_t>(workers));
+  bool any = false;
+  for (int r = 0; r < workers; ++r) {
+    auto& st = steps[static_cast<std::size_t>(r)];
+    std::memcpy(st.data(), all.data() + offsets[static_cast<std::size_t>(r)], sizeof mine);
+    any = any || st[0] >= 0 || st[1] >= 0;
+  }
+  if (!any) return {};
+  std::int64_t agreed = -1;
+  for (const std::int64_t candidate : steps[0]) {
+    if (candidate <= agreed) continue;
+    bool everywhere = true;
+    for (const auto& st : steps)
+      everywhere = everywhere && (st[0] == candidate || st[1] == candidate);
+    if (everywhere) agreed = candidate;
+  }
+  if (agreed < 0) {
+    std::string held;
+    for (int r = 0; r < workers; ++r) {
+      const auto& st = steps[static_cast<std::size_t>(r)];
+      held += (r > 0 ? "; rank " : "rank ") + std::to_string(r) + ": ";
+      std::string list;
+      for (const std::int64_t step : st) {
+        if (step >= 0) list += (list.empty() ? "" : ", ") + std::to_string(step);
+      }
+      held += list.empty() ? "none" : list;
+    }
+    throw InvalidArgument("--resume: the workers' checkpoints in " +
+                          o.train.checkpoint_dir.string() + " share no step (" + held + ")");
+  }
+  if (!worker) return {};
+  const auto& me = steps[static_cast<std::size_t>(rank)];
+  return me[0] == agreed ? cur : prev;
+}
+
 dist::PsConfig ps_config(const JobOptions& o, int world) {
   dist::PsConfig c;
   c.topology = o.topology;
@@ -206,6 +264,8 @@ int run_server(const JobOptions& o, const dist::RendezvousConfig& rc) {
         server_checkpoints(o.train.checkpoint_dir, rc.rank - pc.workers, identity, o.train.resume);
   }
   dist::Communicator comm = connect(rc);
+  if (o.train.resume && !o.train.checkpoint_dir.empty())
+    (void)agree_resume_file(comm, o, pc.workers);
   (void)dist::run_ps_server(pc, comm, shapes, initial, builtin_registry(), checkpoints);
   return 0;
 }
@@ -274,6 +334,8 @@ int run_worker(const JobOptions& o, std::ostream& out) {
   data::Dataset test_set = load_dataset(o.data, data::Split::kTest, cfg.seed);
 
   dist::Communicator comm = connect(rc);
+  if (cfg.resume && !cfg.checkpoint_dir.empty())
+    cfg.resume_file = agree_resume_file(comm, o, workers);
   dist::PsWorker* ps_worker = nullptr;
   const ReducerFactory factory =
       [&](std::span<const BucketShape> shapes) -> std::unique_ptr<Reducer> {

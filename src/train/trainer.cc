@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "gradcomp/error.h"
@@ -277,6 +278,15 @@ void Trainer::save_checkpoint(const std::filesystem::path& file) {
   meta.rank = static_cast<std::uint32_t>(config_.rank);
   meta.world = static_cast<std::uint32_t>(config_.world);
   const std::vector<StateBuffer> state = reducer_->state();
+  // The previous checkpoint stays as FILE.prev: ranks killed while some had written this
+  // one and others had not can still resume together from the one before. (A run that
+  // resumed from an older step rewrites a step it already had: that file is replaced.)
+  const std::optional<std::uint64_t> existing = checkpoint_step(file);
+  if (existing && *existing < meta.step) {
+    std::filesystem::path prev = file;
+    prev += ".prev";
+    std::filesystem::rename(file, prev);
+  }
   train::save_checkpoint(file, meta, *model_, *optimizer_, state);
 }
 
@@ -311,11 +321,12 @@ void Trainer::load_checkpoint(const std::filesystem::path& file) {
 TrainSummary Trainer::run() {
   const auto start = Clock::now();
   if (config_.resume && !config_.checkpoint_dir.empty()) {
-    if (std::filesystem::exists(checkpoint_file())) {
-      load_checkpoint(checkpoint_file());
+    const std::filesystem::path from =
+        config_.resume_file.empty() ? checkpoint_file() : config_.resume_file;
+    if (std::filesystem::exists(from)) {
+      load_checkpoint(from);
       if (config_.progress) {
-        *config_.progress << "resumed from " << checkpoint_file().string() << " at step " << step_
-                          << "\n";
+        *config_.progress << "resumed from " << from.string() << " at step " << step_ << "\n";
       }
     } else if (config_.progress) {
       *config_.progress << "no checkpoint at " << checkpoint_file().string()

@@ -54,7 +54,10 @@ struct TrainConfig {
   int world = 1;
   std::filesystem::path checkpoint_dir;  // empty: no checkpoints
   bool resume = false;                   // load checkpoint_dir/rank-R.ckpt if it exists
-  std::filesystem::path metrics_path;    // empty: no metrics file
+  // With resume: load this file instead (the one every rank agreed on, see
+  // agree_resume_file in job.cc); empty: rank-R.ckpt.
+  std::filesystem::path resume_file;
+  std::filesystem::path metrics_path;  // empty: no metrics file
   std::int64_t eval_batch = 1000;
   std::ostream* progress = nullptr;  // one line per epoch; null: quiet
 };
