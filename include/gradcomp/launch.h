@@ -24,7 +24,12 @@ struct WorkerCommand {
 struct LaunchOptions {
   int workers = 1;
   std::function<WorkerCommand(int rank)> command;
-  // After the first failure, how long the other ranks get to exit on SIGTERM.
+  // After the first failure, how long the other ranks get to end by themselves (a dead
+  // peer or a timeout ends them all alike) before they are stopped. Ranks still running
+  // then are named in the message: they are what the others were waiting for (a hung or
+  // stopped rank). The wait ends early once every rank left is stopped (SIGSTOP).
+  std::chrono::milliseconds settle{2000};
+  // Then how long they get to exit on SIGTERM.
   std::chrono::milliseconds kill_grace{3000};
   bool quiet_other_ranks = true;  // discard stdout of ranks > 0
 };
@@ -33,6 +38,10 @@ struct LaunchResult {
   int exit_code = 0;     // 0 when every rank exited 0
   int failed_rank = -1;  // the first rank that failed, or -1
   std::string message;   // e.g. "rank 2 exited with status 1"; empty on success
+  // The ranks still running when the others had settled (LaunchOptions::settle), e.g.
+  // "rank 2 (stopped) was still running" or "ranks 0, 2 were still running 2.0 s later"; empty when
+  // there were none.
+  std::string unsettled;
 };
 
 // Starts the workers and waits for all of them. SIGINT/SIGTERM sent to the launcher

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -131,6 +133,51 @@ bool reap_one(std::vector<Child>& children, bool block, int* rank, int* status) 
   }
 }
 
+// True when the process is stopped (SIGSTOP, a debugger): state T or t in /proc.
+bool is_stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const auto paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state == 'T' || state == 't';
+}
+
+// After the first failure: reaps the ranks that end by themselves within `settle`, then
+// names the ones still running ("rank 2 (stopped)"); empty when none is.
+std::string unsettled_ranks(std::vector<Child>& children, std::chrono::milliseconds settle) {
+  const auto deadline = std::chrono::steady_clock::now() + settle;
+  int rank = 0, status = 0;
+  for (;;) {
+    bool all_stopped = true;
+    for (const auto& c : children) all_stopped = all_stopped && (!c.running || is_stopped(c.pid));
+    if (!any_running(children) || all_stopped || std::chrono::steady_clock::now() >= deadline)
+      break;
+    if (!reap_one(children, false, &rank, &status)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  std::string names;
+  int count = 0;
+  for (std::size_t r = 0; r < children.size(); ++r) {
+    if (!children[r].running) continue;
+    names += (count++ > 0 ? ", " : "") + std::to_string(r);
+    if (is_stopped(children[r].pid)) names += " (stopped)";
+  }
+  if (count == 0) return {};
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - (deadline - settle)).count();
+  char later[32];
+  if (waited >= 0.05) {
+    std::snprintf(later, sizeof later, " still running %.1f s later", waited);
+  } else {
+    std::snprintf(later, sizeof later, " still running");
+  }
+  return std::string(count > 1 ? "ranks " : "rank ") + names + (count > 1 ? " were" : " was") +
+         later;
+}
+
 // After a failure: SIGTERM to the rest, SIGKILL to whatever outlives the grace period.
 // A worker's group is killed even after the worker itself exited (its children may
 // linger), hence the final SIGKILL to every group.
@@ -211,6 +258,7 @@ LaunchResult run_local_workers(const LaunchOptions& options) {
       result.failed_rank = rank;
       result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       result.message = "rank " + std::to_string(rank) + " " + describe_status(status);
+      result.unsettled = unsettled_ranks(children, options.settle);
       stop_the_rest(children, options.kill_grace);
     }
   }

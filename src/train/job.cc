@@ -400,7 +400,8 @@ int run_local_launch(const JobOptions& o, std::ostream& err) {
                  ? " (server " + std::to_string(res.failed_rank - o.workers) + ")"
                  : " (worker " + std::to_string(res.failed_rank) + ")";
     }
-    err << "gradcomp: training failed: " << res.message << role << std::endl;
+    err << "gradcomp: training failed: " << res.message << role
+        << (res.unsettled.empty() ? "" : "; " + res.unsettled) << std::endl;
     return res.exit_code;
   }
   return 0;

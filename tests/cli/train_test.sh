@@ -149,6 +149,29 @@ kill_last_rank() {
 kill_last_rank "killed worker" "rank [0-9]" "^epoch\|^model" \
   --workers 3 --compressor 2bit "${small[@]}" --epochs 50
 
+# A worker that hangs (here: stopped) ends the run within the timeout too; the message
+# names it, since the ranks that fail first are only the ones that timed out waiting.
+"$GRADCOMP" train --workers 3 --compressor 2bit "${small[@]}" --epochs 50 --timeout-ms 3000 \
+  > k.txt 2> kerr.txt &
+launcher=$!
+for _ in $(seq 100); do
+  victim=$(pgrep -P "$launcher" | tail -n 1)
+  [ -n "$victim" ] && grep -q "^epoch\|^model" k.txt 2>/dev/null && break
+  sleep 0.2
+done
+sleep 1
+start=$(date +%s)
+kill -STOP "$victim" 2>/dev/null
+wait "$launcher"
+status=$?
+took=$(( $(date +%s) - start ))
+if [ $status -ne 0 ] && [ $took -lt 30 ] && grep -q "training failed: .*rank 2 (stopped) was still running" kerr.txt &&
+   ! pgrep -f -- "$WORK" > /dev/null; then
+  pass "stopped worker: run fails in ${took}s naming it ($(tail -n 1 kerr.txt))"
+else
+  fail "stopped worker (exit $status after ${took}s)"; cat kerr.txt
+fi
+
 # ---- parameter server (--topology ps-sync / ps-async)
 ps=(--dataset synthetic --synthetic-train 2048 --mlp-hidden 128 --batch-size 32 --epochs 1
     --lr 0.1 --seed 7 --timeout-ms 8000)

@@ -74,6 +74,7 @@ TEST_F(Launch, FirstFailureStopsTheOthersAndIsNamed) {
   LaunchOptions o;
   o.workers = 3;
   o.kill_grace = std::chrono::milliseconds(500);
+  o.settle = std::chrono::milliseconds(300);
   o.command = [&](int r) {
     // Ranks 0 and 2 would run for a minute and record their pids; rank 1 fails.
     if (r == 1) return sh("sleep 0.2; exit 3", r);
@@ -85,6 +86,8 @@ TEST_F(Launch, FirstFailureStopsTheOthersAndIsNamed) {
   EXPECT_EQ(res.failed_rank, 1);
   EXPECT_EQ(res.exit_code, 3);
   EXPECT_EQ(res.message, "rank 1 exited with status 3");
+  // They did not end by themselves within the settle time: named.
+  EXPECT_TRUE(res.unsettled.starts_with("ranks 0, 2 were still running")) << res.unsettled;
   EXPECT_LT(elapsed, std::chrono::seconds(20)) << "the others were not stopped";
   for (int r : {0, 2}) {
     const pid_t pid = std::stoi(read(dir_ / ("pid" + std::to_string(r))));
@@ -92,10 +95,30 @@ TEST_F(Launch, FirstFailureStopsTheOthersAndIsNamed) {
   }
 }
 
+TEST_F(Launch, AStoppedRankIsNamedAndKilled) {
+  LaunchOptions o;
+  o.workers = 3;
+  o.kill_grace = std::chrono::milliseconds(200);
+  o.settle = std::chrono::seconds(10);  // ends early: only a stopped rank is left
+  o.command = [&](int r) {
+    // Rank 1 hangs (stops itself); rank 0 gives up first, rank 2 a moment later, as
+    // ranks that time out waiting for a hung peer do.
+    if (r == 1) return sh("echo $$ > " + (dir_ / "stopped").string() + "; kill -STOP $$", r);
+    return sh(r == 0 ? "sleep 0.3; exit 1" : "sleep 0.6; exit 1", r);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const LaunchResult res = run_local_workers(o);
+  EXPECT_EQ(res.failed_rank, 0);
+  EXPECT_TRUE(res.unsettled.starts_with("rank 1 (stopped) was still running")) << res.unsettled;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(8));
+  EXPECT_FALSE(running(std::stoi(read(dir_ / "stopped")))) << "the stopped rank outlived the run";
+}
+
 TEST_F(Launch, WorkersIgnoringSigtermAreKilled) {
   LaunchOptions o;
   o.workers = 2;
   o.kill_grace = std::chrono::milliseconds(200);
+  o.settle = std::chrono::milliseconds(200);
   o.command = [&](int r) {
     if (r == 0) return sh("sleep 0.3; exit 1", r);
     // The worker ignores SIGTERM and has a child of its own, which must go too.
