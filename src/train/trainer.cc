@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -183,6 +184,14 @@ double Trainer::train_step() {
   const torch::Tensor loss = at::cross_entropy_loss(logits, batch_y_);
   loss.backward();
   const double loss_value = loss.item<double>();
+  // A diverged run stops here, before its gradient reaches the other ranks: a dense sum
+  // would silently turn every replica into NaN, a selecting codec would fail on a
+  // non-finite input with a less telling message.
+  if (!std::isfinite(loss_value)) {
+    const char* value = std::isnan(loss_value) ? "nan" : loss_value > 0 ? "inf" : "-inf";
+    throw Error("step " + std::to_string(step_) + ": the training loss is " + value +
+                " (the run diverged; a lower --lr or --warmup-steps may help)");
+  }
   {
     torch::NoGradGuard no_grad;
     epoch_correct_ += logits.argmax(1).eq(batch_y_).sum().item<std::int64_t>();

@@ -19,6 +19,28 @@ using test::synthetic;
 
 fs::path temp_dir(const std::string& tag) { return test::temp_dir("train", tag); }
 
+TEST(Trainer, ADivergedRunStopsWithAnErrorNamingTheStep) {
+  for (const std::string spec : {"none", "ef(topk:ratio=0.1)"}) {
+    Data d = synthetic(512, 64, 8);
+    TrainConfig cfg;
+    cfg.model.name = "mlp";
+    cfg.model.mlp_hidden = {32};
+    cfg.batch_size = 32;
+    cfg.epochs = 20;
+    cfg.lr = 1e12;  // diverges within a few steps
+    cfg.warmup_steps = 0;
+    Trainer t(cfg, std::move(d.train), std::move(d.test), local(spec));
+    try {
+      (void)t.run();
+      ADD_FAILURE() << spec << ": a diverged run finished";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the run diverged"), std::string::npos)
+          << spec << ": " << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("step ", 0), 0u) << e.what();
+    }
+  }
+}
+
 TEST(Trainer, MlpLearnsSyntheticDataWithTopkAndMetrics) {
   Data d = synthetic(2048, 500, 16);
   TrainConfig cfg;

@@ -28,7 +28,11 @@ std::string one_line(std::string_view what, bool first_line_only) {
 }
 
 int fail(std::string_view message, bool first_line_only = false) {
-  std::cerr << "gradcomp: " << one_line(message, first_line_only) << std::endl;
+  // One write: ranks of one run share the terminal, and std::cerr (unbuffered) would
+  // write each piece on its own, interleaving their lines.
+  const std::string line = "gradcomp: " + one_line(message, first_line_only) + "\n";
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+  std::cerr.flush();
   return 1;
 }
 
