@@ -102,8 +102,10 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--blas-threads", j.train.blas_threads, "OpenBLAS threads (0: = --threads)");
   cmd->add_option("--seed", j.train.seed, "run seed")->capture_default_str();
   cmd->add_option("--checkpoint-dir", j.train.checkpoint_dir,
-                  "write a checkpoint per rank each epoch");
-  cmd->add_flag("--resume", j.train.resume, "continue from --checkpoint-dir");
+                  "write a checkpoint per rank (and parameter server) each epoch and at the "
+                  "stop; the previous one is kept as .prev");
+  cmd->add_flag("--resume", j.train.resume,
+                "continue from --checkpoint-dir, at the newest step every worker holds");
   cmd->add_option("--metrics", j.train.metrics_path, "JSON lines: one per epoch and a summary");
   cmd->add_option("--synthetic-train", j.data.synthetic_train, "synthetic: train samples");
   cmd->add_option("--rank", flags->rank, "this process's rank (multi-machine)");
