@@ -188,7 +188,8 @@ class FetchSgdReducer final : public Reducer {
 
 SchemeInfo fetchsgd_scheme() {
   std::vector<ParamDef> params = geometry_params(0.01, 0.1);
-  params.push_back(float_param("momentum", 0.9, 0.0, 0.9999, "momentum m in sketch space; = --momentum"));
+  params.push_back(
+      float_param("momentum", 0.9, 0.0, 0.9999, "momentum m in sketch space; = --momentum"));
   return {.name = "fetchsgd",
           .summary =
               "FetchSGD: allreduce count sketches of the gradients; momentum and error "

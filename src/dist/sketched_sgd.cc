@@ -199,7 +199,8 @@ SchemeInfo sketched_sgd_scheme() {
   std::vector<ParamDef> params = geometry_params(0.01, 0.025);
   params.push_back(int_param("p2", 4, 1, 1000,
                              "candidates per bucket in round 2: p2*k (exact values allreduced)"));
-  params.push_back(float_param("momentum", 0.9, 0.0, 0.9999, "worker momentum m (u <- m*u + g); = --momentum"));
+  params.push_back(
+      float_param("momentum", 0.9, 0.0, 0.9999, "worker momentum m (u <- m*u + g); = --momentum"));
   return {.name = "sketched-sgd",
           .summary =
               "Sketched-SGD: allreduce count sketches of the accumulated momentum, then "

@@ -253,6 +253,16 @@ CheckpointMeta read_checkpoint_subset(const std::filesystem::path& file,
   return read_arrays(file, arrays, true);
 }
 
+std::filesystem::path rank_checkpoint_file(const std::filesystem::path& dir, int rank) {
+  return dir / ("rank-" + std::to_string(rank) + ".ckpt");
+}
+
+std::filesystem::path previous_checkpoint_file(const std::filesystem::path& file) {
+  std::filesystem::path prev = file;
+  prev += ".prev";
+  return prev;
+}
+
 std::optional<std::uint64_t> checkpoint_step(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   char buf[kHeaderBytes + 8];

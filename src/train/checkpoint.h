@@ -62,6 +62,11 @@ CheckpointMeta read_checkpoint(const std::filesystem::path& file,
 // their order): the evaluator reads the model and skips optimizer and memory state.
 CheckpointMeta read_checkpoint_subset(const std::filesystem::path& file,
                                       std::span<const ArrayView> arrays);
+// Where rank R of a run keeps its checkpoint (DIR/rank-R.ckpt), and where the one before
+// it is kept (FILE.prev) so that ranks can agree on a step all of them hold.
+std::filesystem::path rank_checkpoint_file(const std::filesystem::path& dir, int rank);
+std::filesystem::path previous_checkpoint_file(const std::filesystem::path& file);
+
 // The step a checkpoint holds, from its header alone (magic and step; nothing else is
 // validated): nullopt for a file that is unreadable, short or not a checkpoint.
 std::optional<std::uint64_t> checkpoint_step(const std::filesystem::path& file);

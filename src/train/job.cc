@@ -167,9 +167,8 @@ std::filesystem::path agree_resume_file(dist::Communicator& comm, const JobOptio
                                         int workers) {
   const int rank = comm.rank();
   const bool worker = rank < workers;
-  std::filesystem::path cur = o.train.checkpoint_dir / ("rank-" + std::to_string(rank) + ".ckpt");
-  std::filesystem::path prev = cur;
-  prev += ".prev";
+  const std::filesystem::path cur = rank_checkpoint_file(o.train.checkpoint_dir, rank);
+  const std::filesystem::path prev = previous_checkpoint_file(cur);
   auto step_of = [](const std::filesystem::path& f) -> std::int64_t {
     const std::optional<std::uint64_t> s = checkpoint_step(f);
     return s ? static_cast<std::int64_t>(*s) : -1;

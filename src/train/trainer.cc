@@ -276,7 +276,7 @@ EvalResult evaluate_model(Model& model, const data::Dataset& test, std::int64_t 
 EvalResult Trainer::evaluate() { return evaluate_model(*model_, test_, config_.eval_batch); }
 
 std::filesystem::path Trainer::checkpoint_file() const {
-  return config_.checkpoint_dir / ("rank-" + std::to_string(config_.rank) + ".ckpt");
+  return rank_checkpoint_file(config_.checkpoint_dir, config_.rank);
 }
 
 void Trainer::save_checkpoint(const std::filesystem::path& file) {
@@ -292,9 +292,7 @@ void Trainer::save_checkpoint(const std::filesystem::path& file) {
   // resumed from an older step rewrites a step it already had: that file is replaced.)
   const std::optional<std::uint64_t> existing = checkpoint_step(file);
   if (existing && *existing < meta.step) {
-    std::filesystem::path prev = file;
-    prev += ".prev";
-    std::filesystem::rename(file, prev);
+    std::filesystem::rename(file, previous_checkpoint_file(file));
   }
   train::save_checkpoint(file, meta, *model_, *optimizer_, state);
 }

@@ -114,13 +114,14 @@ status=$?
 if [ $status -ne 0 ] && grep -q "none" e.txt; then pass "missing data dir names it"; else
   fail "missing data dir (exit $status)"; cat e.txt; fi
 
-# kill_last_rank LABEL ERROR_REGEX READY_REGEX ARGS...: starts `train ARGS` (which must
-# name a file in $WORK, so that only this test's processes match it), waits until its
-# output matches READY_REGEX, SIGKILLs the launcher's last-started rank, and expects the
-# run to fail within 30 s with an error matching ERROR_REGEX and leave no process behind.
-kill_last_rank() {
-  local label=$1 error_re=$2 ready_re=$3
-  shift 3
+# signal_last_rank SIGNAL LABEL ERROR_REGEX READY_REGEX ARGS...: starts `train ARGS`
+# (which must name a file in $WORK, so that only this test's processes match it), waits
+# until its output matches READY_REGEX, sends SIGNAL (KILL: a dead worker, STOP: a hung
+# one) to the launcher's last-started rank, and expects the run to fail within 30 s with
+# an error matching ERROR_REGEX and leave no process behind.
+signal_last_rank() {
+  local sig=$1 label=$2 error_re=$3 ready_re=$4
+  shift 4
   "$GRADCOMP" train "$@" > k.txt 2> kerr.txt &
   local launcher=$! victim="" start status took
   for _ in $(seq 100); do
@@ -130,7 +131,7 @@ kill_last_rank() {
   done
   sleep 1
   start=$(date +%s)
-  kill -KILL "$victim" 2>/dev/null
+  kill -"$sig" "$victim" 2>/dev/null
   wait "$launcher"
   status=$?
   took=$(( $(date +%s) - start ))
@@ -146,31 +147,13 @@ kill_last_rank() {
 
 # A worker killed mid-run ends the whole run with an error naming it, within the
 # timeout, and leaves no process behind.
-kill_last_rank "killed worker" "rank [0-9]" "^epoch\|^model" \
+signal_last_rank KILL "killed worker" "rank [0-9]" "^epoch\|^model" \
   --workers 3 --compressor 2bit "${small[@]}" --epochs 50
 
 # A worker that hangs (here: stopped) ends the run within the timeout too; the message
 # names it, since the ranks that fail first are only the ones that timed out waiting.
-"$GRADCOMP" train --workers 3 --compressor 2bit "${small[@]}" --epochs 50 --timeout-ms 3000 \
-  > k.txt 2> kerr.txt &
-launcher=$!
-for _ in $(seq 100); do
-  victim=$(pgrep -P "$launcher" | tail -n 1)
-  [ -n "$victim" ] && grep -q "^epoch\|^model" k.txt 2>/dev/null && break
-  sleep 0.2
-done
-sleep 1
-start=$(date +%s)
-kill -STOP "$victim" 2>/dev/null
-wait "$launcher"
-status=$?
-took=$(( $(date +%s) - start ))
-if [ $status -ne 0 ] && [ $took -lt 30 ] && grep -q "training failed: .*rank 2 (stopped) was still running" kerr.txt &&
-   ! pgrep -f -- "$WORK" > /dev/null; then
-  pass "stopped worker: run fails in ${took}s naming it ($(tail -n 1 kerr.txt))"
-else
-  fail "stopped worker (exit $status after ${took}s)"; cat kerr.txt
-fi
+signal_last_rank STOP "stopped worker" "training failed: .*rank 2 (stopped) was still running" \
+  "^epoch\|^model" --workers 3 --compressor 2bit "${small[@]}" --epochs 50 --timeout-ms 3000
 
 # ---- parameter server (--topology ps-sync / ps-async)
 ps=(--dataset synthetic --synthetic-train 2048 --mlp-hidden 128 --batch-size 32 --epochs 1
@@ -296,7 +279,7 @@ if [ $? -eq 1 ] && grep -q "nesterov" e.txt && [ "$(wc -l < e.txt)" -eq 1 ]; the
   fail "dgc nesterov without --nesterov"; cat e.txt; fi
 
 # A killed server ends the run with an error naming the rank and its role.
-kill_last_rank "killed server" "rank 2 .*(server 0)" "^model" --workers 2 --servers 1 \
+signal_last_rank KILL "killed server" "rank 2 .*(server 0)" "^model" --workers 2 --servers 1 \
   --topology ps-sync --compressor 2bit "${ps[@]}" --metrics "$WORK/kill.jsonl" --epochs 50
 
 # The evaluator reads the run's checkpoints: one JSON line each, the same accuracy. The
