@@ -217,7 +217,7 @@ for m in $METHODS; do
 done
 ddp_methods=()
 if [ -n "$DDP_METHODS" ] && [ "$have_torch" = 0 ]; then
-  log "DDP baselines skipped: $PY has no torch (scripts/install-deps.sh --netlab)"
+  log "DDP baselines skipped: $PY has no torch (scripts/install-deps.sh)"
   for m in $DDP_METHODS; do
     write_run "$OUT/runs/-__ddp__$m.json" - ddp "ddp $m" "not available" \
       "python3-torch not installed" "" "" ""

@@ -24,7 +24,7 @@ step_ms_median. Bytes per worker per step: the ring-allreduce model gradcomp use
 headers and retransmissions included).
 
 Writes one JSON object to --json (and stdout on rank 0). Needs Debian's python3-torch
-(`scripts/install-deps.sh --netlab`); run it with /usr/bin/python3.
+(`scripts/install-deps.sh`); run it with /usr/bin/python3.
 """
 
 import argparse

@@ -5,7 +5,7 @@
 #
 #   scripts/install-deps.sh            what CI needs
 #   scripts/install-deps.sh --netlab   also the network lab's extras (scripts/bench-net.sh):
-#                                      iproute2 and PyTorch for the DDP baseline (large: not for CI)
+#                                      iproute2
 set -euo pipefail
 
 netlab=0
@@ -30,10 +30,13 @@ packages=(
   libeigen3-dev
   # data: zlib reads the gzipped IDX files; Fashion-MNIST itself
   zlib1g-dev dataset-fashion-mnist
+  # the Python package (gradcomp.torch, a DDP communication hook) and its tests: the
+  # same LibTorch for /usr/bin/python3, pybind11 to bind it, numpy and pytest
+  python3-torch python3-numpy pybind11-dev python3-pytest
 )
 if [ "$netlab" = 1 ]; then
-  # namespaces, veth and tc; DDP, Gloo and the PowerSGD hook for /usr/bin/python3
-  packages+=(iproute2 python3-torch python3-numpy)
+  # namespaces, veth and tc
+  packages+=(iproute2)
 fi
 
 missing=()

@@ -1,6 +1,7 @@
-// The Communicator over c10d's ProcessGroupGloo, and the Store handles around c10d's
-// TCPStore / HashStore / PrefixStore. This is the only file of gradcomp that includes
-// c10d (and so the only slow one to compile: it gets a precompiled header).
+// The Communicator over a c10d ProcessGroup (a ProcessGroupGloo of its own, or a group
+// someone else created: process_group.h), and the Store handles around c10d's
+// TCPStore / HashStore / PrefixStore. This is the only file of gradcomp_dist that
+// includes c10d (and so the only slow one to compile: it gets a precompiled header).
 //
 // Every collective wraps caller memory with at::from_blob (no copy), is issued on the
 // process group, and is waited for with the configured timeout. Gloo's own operations
@@ -18,6 +19,7 @@
 #include <utility>
 
 #include "gradcomp/dist/communicator.h"
+#include "gradcomp/dist/process_group.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp::dist {
@@ -108,7 +110,7 @@ std::uint16_t Store::port() const { return impl_->port; }
 // ---- Communicator --------------------------------------------------------------------
 
 struct Communicator::Impl {
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
   int rank = 0;
   int world = 1;
   std::chrono::milliseconds timeout{0};
@@ -202,6 +204,24 @@ Communicator::Communicator(const Store& store, const RendezvousConfig& config)
                                                        config.world_size, options);
   });
   impl_->out_tensors.resize(1);
+}
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Communicator communicator_over(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                               std::chrono::milliseconds timeout) {
+  if (!group) throw InvalidArgument("communicator: no process group");
+  if (timeout.count() <= 0) {
+    throw InvalidArgument("communicator: timeout must be positive, got " +
+                          std::to_string(timeout.count()) + " ms");
+  }
+  auto impl = std::make_unique<Communicator::Impl>();
+  impl->rank = group->getRank();
+  impl->world = group->getSize();
+  impl->timeout = timeout;
+  impl->pg = std::move(group);
+  impl->out_tensors.resize(1);
+  return Communicator(std::move(impl));
 }
 
 Communicator::Communicator(Communicator&&) noexcept = default;

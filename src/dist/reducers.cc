@@ -41,6 +41,7 @@ class FusedReducer final : public Reducer {
                std::span<const BucketShape> shapes, const CodecRegistry& registry)
       : mode_(mode), comm_(comm) {
     for (const BucketShape& s : shapes) {
+      ids_.push_back(s.id);
       sizes_.push_back(s.numel);
       rows_.push_back(static_cast<std::uint32_t>(s.rows));
     }
@@ -185,10 +186,13 @@ class FusedReducer final : public Reducer {
 
   ReduceStats take_stats() override { return std::exchange(stats_, {}); }
 
+  // Named "bucket<id>.<memory's name>", as the schemes name theirs: a tensor's state can
+  // follow it into another grouping (the DDP hook's buckets are rebuilt after step 0).
   std::vector<StateBuffer> state() override {
     std::vector<StateBuffer> out;
-    for (auto& m : memories_) {
-      for (auto& s : m->state()) out.push_back(std::move(s));
+    for (std::size_t b = 0; b < memories_.size(); ++b) {
+      const std::string prefix = "bucket" + std::to_string(ids_[b]) + ".";
+      for (auto& s : memories_[b]->state()) out.push_back({prefix + s.name, s.data});
     }
     return out;
   }
@@ -258,6 +262,7 @@ class FusedReducer final : public Reducer {
 
   Mode mode_;
   Communicator& comm_;
+  std::vector<std::uint32_t> ids_;
   std::vector<std::size_t> sizes_;
   std::vector<std::uint32_t> rows_;
   std::string describe_;

@@ -144,14 +144,19 @@ void check_case(const Case& c, int world) {
       }
     }
 
-    // state(): this rank's memories, in bucket order, equal to the simulation's.
+    // state(): this rank's memories, in bucket order, equal to the simulation's, each
+    // named after its bucket ("bucket<id>.residual").
     auto state = reducer->state();
     if (dense) {
       EXPECT_TRUE(state.empty());
     } else {
       std::vector<StateBuffer> sim_state;
+      std::uint32_t bucket_id = 0;
       for (auto& m : sim[static_cast<std::size_t>(comm.rank())]) {
-        for (auto& s : m->state()) sim_state.push_back(s);
+        for (auto& s : m->state()) {
+          sim_state.push_back({"bucket" + std::to_string(bucket_id) + "." + s.name, s.data});
+        }
+        ++bucket_id;
       }
       ASSERT_EQ(state.size(), sim_state.size());
       for (std::size_t k = 0; k < state.size(); ++k) {

@@ -142,6 +142,10 @@ class Communicator {
   Communicator& operator=(Communicator&&) noexcept;
   ~Communicator();
 
+  struct Impl;
+  // Adopts a connected group (communicator.cc and communicator_over() build Impls).
+  explicit Communicator(std::unique_ptr<Impl> impl);
+
   int rank() const;
   int world_size() const;
   std::chrono::milliseconds timeout() const;
@@ -185,8 +189,6 @@ class Communicator {
   // Counters since construction (or the last take_counters()), then reset.
   CommCounters counters() const;
   CommCounters take_counters();
-
-  struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;

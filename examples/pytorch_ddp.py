@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Train the main job's MLP on Fashion-MNIST with PyTorch DDP and a gradcomp hook.
+
+An ordinary DistributedDataParallel script; the gradcomp lines are marked "gradcomp".
+
+    # 4 local processes (started by this script), top-k 1% with momentum-corrected EF:
+    PYTHONPATH=build/python /usr/bin/python3 examples/pytorch_ddp.py --compressor "efm(topk:ratio=0.01)"
+    # the same under torchrun (or Slurm / mpirun setting RANK, WORLD_SIZE, MASTER_ADDR/PORT):
+    PYTHONPATH=build/python torchrun --nproc_per_node 4 examples/pytorch_ddp.py --compressor powersgd:rank=2
+
+The model (784-1536-1536-10, ReLU), data (each worker a shard of every epoch's shuffle,
+batch 64 per worker, pixels normalised), optimizer (SGD, momentum 0.9, cosine decay to 0)
+and 3 epochs are those of `gradcomp train`'s main job; the report ends the same way.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import gradcomp.torch as gc  # gradcomp
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
+MEAN, STD = 0.2860, 0.3530  # over the train split's pixels
+
+
+def read_idx(path: str) -> np.ndarray:
+    """An IDX file (gzipped) as a numpy array of its declared shape."""
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise ValueError(f"{path}: not an unsigned-byte IDX file")
+    dims = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims))
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims)
+    if data.size != int(np.prod(shape)):
+        raise ValueError(f"{path}: {data.size} values for shape {shape}")
+    return data.reshape(shape)
+
+
+def load(split: str, data_dir: str):
+    images = read_idx(os.path.join(data_dir, f"{split}-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(data_dir, f"{split}-labels-idx1-ubyte.gz"))
+    x = (torch.from_numpy(images.astype(np.float32)) / 255.0 - MEAN) / STD
+    return x.reshape(len(x), -1), torch.from_numpy(labels.astype(np.int64))
+
+
+def mlp(hidden=(1536, 1536), inputs=784, classes=10) -> nn.Module:
+    layers, prev = [], inputs
+    for width in hidden:
+        layers += [nn.Linear(prev, width), nn.ReLU()]
+        prev = width
+    layers.append(nn.Linear(prev, classes))
+    return nn.Sequential(*layers)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def train(args) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    x_train, y_train = load("train", args.data_dir)
+    x_test, y_test = load("t10k", args.data_dir)
+    steps_per_epoch = math.ceil(len(x_train) // world / args.batch_size)
+    total_steps = steps_per_epoch * args.epochs
+
+    model = DDP(mlp(), bucket_cap_mb=args.bucket_cap_mb)
+    state = None
+    if args.compressor != "ddp":
+        state = gc.CompressionState(  # gradcomp
+            args.compressor, dense_share=args.dense_share, seed=args.seed,
+            steps_per_epoch=steps_per_epoch)
+        model.register_comm_hook(state, gc.hook)  # gradcomp
+        opt = gc.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, state=state)  # gradcomp
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * min(s, total_steps) / total_steps)))
+
+    if rank == 0:
+        print(f"pytorch_ddp: {world} workers, mlp 784-1536-1536-10, fashion-mnist, "
+              f"{args.epochs} epochs x {steps_per_epoch} steps, batch {args.batch_size}/worker, "
+              f"lr {args.lr} cosine, momentum {args.momentum}")
+        print(f"exchange: {state.describe if state else 'DDP allreduce (no hook)'}"
+              + (f", dense_share {args.dense_share}" if state else ""), flush=True)
+
+    start = time.monotonic()
+    step_times = []
+    for epoch in range(args.epochs):
+        g = torch.Generator().manual_seed(args.seed * 1000 + epoch)
+        order = torch.randperm(len(x_train), generator=g)
+        shard = order[rank * (len(order) // world):(rank + 1) * (len(order) // world)]
+        model.train()
+        losses = []
+        for s in range(steps_per_epoch):
+            idx = shard[s * args.batch_size:(s + 1) * args.batch_size]
+            t0 = time.monotonic()
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(model(x_train[idx]), y_train[idx])
+            if not torch.isfinite(loss):
+                raise SystemExit(f"rank {rank}: step {epoch * steps_per_epoch + s}: "
+                                 f"the training loss is {loss.item()} (the run diverged)")
+            loss.backward()
+            opt.step()
+            schedule.step()
+            step_times.append(time.monotonic() - t0)
+            losses.append(loss.item())
+        accuracy = evaluate(model.module, x_test, y_test)
+        if rank == 0:
+            print(f"epoch {epoch + 1}/{args.epochs}: train loss {np.mean(losses):.4f}  "
+                  f"test accuracy {accuracy:.4f}  ({time.monotonic() - start:.0f} s)", flush=True)
+
+    if rank == 0:
+        report(args, world, accuracy, state, step_times, time.monotonic() - start)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    model.eval()
+    correct = sum((model(x[i:i + 1000]).argmax(1) == y[i:i + 1000]).sum().item()
+                  for i in range(0, len(x), 1000))
+    return correct / len(x)
+
+
+def report(args, world, accuracy, state, step_times, wall) -> None:
+    median_ms = 1000 * float(np.median(step_times))
+    rows = [("compressor", args.compressor), ("workers", str(world)),
+            ("test accuracy", f"{accuracy:.4f}"), ("step time (median)", f"{median_ms:.1f} ms"),
+            ("wall time", f"{wall:.0f} s")]
+    if state is not None:
+        st = state.stats()
+        ratio = st["compression_ratio"]
+        rows += [
+            ("sent per worker per step", human_bytes(st["bytes_sent_per_step"])),
+            ("dense allreduce would send", human_bytes(st["dense_bytes_per_step"])),
+            ("compression ratio", f"{ratio:.1f}x" if ratio else "n/a (a single worker sends nothing)"),
+            ("encode / communicate / decode", "{:.1f} / {:.1f} / {:.1f} ms per step".format(
+                1000 * st["encode_seconds_per_step"], 1000 * st["comm_seconds_per_step"],
+                1000 * st["decode_seconds_per_step"])),
+        ]
+    width = max(len(k) for k, _ in rows)
+    print("\n".join(f"{k:<{width}}  {v}" for k, v in rows), flush=True)
+
+
+def worker(rank: int, world: int, port: int, args) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    run(args)
+
+
+def run(args) -> None:
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        train(args)
+    finally:
+        dist.destroy_process_group()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--compressor", default="efm(topk:ratio=0.01)",
+                   help="a gradcomp spec (gradcomp list), or 'ddp' for DDP without a hook")
+    p.add_argument("--dense-share", type=float, default=0.01)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    p.add_argument("--workers", type=int, default=4, help="local processes when not under torchrun")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
+    p.add_argument("--timeout", type=float, default=300.0, help="collective timeout, seconds")
+    p.add_argument("--data-dir", default=DATA_DIR)
+    args = p.parse_args()
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        run(args)  # torchrun, Slurm or mpirun set the rendezvous
+        return
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(worker, args=(args.workers, port, args), nprocs=args.workers,
+                       start_method="spawn")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+// The asynchronous exchange of gradient groups, for training loops that hand gradients
+// over while the backward pass is still running (PyTorch DDP's communication hooks).
+//
+// A group is what becomes ready at once -- one DDP bucket -- made of tensors that are
+// each one gradcomp bucket (a BucketRef into the caller's memory: no copy). Every group
+// key gets a Reducer of its own, built from the compressor spec the first time the key
+// is submitted, so every codec, memory and multi-round scheme (PowerSGD, Sketched-SGD,
+// FetchSGD, DGC) runs exactly as in `gradcomp train`; nothing is re-implemented here.
+//
+// Jobs run one at a time, in submission order, on one thread of the Exchanger's own:
+// when every rank submits the same groups in the same order (DDP launches buckets in
+// index order on every rank), every rank issues the same collectives in the same order,
+// which Gloo requires -- also for schemes with several rounds per group, whose rounds
+// would otherwise interleave across groups (torch 1.13's own PowerSGD hook breaks
+// that way on Gloo with more than one bucket).
+//
+// After a job fails (CommError from a dead peer, CorruptMessage), the communicator is
+// broken and every later job fails at once with the first error: the caller sees the
+// failure on its next completion and nothing hangs.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gradcomp/dist/communicator.h"
+#include "gradcomp/dist/reducers.h"
+#include "gradcomp/reducer.h"
+#include "gradcomp/registry.h"
+
+namespace gradcomp::dist {
+
+class Exchanger {
+ public:
+  // Called on the exchange thread when a job has finished: nullptr on success.
+  using Done = std::function<void(std::exception_ptr error)>;
+
+  // Validates the spec at once (InvalidArgument with the registry's message). The
+  // communicator must outlive the Exchanger.
+  Exchanger(Communicator& comm, std::string compressor_spec, ReducerKind kind = ReducerKind::kAuto,
+            const CodecRegistry& registry = builtin_registry());
+  // Waits for the submitted jobs, then stops the thread.
+  ~Exchanger();
+  Exchanger(const Exchanger&) = delete;
+  Exchanger& operator=(const Exchanger&) = delete;
+
+  // Queues the exchange of one group: afterwards every ref's span holds the mean over
+  // ranks. `shapes` describes the refs one to one (ids, sizes, compressible, rows); the
+  // first submission of `key` builds its reducer from them, later ones must repeat them
+  // exactly (InvalidArgument otherwise, at submission). The spans must stay valid until
+  // `done` runs. ctx.rank / world / bucket / rows are filled in by the reducer.
+  void submit(std::uint64_t key, std::span<const BucketShape> shapes, std::vector<BucketRef> refs,
+              const StepContext& ctx, Done done);
+
+  // Queues a plain dense average of `data` (one fp32 allreduce, then / W), outside any
+  // group's reducer: for steps whose layout is not final yet (DDP's first iteration,
+  // before it rebuilds its buckets).
+  void submit_dense(std::span<float> data, const StepContext& ctx, Done done);
+
+  // Blocks until every job submitted so far has finished.
+  void drain();
+
+  // Statistics of the jobs finished since the last call, summed over groups; steps
+  // counts distinct ctx.step values. Call after drain() for a whole step.
+  ReduceStats take_stats();
+
+  // The group's memory state (see Reducer::state(): every buffer is named
+  // "bucket<id>.<name>", id the tensor's); empty for an unknown key or a stateless
+  // compressor. Writable: a checkpoint restores through it. drain() first.
+  std::vector<StateBuffer> state(std::uint64_t key);
+  // Forgets a group and its reducer (its tensors moved to another group; the caller has
+  // taken its state first). drain() first.
+  void drop(std::uint64_t key);
+  // Whether the group's reducer already exists.
+  bool has_group(std::uint64_t key) const;
+  // Builds the group's reducer now (so that state() can be restored before the first
+  // exchange); a no-op when it exists with these shapes.
+  void prepare(std::uint64_t key, std::span<const BucketShape> shapes);
+
+  // True when the compressor keeps the optimizer's momentum in its memories (efm, dgc,
+  // sketched-sgd, fetchsgd): the optimizer must then skip momentum for compressed tensors.
+  bool momentum_in_memory() const { return momentum_in_memory_; }
+  // The reducer's description, e.g. "allgather(ef(topk:ratio=0.01,...))".
+  const std::string& describe() const { return describe_; }
+
+ private:
+  struct Group {
+    std::vector<BucketShape> shapes;
+    std::unique_ptr<Reducer> reducer;
+  };
+  struct Job {
+    std::function<void()> run;
+    Done done;
+  };
+
+  Group& group_for(std::uint64_t key, std::span<const BucketShape> shapes);
+  void enqueue(Job job);
+  void loop();
+  void book(const ReduceStats& s, std::uint64_t step);
+
+  Communicator& comm_;
+  std::string spec_;
+  ReducerKind kind_;
+  const CodecRegistry& registry_;
+  std::string describe_;
+  bool momentum_in_memory_ = false;
+
+  mutable std::mutex groups_mutex_;
+  std::map<std::uint64_t, Group> groups_;  // node-stable: jobs hold references
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::condition_variable idle_cv_;
+  std::deque<Job> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+
+  std::mutex stats_mutex_;
+  ReduceStats stats_;
+  bool have_step_ = false;
+  std::uint64_t last_step_ = 0;
+
+  std::thread thread_;  // last: starts after everything above exists
+};
+
+}  // namespace gradcomp::dist

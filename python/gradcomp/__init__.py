@@ -1,0 +1,18 @@
+"""gradcomp: gradient compression for data-parallel training on slow networks.
+
+The codecs are gradcomp's C++ core, the same the ``gradcomp`` CLI runs::
+
+    import torch, gradcomp
+    codec = gradcomp.Codec("topk:ratio=0.01")
+    message = codec.encode(torch.randn(10_000))      # a uint8 tensor: the wire message
+    approx = codec.decode(message)                    # float32, 10_000 elements
+
+``gradcomp.list_codecs()`` lists every codec, memory and scheme with its defaults.
+To compress a DistributedDataParallel model's gradients, see ``gradcomp.torch``.
+"""
+import torch as _torch  # noqa: F401  (loads LibTorch before the extension links to it)
+
+from ._C import Codec, CommError, list_codecs
+
+__all__ = ["Codec", "CommError", "list_codecs", "__version__"]
+__version__ = "0.1.0"

@@ -1,0 +1,396 @@
+"""gradcomp for PyTorch DistributedDataParallel: a communication hook.
+
+Two lines switch gradient compression on in an ordinary DDP script::
+
+    import gradcomp.torch as gc
+    state = gc.CompressionState("efm(topk:ratio=0.01)", dense_share=0.01)
+    ddp.register_comm_hook(state, gc.hook)
+    opt = gc.SGD(ddp.parameters(), lr=0.05, momentum=0.9, state=state)  # efm/dgc/sketched-sgd/fetchsgd
+
+Any spec that ``gradcomp list`` (or :func:`gradcomp.list_codecs`) accepts works: the
+single-message codecs, ``ef(...)`` / ``efm(...)`` / ``noef(...)``, ``dgc``, ``powersgd``,
+``sketched-sgd``, ``fetchsgd``, ``atomo``. The exchange is gradcomp's C++ exchange (the
+one ``gradcomp train`` runs), issued on your process group from a thread of its own, so
+DDP keeps overlapping communication with the backward pass. Every DDP bucket is split
+into its tensors: matrices are compressed one by one, 1-D and small tensors (and the
+smallest ones within ``dense_share`` of the model) are averaged densely, as the CLI does.
+
+The first iteration of a fresh run is averaged densely while the hook learns the model's
+tensors (DDP also rebuilds its buckets after it). Error feedback and the other memories
+are kept per tensor, follow a tensor into DDP's rebuilt buckets, and are saved by
+:meth:`CompressionState.state_dict`: a run resumed from it continues exactly as an
+uninterrupted one.
+"""
+import datetime
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+__all__ = ["CompressionState", "hook", "SGD"]
+
+_FORMAT = "gradcomp.torch.CompressionState/1"
+
+
+class CompressionState:
+    """The hook's state: the compressor, the layout rules, the memories and statistics.
+
+    Args:
+        compressor: a gradcomp spec, e.g. ``"efm(topk:ratio=0.01)"``, ``"powersgd:rank=2"``,
+            ``"dgc:density=0.001"``. A bad spec raises ``ValueError`` naming the problem.
+        process_group: the group to exchange over (default: the default group). It must be
+            a Gloo group of CPU tensors.
+        dense_share: the smallest compressible tensors that together hold at most this
+            share of the model's elements stay dense (0.01 keeps a small classifier layer
+            out of compression, where compression costs the most accuracy per byte saved).
+        min_elements: tensors with fewer elements stay dense (as do all 1-D tensors).
+        dense_steps: the first steps are averaged densely (a warm-up).
+        reducer: ``"auto"`` (allreduce for linear codecs, allgather otherwise),
+            ``"allgather"``, ``"allreduce"`` or ``"dense"``.
+        seed: the seed of stochastic codecs; the same on every rank.
+        steps_per_epoch: steps in one epoch, for schedules counted in epochs (DGC's
+            density warm-up); 0 if unknown (such schedules are then off).
+        timeout: how long one exchange may wait for a peer before raising.
+    """
+
+    def __init__(
+        self,
+        compressor: str,
+        *,
+        process_group: Optional[dist.ProcessGroup] = None,
+        dense_share: float = 0.01,
+        min_elements: int = 1024,
+        dense_steps: int = 0,
+        reducer: str = "auto",
+        seed: int = 0,
+        steps_per_epoch: int = 0,
+        timeout: datetime.timedelta = datetime.timedelta(minutes=30),
+    ) -> None:
+        _C.validate_spec(compressor)
+        if not 0.0 <= dense_share <= 1.0:
+            raise ValueError(f"dense_share must be in [0, 1], got {dense_share}")
+        if min_elements < 0 or dense_steps < 0 or steps_per_epoch < 0 or seed < 0:
+            raise ValueError("min_elements, dense_steps, steps_per_epoch and seed must be >= 0")
+        if process_group is None:
+            if not dist.is_initialized():
+                raise RuntimeError(
+                    "gradcomp: torch.distributed is not initialized "
+                    "(call dist.init_process_group('gloo', ...) first)"
+                )
+            process_group = dist.distributed_c10d._get_default_group()
+        self.compressor = compressor
+        self.dense_share = float(dense_share)
+        self.min_elements = int(min_elements)
+        self.dense_steps = int(dense_steps)
+        self.seed = int(seed)
+        self.steps_per_epoch = int(steps_per_epoch)
+        self._exchanger = _C.Exchanger(
+            process_group, compressor, reducer, timeout.total_seconds()
+        )
+        #: Steps exchanged so far (restored by load_state_dict).
+        self.step = 0
+        # Tensors, by gradcomp index (the order they were first seen, the same on every
+        # rank): (name, numel, dim, rows), and which stay dense once the layout is known.
+        self._params: List[Tuple[str, int, int, int]] = []
+        self._dense: Optional[List[bool]] = None
+        self._index: Dict[int, int] = {}  # id(parameter) -> gradcomp index
+        self._next_index = 0
+        # DDP bucket index -> (group key, tensor indices, slots); tensor index -> group key.
+        self._groups: Dict[int, Tuple[int, List[int], List[Tuple[int, int, int, int, bool]]]] = {}
+        self._owner: Dict[int, int] = {}
+        self._next_key = 0
+        # Memory state not in any group yet (restored, or taken from a retired group).
+        self._floating: Dict[int, Dict[str, torch.Tensor]] = {}
+        self._optimizer: Optional[weakref.ReferenceType] = None
+        self._compressed_last_step = False
+        self._totals = dict(
+            steps=0, bytes_sent=0, bytes_received=0, encode_seconds=0.0, comm_seconds=0.0,
+            decode_seconds=0.0,
+        )
+
+    # ---- what the hook does -------------------------------------------------------------
+
+    def _exchange(self, bucket: dist.GradBucket) -> "torch.futures.Future[torch.Tensor]":
+        buffer = bucket.buffer()
+        if buffer.dtype != torch.float32 or buffer.device.type != "cpu":
+            raise TypeError(
+                f"gradcomp hook: bucket {bucket.index()} holds {buffer.dtype} on "
+                f"{buffer.device}; gradcomp exchanges float32 CPU gradients (Gloo)"
+            )
+        params = bucket.parameters()
+        future: torch.futures.Future = torch.futures.Future()
+
+        def done(error: Optional[str]) -> None:
+            if error is None:
+                future.set_result(buffer)
+            else:
+                future.set_exception(_C.CommError(f"gradcomp exchange: {error}"))
+
+        ctx = self._context()
+        if self._dense is None:
+            # A fresh run's first iteration: learn the tensors, average densely.
+            for p in params:
+                self._index_of(p)
+            self._exchanger.submit_dense(buffer, ctx, done)
+            compressed = False
+        else:
+            key, slots = self._group(bucket.index(), params, buffer.numel())
+            compressed = self.step >= self.dense_steps
+            if compressed and self._exchanger.momentum_in_memory and self._optimizer_ref() is None:
+                raise ValueError(
+                    f"gradcomp: {self.compressor} keeps the optimizer's momentum in its memory; "
+                    "create the optimizer with gradcomp.torch.SGD(params, lr=..., momentum=..., "
+                    "state=state) so that it skips momentum on compressed tensors and the "
+                    "exchange sees its learning rate and momentum"
+                )
+            self._exchanger.submit(key, buffer, slots, compressed, ctx, done)
+        if bucket.is_last():
+            self._end_step(compressed)
+        return future
+
+    def _context(self) -> "_C.StepContext":
+        ctx = _C.StepContext()
+        ctx.seed = self.seed
+        ctx.step = self.step
+        ctx.steps_per_epoch = self.steps_per_epoch
+        opt = self._optimizer_ref()
+        if opt is not None:
+            group = opt.param_groups[0]
+            ctx.lr = float(group["lr"])
+            ctx.momentum = float(group.get("momentum", 0.0))
+            ctx.nesterov = bool(group.get("nesterov", False))
+        return ctx
+
+    def _end_step(self, compressed: bool) -> None:
+        if self._dense is None:
+            self._dense = list(
+                _C.dense_tensors(self._params, self.min_elements, self.dense_share)
+            )
+        self._compressed_last_step = compressed
+        self.step += 1
+
+    def _index_of(self, p: torch.Tensor) -> int:
+        i = self._index.get(id(p))
+        if i is not None:
+            return i
+        i = self._next_index
+        described = (f"param{i}", p.numel(), p.dim(), p.shape[0] if p.dim() >= 2 else 0)
+        if i < len(self._params):
+            if self._params[i][1:] != described[1:]:
+                raise ValueError(
+                    f"gradcomp: tensor {i} has {p.numel()} elements, shape {tuple(p.shape)}, "
+                    f"but the restored state was saved for {self._params[i][1]} elements: "
+                    "not the model (or the parameter order) it was saved with"
+                )
+        else:
+            if self._dense is not None:
+                raise ValueError(
+                    f"gradcomp: a tensor of shape {tuple(p.shape)} appeared after the first "
+                    "step; the hook needs every parameter to be in some bucket from step 0"
+                )
+            self._params.append(described)
+        self._index[id(p)] = i
+        self._next_index += 1
+        return i
+
+    def _group(self, index: int, params: List[torch.Tensor], numel: int):
+        tensors = [self._index_of(p) for p in params]
+        group = self._groups.get(index)
+        if group is not None and group[1] == tensors:
+            return group[0], group[2]
+        # First sight of this bucket, or DDP rebuilt its buckets: a new group, into which
+        # its tensors' memories move from wherever they were.
+        slots = []
+        offset = 0
+        for i, p in zip(tensors, params):
+            rows = p.shape[0] if p.dim() >= 2 else 0
+            slots.append((i, offset, p.numel(), rows, not self._dense[i]))
+            offset += p.numel()
+        if offset != numel:
+            raise RuntimeError(
+                f"gradcomp hook: bucket {index} holds {numel} elements, its parameters {offset}"
+            )
+        for i in tensors:
+            if i in self._owner:
+                self._retire(self._owner[i])
+        saved = {}
+        for i in tensors:
+            for name, values in self._floating.pop(i, {}).items():
+                saved[f"bucket{i}.{name}"] = values
+        key = self._next_key
+        self._next_key += 1
+        self._exchanger.restore(key, slots, saved)
+        for i in tensors:
+            self._owner[i] = key
+        self._groups[index] = (key, tensors, slots)
+        return key, slots
+
+    def _retire(self, key: int) -> None:
+        """Moves a group's memory state to the floating pool and forgets the group."""
+        for i, values in self._group_state(key).items():
+            self._floating[i] = values
+        self._exchanger.drop(key)
+        self._owner = {i: k for i, k in self._owner.items() if k != key}
+        self._groups = {b: g for b, g in self._groups.items() if g[0] != key}
+
+    def _group_state(self, key: int) -> Dict[int, Dict[str, torch.Tensor]]:
+        out: Dict[int, Dict[str, torch.Tensor]] = {}
+        for name, values in self._exchanger.state(key):
+            tensor_id, _, rest = name.partition(".")
+            out.setdefault(int(tensor_id[len("bucket"):]), {})[rest] = values
+        return out
+
+    def _optimizer_ref(self):
+        return self._optimizer() if self._optimizer is not None else None
+
+    def _momentum_skipped(self) -> set:
+        """ids of the parameters whose momentum lives in gradcomp's memories this step."""
+        if not (self._exchanger.momentum_in_memory and self._compressed_last_step):
+            return set()
+        return {pid for pid, i in self._index.items() if not self._dense[i]}
+
+    # ---- public -------------------------------------------------------------------------
+
+    @property
+    def describe(self) -> str:
+        """The exchange, e.g. ``allgather(efm(topk:ratio=0.01,...))``."""
+        return self._exchanger.describe
+
+    def stats(self) -> Dict[str, Any]:
+        """What the exchange cost so far: totals and per-step means.
+
+        Keys: ``steps``; ``bytes_sent_per_step`` / ``bytes_received_per_step`` (payload
+        bytes this rank put on / took off the wire, Gloo's ring algorithms counted
+        exactly); ``dense_bytes_per_step`` (what a dense fp32 ring allreduce sends);
+        ``compression_ratio`` (dense / sent; None when nothing is sent, e.g. one rank);
+        ``encode_seconds_per_step``, ``comm_seconds_per_step``, ``decode_seconds_per_step``
+        (time on the exchange thread; communication overlaps the backward pass).
+        """
+        self._exchanger.drain()
+        for k, v in self._exchanger.take_stats().items():
+            self._totals[k] += v
+        t = self._totals
+        steps = max(t["steps"], 1)
+        world = self._exchanger.world_size
+        numel = sum(p[1] for p in self._params)
+        dense = 2 * (world - 1) * 4 * numel // world
+        sent = t["bytes_sent"] / steps
+        return dict(
+            steps=t["steps"],
+            bytes_sent_per_step=sent,
+            bytes_received_per_step=t["bytes_received"] / steps,
+            dense_bytes_per_step=dense,
+            compression_ratio=(dense / sent) if sent > 0 else None,
+            encode_seconds_per_step=t["encode_seconds"] / steps,
+            comm_seconds_per_step=t["comm_seconds"] / steps,
+            decode_seconds_per_step=t["decode_seconds"] / steps,
+        )
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Everything a resumed run needs: the step, the layout and every memory's state."""
+        self._exchanger.drain()
+        memories = {i: dict(v) for i, v in self._floating.items()}
+        for key in sorted(set(self._owner.values())):
+            for i, values in self._group_state(key).items():
+                memories[i] = {name: t.clone() for name, t in values.items()}
+        return {
+            "format": _FORMAT,
+            "compressor": self.compressor,
+            "step": self.step,
+            "params": list(self._params),
+            "dense": None if self._dense is None else list(self._dense),
+            "memories": memories,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restores a state_dict() before the first step of a resumed run."""
+        if state.get("format") != _FORMAT:
+            raise ValueError(f"gradcomp: not a {_FORMAT} state (format {state.get('format')!r})")
+        if state["compressor"] != self.compressor:
+            raise ValueError(
+                f"gradcomp: the state was saved with {state['compressor']!r}, "
+                f"this run compresses with {self.compressor!r}"
+            )
+        if self.step != 0 or self._groups or self._index:
+            raise RuntimeError("gradcomp: load_state_dict() must come before the first step")
+        self.step = int(state["step"])
+        self._params = [tuple(p) for p in state["params"]]
+        self._dense = None if state["dense"] is None else list(state["dense"])
+        self._floating = {int(i): dict(v) for i, v in state["memories"].items()}
+
+
+def hook(state: "CompressionState", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: ``ddp.register_comm_hook(state, gradcomp.torch.hook)``.
+
+    Exchanges the bucket's gradients with the state's compressor and returns a future of
+    the bucket holding their mean over all ranks. Works with any number of buckets and
+    any model: the exchanges run one at a time, in bucket order, on every rank.
+    A dead or stalled peer fails the future (and so ``loss.backward()``) with
+    ``gradcomp.CommError`` within the state's timeout.
+    """
+    return state._exchange(bucket)
+
+
+class SGD(torch.optim.Optimizer):
+    """SGD (torch.optim.SGD's update, with momentum, Nesterov and weight decay) that
+    cooperates with a :class:`CompressionState`.
+
+    Compressors that keep the optimizer's momentum in their memory (``efm(...)``,
+    ``dgc``, ``sketched-sgd``, ``fetchsgd``) apply momentum *before* compression, so the
+    optimizer must not apply it again to the tensors they compressed; this optimizer
+    skips it there (and keeps it for dense tensors and dense steps), and gives the
+    exchange its learning rate, momentum and Nesterov flag. With any other compressor
+    it is plain SGD.
+    """
+
+    def __init__(
+        self,
+        params,
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        state: "CompressionState",
+    ) -> None:
+        if lr <= 0.0 or momentum < 0.0 or weight_decay < 0.0:
+            raise ValueError(f"SGD: lr {lr} must be > 0, momentum and weight_decay >= 0")
+        if nesterov and momentum == 0.0:
+            raise ValueError("SGD: nesterov needs momentum > 0")
+        super().__init__(
+            params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
+        )
+        self._gradcomp = state
+        state._optimizer = weakref.ref(self)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        skipped = self._gradcomp._momentum_skipped()
+        for group in self.param_groups:
+            lr, m = group["lr"], group["momentum"]
+            wd, nesterov = group["weight_decay"], group["nesterov"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                d = p.grad
+                if wd != 0.0:
+                    d = d.add(p, alpha=wd)
+                if m != 0.0 and id(p) not in skipped:
+                    st = self.state[p]
+                    buf = st.get("momentum_buffer")
+                    if buf is None:
+                        buf = st["momentum_buffer"] = d.clone()
+                    else:
+                        buf.mul_(m).add_(d)
+                    d = d.add(buf, alpha=m) if nesterov else buf
+                elif m != 0.0:
+                    self.state[p].pop("momentum_buffer", None)
+                p.add_(d, alpha=-lr)
+        return loss

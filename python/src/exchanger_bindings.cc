@@ -1,0 +1,250 @@
+// gradcomp._C.Exchanger: gradcomp::dist::Exchanger over a torch.distributed process
+// group, with completions delivered to Python callables (gradcomp.torch completes the
+// DDP hook's futures from them). The layout rule shared with the CLI trainer
+// (gradcomp/layout.h) is exposed as dense_tensors().
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "gradcomp/dist/exchanger.h"
+#include "gradcomp/dist/process_group.h"
+#include "gradcomp/dist/schemes.h"
+#include "gradcomp/error.h"
+#include "gradcomp/layout.h"
+
+namespace py = pybind11;
+
+namespace gradcomp::python {
+
+namespace {
+
+// A Python callable that may be called and released on the exchange thread: both take
+// the GIL there.
+class PyCallback {
+ public:
+  explicit PyCallback(py::function f) : f_(std::move(f)) {}
+  ~PyCallback() {
+    py::gil_scoped_acquire gil;
+    f_ = py::function();
+  }
+  void operator()(std::exception_ptr error) const {
+    py::gil_scoped_acquire gil;
+    py::object message = py::none();
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        message = py::str(e.what());
+      } catch (...) {
+        message = py::str("unknown error in the gradcomp exchange");
+      }
+    }
+    try {
+      f_(message);
+    } catch (py::error_already_set& e) {
+      // Nobody above this thread could catch it: report it as Python reports errors in
+      // callbacks it cannot propagate (and the future it should have completed stays
+      // pending, which the caller's timeout then reports).
+      e.discard_as_unraisable("gradcomp exchange completion");
+    }
+  }
+
+ private:
+  py::function f_;
+};
+
+// (id, offset, numel, rows, compressible) of one tensor inside a group's flat buffer.
+using Slot = std::tuple<std::uint32_t, std::size_t, std::size_t, std::size_t, bool>;
+
+std::vector<BucketShape> shapes_of(const std::vector<Slot>& slots) {
+  std::vector<BucketShape> out;
+  out.reserve(slots.size());
+  for (const auto& [id, offset, numel, rows, compressible] : slots) {
+    (void)offset;
+    out.push_back({id, numel, compressible, rows});
+  }
+  return out;
+}
+
+class PyExchanger {
+ public:
+  PyExchanger(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const std::string& spec,
+              const std::string& reducer, double timeout_seconds)
+      : comm_(std::make_unique<dist::Communicator>(dist::communicator_over(
+            group, std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1e3))))),
+        exchanger_(
+            std::make_unique<dist::Exchanger>(*comm_, spec, dist::parse_reducer_kind(reducer))) {}
+
+  // The exchange thread takes the GIL to run completions: never wait for it, or destroy
+  // it, while holding the GIL.
+  ~PyExchanger() {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release release;
+      exchanger_.reset();
+    } else {
+      exchanger_.reset();
+    }
+  }
+
+  void submit(std::uint64_t key, const at::Tensor& buffer, const std::vector<Slot>& slots,
+              bool compress, const StepContext& ctx, const py::function& done) {
+    const std::span<float> data = float_span(buffer, "gradcomp exchange");
+    std::vector<BucketRef> refs;
+    refs.reserve(slots.size());
+    for (const auto& [id, offset, numel, rows, compressible] : slots) {
+      (void)rows;
+      if (offset > data.size() || numel > data.size() - offset) {
+        throw InvalidArgument("gradcomp exchange: tensor " + std::to_string(id) + " at " +
+                              std::to_string(offset) + " + " + std::to_string(numel) +
+                              " outside a bucket of " + std::to_string(data.size()));
+      }
+      refs.push_back({id, data.subspan(offset, numel), compress && compressible});
+    }
+    exchanger_->submit(key, shapes_of(slots), std::move(refs), ctx, completion(buffer, done));
+  }
+
+  void submit_dense(const at::Tensor& buffer, const StepContext& ctx, const py::function& done) {
+    exchanger_->submit_dense(float_span(buffer, "gradcomp exchange"), ctx,
+                             completion(buffer, done));
+  }
+
+  py::dict take_stats() {
+    const ReduceStats s = exchanger_->take_stats();
+    return py::dict(
+        py::arg("bytes_sent") = s.bytes_sent, py::arg("bytes_received") = s.bytes_received,
+        py::arg("encode_seconds") = s.encode_seconds, py::arg("comm_seconds") = s.comm_seconds,
+        py::arg("decode_seconds") = s.decode_seconds, py::arg("steps") = s.steps);
+  }
+
+  // Copies of the group's memory state, in the reducer's fixed order.
+  std::vector<std::pair<std::string, at::Tensor>> state(std::uint64_t key) {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const StateBuffer& b : exchanger_->state(key)) {
+      at::Tensor t = at::empty({static_cast<std::int64_t>(b.data.size())});
+      std::copy(b.data.begin(), b.data.end(), t.data_ptr<float>());
+      out.emplace_back(b.name, std::move(t));
+    }
+    return out;
+  }
+
+  // Builds the group (if needed) and overwrites the named buffers of its state with
+  // `saved` ("bucket<id>.<name>" -> values); every saved name must exist with its size.
+  void restore(std::uint64_t key, const std::vector<Slot>& slots,
+               const std::map<std::string, at::Tensor>& saved) {
+    exchanger_->prepare(key, shapes_of(slots));
+    std::map<std::string, std::span<float>> live;
+    for (const StateBuffer& b : exchanger_->state(key)) live.emplace(b.name, b.data);
+    for (const auto& [name, tensor] : saved) {
+      const auto it = live.find(name);
+      const at::Tensor t = tensor.contiguous();
+      const std::span<float> src = float_span(t, "gradcomp state");
+      if (it == live.end() || it->second.size() != src.size()) {
+        throw InvalidArgument(
+            "gradcomp state: the checkpoint's " + name + " (" + std::to_string(src.size()) +
+            " values) has no counterpart in " + exchanger_->describe() +
+            (it == live.end() ? "" : " of " + std::to_string(it->second.size()) + " values") +
+            " (was it saved with another compressor or model?)");
+      }
+      std::copy(src.begin(), src.end(), it->second.begin());
+    }
+  }
+
+  void drop(std::uint64_t key) {
+    py::gil_scoped_release release;
+    exchanger_->drain();
+    exchanger_->drop(key);
+  }
+
+  void drain() {
+    py::gil_scoped_release release;
+    exchanger_->drain();
+  }
+
+  const dist::Exchanger& exchanger() const { return *exchanger_; }
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->world_size(); }
+
+ private:
+  // The buffer stays alive (and the callable reachable) until the job has completed.
+  static dist::Exchanger::Done completion(const at::Tensor& buffer, const py::function& done) {
+    auto callback = std::make_shared<PyCallback>(done);
+    return [callback, buffer](std::exception_ptr error) { (*callback)(error); };
+  }
+
+  std::unique_ptr<dist::Communicator> comm_;
+  std::unique_ptr<dist::Exchanger> exchanger_;
+};
+
+// Which of the model's tensors stay dense under the CLI's layout rules.
+std::vector<bool> dense_tensors(
+    const std::vector<std::tuple<std::string, std::int64_t, std::int64_t, std::int64_t>>& params,
+    std::int64_t min_elements, double dense_share) {
+  std::vector<ParamInfo> infos;
+  for (const auto& [name, numel, dim, rows] : params) infos.push_back({name, numel, dim, rows});
+  LayoutOptions options;
+  options.min_elements = min_elements;
+  options.dense_share = dense_share;
+  std::vector<bool> dense(infos.size(), false);
+  for (const BucketPlan& b : plan_buckets(infos, options)) {
+    if (b.compressible) continue;
+    for (const BucketPlan::Slot& s : b.slots) dense[s.param] = true;
+  }
+  return dense;
+}
+
+}  // namespace
+
+void bind_exchanger(py::module_& m) {
+  py::class_<StepContext>(m, "StepContext")
+      .def(py::init<>())
+      .def_readwrite("seed", &StepContext::seed)
+      .def_readwrite("step", &StepContext::step)
+      .def_readwrite("steps_per_epoch", &StepContext::steps_per_epoch)
+      .def_readwrite("lr", &StepContext::lr)
+      .def_readwrite("momentum", &StepContext::momentum)
+      .def_readwrite("nesterov", &StepContext::nesterov);
+
+  py::class_<PyExchanger>(m, "Exchanger",
+                          "gradcomp::dist::Exchanger over a torch.distributed process group "
+                          "(used by gradcomp.torch; see its docs).")
+      .def(py::init<const c10::intrusive_ptr<c10d::ProcessGroup>&, const std::string&,
+                    const std::string&, double>(),
+           py::arg("process_group"), py::arg("spec"), py::arg("reducer") = "auto",
+           py::arg("timeout_seconds") = 1800.0)
+      .def("submit", &PyExchanger::submit, py::arg("key"), py::arg("buffer"), py::arg("slots"),
+           py::arg("compress"), py::arg("ctx"), py::arg("done"))
+      .def("submit_dense", &PyExchanger::submit_dense, py::arg("buffer"), py::arg("ctx"),
+           py::arg("done"))
+      .def("drain", &PyExchanger::drain)
+      .def("take_stats", &PyExchanger::take_stats)
+      .def("state", &PyExchanger::state, py::arg("key"))
+      .def("restore", &PyExchanger::restore, py::arg("key"), py::arg("slots"), py::arg("saved"))
+      .def("drop", &PyExchanger::drop, py::arg("key"))
+      .def("has_group",
+           [](const PyExchanger& e, std::uint64_t key) { return e.exchanger().has_group(key); })
+      .def_property_readonly(
+          "momentum_in_memory",
+          [](const PyExchanger& e) { return e.exchanger().momentum_in_memory(); })
+      .def_property_readonly("describe",
+                             [](const PyExchanger& e) { return e.exchanger().describe(); })
+      .def_property_readonly("rank", &PyExchanger::rank)
+      .def_property_readonly("world_size", &PyExchanger::world_size);
+
+  m.def("dense_tensors", &dense_tensors, py::arg("params"), py::arg("min_elements"),
+        py::arg("dense_share"),
+        "For (name, numel, dim, rows) tuples in model order: which tensors stay dense under\n"
+        "gradcomp's layout rules (dim <= 1, numel < min_elements, the smallest within\n"
+        "dense_share of the model).");
+  m.def(
+      "validate_spec", [](const std::string& spec) { dist::validate_compressor_spec(spec); },
+      py::arg("spec"), "Raises ValueError with the registry's message for a bad compressor spec.");
+}
+
+}  // namespace gradcomp::python

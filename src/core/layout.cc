@@ -1,0 +1,95 @@
+#include "gradcomp/layout.h"
+
+#include <algorithm>
+
+#include "gradcomp/error.h"
+
+namespace gradcomp {
+
+namespace {
+
+// Which tensors stay dense (see the rules in layout.h).
+std::vector<char> dense_tensors(std::span<const ParamInfo> params, const LayoutOptions& options) {
+  std::vector<char> dense(params.size(), 0);
+  double total = 0.0;
+  std::vector<std::size_t> candidates;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamInfo& p = params[i];
+    if (p.numel < 0) throw InvalidArgument("layout: " + p.name + " has negative numel");
+    total += static_cast<double>(p.numel);
+    if (p.dim <= 1 || p.numel < options.min_elements) {
+      dense[i] = 1;
+    } else {
+      candidates.push_back(i);
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](std::size_t a, std::size_t b) { return params[a].numel < params[b].numel; });
+  const double budget = options.dense_share * total;
+  double used = 0.0;
+  for (const std::size_t i : candidates) {
+    used += static_cast<double>(params[i].numel);
+    if (used > budget) break;
+    dense[i] = 1;
+  }
+  return dense;
+}
+
+}  // namespace
+
+std::vector<BucketPlan> plan_buckets(std::span<const ParamInfo> params,
+                                     const LayoutOptions& options) {
+  if (!(options.bucket_mb >= 0.0) || options.min_elements < 0) {
+    throw InvalidArgument("layout: bucket_mb " + std::to_string(options.bucket_mb) +
+                          " and min_elements " + std::to_string(options.min_elements) +
+                          " must be >= 0");
+  }
+  if (!(options.dense_share >= 0.0 && options.dense_share <= 1.0)) {
+    throw InvalidArgument("layout: dense_share " + std::to_string(options.dense_share) +
+                          " must be in [0, 1]");
+  }
+  const std::vector<char> stays_dense = dense_tensors(params, options);
+  const double cap_elements = options.bucket_mb * 1024.0 * 1024.0 / sizeof(float);
+  std::vector<BucketPlan> out;
+  BucketPlan dense;
+  dense.compressible = false;
+  BucketPlan* open = nullptr;  // the fused bucket still taking tensors
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamInfo& p = params[i];
+    const auto n = static_cast<std::size_t>(p.numel);
+    if (stays_dense[i]) {
+      dense.slots.push_back({i, dense.numel, n});
+      dense.numel += n;
+      continue;
+    }
+    const bool fits = open != nullptr && options.bucket_mb > 0.0 &&
+                      static_cast<double>(open->numel + n) <= cap_elements;
+    if (!fits) {
+      out.emplace_back();
+      open = &out.back();
+      open->id = static_cast<std::uint32_t>(out.size() - 1);
+      open->name = p.name;
+      open->rows = static_cast<std::size_t>(p.rows);
+    } else {
+      open->name += "+" + p.name;
+      open->rows = 0;  // fused: no single matrix view
+    }
+    open->slots.push_back({i, open->numel, n});
+    open->numel += n;
+  }
+  if (!dense.slots.empty()) {
+    dense.id = static_cast<std::uint32_t>(out.size());
+    dense.name = "dense(" + std::to_string(dense.slots.size()) + " tensors)";
+    out.push_back(std::move(dense));
+  }
+  return out;
+}
+
+std::vector<BucketShape> bucket_shapes(std::span<const BucketPlan> plan) {
+  std::vector<BucketShape> out;
+  out.reserve(plan.size());
+  for (const BucketPlan& b : plan) out.push_back({b.id, b.numel, b.compressible, b.rows});
+  return out;
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,195 @@
+// The Exchanger (gradcomp/dist/exchanger.h): a FIFO of exchange jobs drained by one
+// thread, and one Reducer per group key.
+#include "gradcomp/dist/exchanger.h"
+
+#include <utility>
+
+#include "gradcomp/error.h"
+#include "step_recorder.h"
+
+namespace gradcomp::dist {
+
+namespace {
+
+bool same_shapes(std::span<const BucketShape> a, std::span<const BucketShape> b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].id != b[i].id || a[i].numel != b[i].numel || a[i].compressible != b[i].compressible ||
+        a[i].rows != b[i].rows) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string describe_shapes(std::span<const BucketShape> shapes) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(shapes[i].numel);
+    if (!shapes[i].compressible) out += " dense";
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+Exchanger::Exchanger(Communicator& comm, std::string compressor_spec, ReducerKind kind,
+                     const CodecRegistry& registry)
+    : comm_(comm), spec_(std::move(compressor_spec)), kind_(kind), registry_(registry) {
+  // A one-element probe validates the spec and answers what the reducer is; reducers
+  // issue no collective when they are built, so this is local.
+  const BucketShape probe{0, 1, true, 0};
+  const auto reducer =
+      make_reducer(spec_, kind_, comm_, std::span<const BucketShape>(&probe, 1), registry_);
+  describe_ = reducer->describe();
+  momentum_in_memory_ = reducer->momentum_in_memory();
+  if (reducer->owns_weights()) {
+    throw InvalidArgument("exchanger: " + describe_ + " exchanges weights, not gradients");
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+Exchanger::~Exchanger() {
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Exchanger::Group& Exchanger::group_for(std::uint64_t key, std::span<const BucketShape> shapes) {
+  std::lock_guard lock(groups_mutex_);
+  auto it = groups_.find(key);
+  if (it == groups_.end()) {
+    Group g;
+    g.shapes.assign(shapes.begin(), shapes.end());
+    g.reducer = make_reducer(spec_, kind_, comm_, shapes, registry_);
+    it = groups_.emplace(key, std::move(g)).first;
+  } else if (!same_shapes(it->second.shapes, shapes)) {
+    throw InvalidArgument("exchanger: group " + std::to_string(key) + " was built for tensors " +
+                          describe_shapes(it->second.shapes) + ", now submitted with " +
+                          describe_shapes(shapes));
+  }
+  return it->second;
+}
+
+void Exchanger::prepare(std::uint64_t key, std::span<const BucketShape> shapes) {
+  (void)group_for(key, shapes);
+}
+
+void Exchanger::drop(std::uint64_t key) {
+  std::lock_guard lock(groups_mutex_);
+  groups_.erase(key);
+}
+
+bool Exchanger::has_group(std::uint64_t key) const {
+  std::lock_guard lock(groups_mutex_);
+  return groups_.count(key) != 0;
+}
+
+void Exchanger::submit(std::uint64_t key, std::span<const BucketShape> shapes,
+                       std::vector<BucketRef> refs, const StepContext& ctx, Done done) {
+  if (refs.size() != shapes.size()) {
+    throw InvalidArgument("exchanger: " + std::to_string(refs.size()) + " tensors for " +
+                          std::to_string(shapes.size()) + " shapes");
+  }
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    if (refs[i].id != shapes[i].id || refs[i].grad.size() != shapes[i].numel) {
+      throw InvalidArgument("exchanger: tensor " + std::to_string(i) + " of group " +
+                            std::to_string(key) + " does not match its shape");
+    }
+  }
+  Group& group = group_for(key, shapes);
+  Reducer* reducer = group.reducer.get();
+  enqueue({[this, reducer, refs = std::move(refs), ctx] {
+             reducer->reduce(refs, ctx);
+             book(reducer->take_stats(), ctx.step);
+           },
+           std::move(done)});
+}
+
+void Exchanger::submit_dense(std::span<float> data, const StepContext& ctx, Done done) {
+  enqueue({[this, data, ctx] {
+             ReduceStats s;
+             StepRecorder rec(comm_, s);
+             rec.encoded();
+             comm_.allreduce_sum(data);
+             rec.communicated();
+             const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
+             for (float& x : data) x *= inv_w;
+             rec.decoded();
+             rec.finish();
+             book(s, ctx.step);
+           },
+           std::move(done)});
+}
+
+void Exchanger::enqueue(Job job) {
+  {
+    std::lock_guard lock(queue_mutex_);
+    queue_.push_back(std::move(job));
+  }
+  queue_cv_.notify_one();
+}
+
+void Exchanger::loop() {
+  std::unique_lock lock(queue_mutex_);
+  for (;;) {
+    queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything submitted has run
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      job.run();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    // The completion is the caller's code: whatever it throws must not end the thread
+    // (an exception escaping a thread is std::terminate).
+    try {
+      if (job.done) job.done(error);
+    } catch (...) {
+    }
+    lock.lock();
+    busy_ = false;
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+void Exchanger::drain() {
+  std::unique_lock lock(queue_mutex_);
+  idle_cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
+}
+
+void Exchanger::book(const ReduceStats& s, std::uint64_t step) {
+  std::lock_guard lock(stats_mutex_);
+  stats_.bytes_sent += s.bytes_sent;
+  stats_.bytes_received += s.bytes_received;
+  stats_.encode_seconds += s.encode_seconds;
+  stats_.comm_seconds += s.comm_seconds;
+  stats_.decode_seconds += s.decode_seconds;
+  if (!have_step_ || step != last_step_) {
+    ++stats_.steps;
+    have_step_ = true;
+    last_step_ = step;
+  }
+}
+
+ReduceStats Exchanger::take_stats() {
+  std::lock_guard lock(stats_mutex_);
+  return std::exchange(stats_, {});
+}
+
+std::vector<StateBuffer> Exchanger::state(std::uint64_t key) {
+  std::lock_guard lock(groups_mutex_);
+  const auto it = groups_.find(key);
+  if (it == groups_.end()) return {};
+  return it->second.reducer->state();
+}
+
+}  // namespace gradcomp::dist

@@ -1,0 +1,86 @@
+"""Runs a function on W local processes joined by a Gloo process group (127.0.0.1).
+
+Each rank's return value (or its traceback) comes back to the test; a rank that hangs
+past the deadline fails the test instead of blocking it. Workers must be top-level
+functions of an importable module (they are started with the spawn method).
+"""
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import os
+import socket
+import tempfile
+import time
+import traceback
+from typing import Any, Callable, List
+
+import torch
+import torch.distributed as dist
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(fn, rank, world, port, outdir, args, pg_timeout):
+    torch.set_num_threads(1)
+    result: dict = {}
+    try:
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=pg_timeout),
+        )
+        result = {"ok": fn(rank, world, *args)}
+    except BaseException:  # noqa: BLE001 (reported to the test)
+        result = {"error": traceback.format_exc()}
+    torch.save(result, os.path.join(outdir, f"rank{rank}.pt"))
+    # A peer may be gone (the dead-peer tests): do not wait for it on the way out.
+    os._exit(0)
+
+
+class RankFailed(AssertionError):
+    pass
+
+
+def run(fn: Callable, world: int, *args: Any, timeout: float = 120.0,
+        pg_timeout: float = 60.0, allow_errors: bool = False) -> List[Any]:
+    """Returns each rank's result; raises RankFailed with the first failing rank's
+    traceback (unless allow_errors, which returns {'error': text} entries instead)."""
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    with tempfile.TemporaryDirectory() as outdir:
+        procs = [
+            ctx.Process(target=_entry, args=(fn, r, world, port, outdir, args, pg_timeout))
+            for r in range(world)
+        ]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        if hung:
+            raise RankFailed(f"ranks {hung} still running after {timeout} s")
+        results = []
+        for r in range(world):
+            path = os.path.join(outdir, f"rank{r}.pt")
+            if not os.path.exists(path):
+                results.append({"error": f"rank {r} exited with {procs[r].exitcode}, no result"})
+            else:
+                results.append(torch.load(path))
+        if not allow_errors:
+            for r, res in enumerate(results):
+                if "error" in res:
+                    raise RankFailed(f"rank {r} failed:\n{res['error']}")
+            return [res["ok"] for res in results]
+        return results

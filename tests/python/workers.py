@@ -1,0 +1,194 @@
+"""What each rank runs in the DDP hook tests (top-level functions: spawned processes)."""
+from __future__ import annotations
+
+import datetime
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import gradcomp
+import gradcomp.torch as gc
+
+
+def small_model(seed: int = 0) -> nn.Module:
+    """Several DDP buckets at bucket_cap_mb=0.1; a conv kernel (32 rows), matrices, biases."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(4, 32, 3, padding=1),   # 1152 weights: compressible, 32 rows
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(32 * 6 * 6, 256),       # 294912: a bucket of its own
+        nn.ReLU(),
+        nn.Linear(256, 128),
+        nn.ReLU(),
+        nn.Linear(128, 10),
+    )
+
+
+def batch(rank: int, step: int, n: int = 16):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x = torch.randn(n, 4, 6, 6, generator=g)
+    y = torch.randint(0, 10, (n,), generator=g)
+    return x, y
+
+
+def ddp(model: nn.Module) -> DDP:
+    return DDP(model, bucket_cap_mb=0.1)
+
+
+def _grads(model):
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def dense_equals_ddp(rank, world, steps):
+    """'none' through the hook against DDP's own averaging, step by step."""
+    ours, theirs = ddp(small_model()), ddp(small_model())
+    state = gc.CompressionState("none", dense_share=0.0)
+    ours.register_comm_hook(state, gc.hook)
+    worst = 0.0
+    for step in range(steps):
+        x, y = batch(rank, step)
+        for m in (ours, theirs):
+            m.zero_grad()
+            nn.functional.cross_entropy(m(x), y).backward()
+        for a, b in zip(_grads(ours), _grads(theirs)):
+            worst = max(worst, (a - b).abs().max().item())
+    return worst, len(list(ours.parameters())), state.describe
+
+
+def topk_equals_reference(rank, world, ratio):
+    """ef(topk) through the hook against the reducer's definition computed here with
+    gradcomp.Codec: mean over ranks of decode(encode(g_r + e_r)), dense tensors averaged."""
+    spec = f"topk:ratio={ratio},select=exact"  # sampled thresholds draw per (step, rank, bucket)
+    model = ddp(small_model())
+    state = gc.CompressionState(f"ef({spec})", dense_share=0.0)
+    model.register_comm_hook(state, gc.hook)
+    codec = gradcomp.Codec(spec)
+    params = list(model.parameters())
+    residual = [torch.zeros_like(p).flatten() for p in params]
+    worst = 0.0
+    for step in range(3):
+        x, y = batch(rank, step)
+        # The local gradient, without the hook: a plain module copy of the same weights.
+        local = small_model()
+        local.load_state_dict(model.module.state_dict())
+        local.zero_grad()
+        nn.functional.cross_entropy(local(x), y).backward()
+        mine = [p.grad.detach().flatten().clone() for p in local.parameters()]
+        gathered = [[torch.empty_like(g) for _ in range(world)] for g in mine]
+        for g, out in zip(mine, gathered):
+            dist.all_gather(out, g)
+        model.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        for i, p in enumerate(params):
+            dense = p.dim() <= 1 or p.numel() < 1024 or step == 0
+            if dense:
+                expect = sum(gathered[i]) / world
+            else:
+                # Every rank's message from its own residual: gather residuals too.
+                res_all = [torch.empty_like(residual[i]) for _ in range(world)]
+                dist.all_gather(res_all, residual[i])
+                expect = torch.zeros_like(mine[i])
+                for r in range(world):
+                    msg = codec.encode(gathered[i][r] + res_all[r])
+                    codec.decode_add(msg, expect, 1.0 / world)
+                pr = mine[i] + residual[i]
+                residual[i] = pr - codec.decode(codec.encode(pr))
+            worst = max(worst, (p.grad.flatten() - expect).abs().max().item())
+        with torch.no_grad():
+            for p in params:
+                p.add_(p.grad, alpha=-0.1)
+    return worst
+
+
+def train_spec(rank, world, spec, steps):
+    model = ddp(small_model())
+    state = gc.CompressionState(spec, dense_share=0.0, seed=7)
+    model.register_comm_hook(state, gc.hook)
+    opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+    losses = []
+    for step in range(steps):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return losses, flat, state.stats(), state.describe
+
+
+def _run_steps(model, opt, rank, first, last):
+    for step in range(first, last):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def resume(rank, world, spec, steps, stop, path):
+    """Uninterrupted run against one saved at `stop` and resumed in a new DDP + state."""
+    def fresh():
+        model = ddp(small_model())
+        state = gc.CompressionState(spec, dense_share=0.0, seed=3)
+        opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+        return model, state, opt
+
+    model, state, opt = fresh()
+    model.register_comm_hook(state, gc.hook)
+    _run_steps(model, opt, rank, 0, steps)
+    straight = torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    model, state, opt = fresh()
+    model.register_comm_hook(state, gc.hook)
+    _run_steps(model, opt, rank, 0, stop)
+    file = f"{path}.rank{rank}"
+    torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
+                "gradcomp": state.state_dict()}, file)
+    del model, state, opt
+
+    saved = torch.load(file)
+    model, state, opt = fresh()
+    model.module.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["opt"])
+    state.load_state_dict(saved["gradcomp"])
+    model.register_comm_hook(state, gc.hook)
+    _run_steps(model, opt, rank, stop, steps)
+    resumed = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return torch.equal(straight, resumed), (straight - resumed).abs().max().item()
+
+
+def momentum_without_optimizer(rank, world):
+    model = ddp(small_model())
+    state = gc.CompressionState("efm(topk:ratio=0.1)", dense_share=0.0)
+    model.register_comm_hook(state, gc.hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for step in range(2):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return "trained"
+
+
+def dead_peer(rank, world, timeout_s):
+    model = ddp(small_model())
+    state = gc.CompressionState("ef(topk:ratio=0.1)", dense_share=0.0,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    model.register_comm_hook(state, gc.hook)
+    for step in range(3):
+        x, y = batch(rank, step)
+        model.zero_grad()
+        if rank == 1 and step == 2:
+            os._exit(3)  # dies before its step-2 exchange
+        start = time.monotonic()
+        try:
+            nn.functional.cross_entropy(model(x), y).backward()
+        except Exception as e:  # noqa: BLE001
+            return {"raised": type(e).__name__, "message": str(e).splitlines()[0],
+                    "after": time.monotonic() - start, "step": step}
+    return {"raised": None}
