@@ -20,7 +20,8 @@
 #                                  (default: none ef(topk:ratio=0.01) dgc:density=0.001 2bit
 #                                  powersgd:rank=2 fetchsgd); a spec the binary does not
 #                                  know is reported "not available"
-#   --ddp "dense powersgd"         DDP baselines ("" for none)           [DDP_METHODS]
+#   --ddp "dense powersgd"         DDP baselines ("" for none); gradcomp:SPEC is DDP with
+#                                  gradcomp.torch's hook, e.g. gradcomp:powersgd:rank=2  [DDP_METHODS]
 #   --no-floor                     skip the no-communication run
 #   --gradcomp PATH                (default build/bin/gradcomp)           [GRADCOMP]
 #   --out DIR                      (default bench-net-out/<UTC time>)     [OUT]
@@ -41,7 +42,7 @@ DELAY=${DELAY:-}
 WORKERS=${WORKERS:-4}
 STEPS=${STEPS:-0}
 METHODS=${METHODS:-"none ef(topk:ratio=0.01) dgc:density=0.001 2bit powersgd:rank=2 fetchsgd"}
-DDP_METHODS=${DDP_METHODS-"dense powersgd"}
+DDP_METHODS=${DDP_METHODS-"dense powersgd gradcomp:powersgd:rank=2 gradcomp:efm(topk:ratio=0.01)"}
 GRADCOMP=${GRADCOMP:-build/bin/gradcomp}
 OUT=${OUT:-bench-net-out/$(date -u +%Y%m%dT%H%M%SZ)}
 FLOOR=1
@@ -161,8 +162,11 @@ run_one() {
       summary="$logs/ddp.json"
       local steps_flag=()
       [ "$STEPS" -gt 0 ] && steps_flag=(--steps "$STEPS")
-      cmd=(env OMP_NUM_THREADS=1 "$PY" "$REPO/scripts/ddp_baseline.py" --hook "$method"
-           --hidden "$HIDDEN" --batch-size "$BATCH" --epochs 1 "${steps_flag[@]}"
+      local hook_flags=(--hook "$method")
+      # gradcomp:SPEC: DDP with gradcomp.torch's hook (the Python package in build/python)
+      [ "${method#gradcomp:}" != "$method" ] && hook_flags=(--hook gradcomp --gradcomp "${method#gradcomp:}")
+      cmd=(env OMP_NUM_THREADS=1 PYTHONPATH="$REPO/build/python" "$PY" "$REPO/scripts/ddp_baseline.py"
+           "${hook_flags[@]}" --hidden "$HIDDEN" --batch-size "$BATCH" --epochs 1 "${steps_flag[@]}"
            --json "$summary")
       ;;
   esac
@@ -177,7 +181,13 @@ run_one() {
   st=$?
   tx1=$(netlab_tx_bytes | tr '\n' ' ')
   local record_method=$method
-  [ "$system" = ddp ] && record_method=$([ "$method" = powersgd ] && echo "ddp+powersgd:rank=2" || echo "ddp dense")
+  if [ "$system" = ddp ]; then
+    case $method in
+      powersgd) record_method="ddp+powersgd:rank=2" ;;
+      gradcomp:*) record_method="ddp+gradcomp ${method#gradcomp:}" ;;
+      *) record_method="ddp dense" ;;
+    esac
+  fi
   [ "$system" = floor ] && record_method="compute floor"
   local record_system=$system
   [ "$system" = floor ] && record_system=gradcomp

@@ -14,7 +14,9 @@ step times can be compared on the same shaped links:
     GLOO_SOCKET_IFNAME picks the interface), one intra-op thread;
   * --hook dense: plain DDP (its default bucketing, as people run it);
     --hook powersgd: torch's PowerSGD comm hook, rank --psgd-rank, in ONE bucket
-    (with several buckets the hook crashes on Gloo).
+    (with several buckets the hook crashes on Gloo);
+    --hook gradcomp --gradcomp SPEC: gradcomp.torch's hook (DDP's default buckets; the
+    bytes per step are the hook's own counters; needs PYTHONPATH=build/python).
 
 Step time: from taking the batch to the end of optimizer.step(), median over the steps
 after the first `--cold-steps` (and after PowerSGD's start iteration), like gradcomp's
@@ -124,7 +126,10 @@ def powersgd_payload_floats(model, rank, min_rate):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--hook", choices=["dense", "powersgd"], default="dense")
+    ap.add_argument("--hook", choices=["dense", "powersgd", "gradcomp"], default="dense")
+    ap.add_argument("--gradcomp", default="efm(topk:ratio=0.01)",
+                    help="--hook gradcomp: the spec (gradcomp.torch's hook; PYTHONPATH=build/python)")
+    ap.add_argument("--dense-share", type=float, default=0.01, help="--hook gradcomp")
     ap.add_argument("--psgd-rank", type=int, default=2)
     ap.add_argument("--psgd-start", type=int, default=2,
                     help="PowerSGD's start_powerSGD_iter (vanilla allreduce before; >= 2)")
@@ -178,14 +183,27 @@ def main():
         ddp.register_comm_hook(state, psgd.powerSGD_hook)
         payload = powersgd_payload_floats(model, args.psgd_rank, 2)
         skip = max(args.cold_steps, args.psgd_start)
+    elif args.hook == "gradcomp":
+        import gradcomp.torch as gc
+
+        ddp = DDP(model)
+        gc_state = gc.CompressionState(args.gradcomp, dense_share=args.dense_share,
+                                       seed=args.seed,
+                                       timeout=timedelta(milliseconds=args.timeout_ms))
+        ddp.register_comm_hook(gc_state, gc.hook)
+        payload = None  # measured by the hook's own byte counters
+        skip = max(args.cold_steps, 1)  # step 0 is dense while the hook learns the layout
     else:
         ddp = DDP(model)
         payload = n_params
         skip = args.cold_steps
     ring = 2.0 * (world - 1) / world if world > 1 else 0.0
-    model_bytes_per_step = ring * 4.0 * payload
+    model_bytes_per_step = ring * 4.0 * payload if payload is not None else None
 
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    if args.hook == "gradcomp":
+        opt = gc.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum, state=gc_state)
+    else:
+        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.CrossEntropyLoss()
     steps_per_epoch = x_train.shape[0] // args.batch_size
     total = args.epochs * steps_per_epoch
@@ -207,6 +225,8 @@ def main():
                 break
             if step == skip and ifname:
                 tx0 = tx_bytes(ifname)
+            if step == skip and args.hook == "gradcomp":
+                gc_before = gc_state.stats()
             t0 = time.perf_counter()
             idx = order[i * args.batch_size : (i + 1) * args.batch_size]
             xb, yb = x_train.index_select(0, idx), y_train.index_select(0, idx)
@@ -223,6 +243,12 @@ def main():
             step += 1
     elapsed = time.perf_counter() - t_start
     tx1 = tx_bytes(ifname) if ifname else None
+    if args.hook == "gradcomp":
+        # The measured steps only (the hook's totals at `skip` and at the end).
+        after = gc_state.stats()
+        sent = lambda s: s["bytes_sent_per_step"] * s["steps"]  # noqa: E731
+        measured = after["steps"] - gc_before["steps"]
+        model_bytes_per_step = (sent(after) - sent(gc_before)) / measured if measured else 0.0
 
     model.eval()
     correct = 0
@@ -235,7 +261,8 @@ def main():
     buckets = logging.get("rebuilt_bucket_sizes") or logging.get("bucket_sizes")
     result = {
         "system": "ddp",
-        "method": "ddp+powersgd:rank=%d" % args.psgd_rank if args.hook == "powersgd" else "ddp dense",
+        "method": {"powersgd": "ddp+powersgd:rank=%d" % args.psgd_rank,
+                   "gradcomp": "ddp+gradcomp %s" % args.gradcomp}.get(args.hook, "ddp dense"),
         "world": world,
         "rank": rank,
         "steps": step,

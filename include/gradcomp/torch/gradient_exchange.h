@@ -1,0 +1,121 @@
+// gradcomp for your own LibTorch model: compressed gradient averaging, started as the
+// backward pass produces each bucket's gradients and finished before the optimizer.
+//
+//   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, options);
+//   gradcomp::GradientExchange exchange(model->named_parameters(), pg,
+//                                       {.compressor = "efm(topk:ratio=0.01)"});
+//   for (...) {
+//     optimizer.zero_grad();
+//     loss = ...; loss.backward();          // buckets are exchanged while backward runs
+//     exchange.finish();                    // waits; .grad now holds the mean over ranks
+//     optimizer.step();                     // see momentum_in_memory() for efm/dgc/...
+//   }
+//
+// How it works (DDP's reducer is the model): the parameters are laid out in buckets by
+// gradcomp's layout rules (gradcomp/layout.h: matrices one per bucket, or fused up to
+// bucket_mb; 1-D and small tensors, and the smallest within dense_share, in one dense
+// bucket), numbered in reverse parameter order, the order backward produces them. A
+// gradient hook on every parameter copies its gradient into its bucket; when a bucket is
+// complete it is handed to gradcomp's Exchanger, which encodes and exchanges it on a
+// thread of its own while backward goes on. Buckets are handed over strictly in index
+// order (a bucket that is complete early waits for the ones before it), so every rank
+// issues the same collectives in the same order. finish() hands over what is left
+// (parameters that got no gradient this step count as zeros, on every rank alike),
+// waits, and writes the means into .grad.
+#pragma once
+
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gradcomp/layout.h"
+#include "gradcomp/reducer.h"
+
+namespace gradcomp {
+
+namespace dist {
+class Communicator;
+}
+
+struct ExchangeOptions {
+  // Any spec `gradcomp list` accepts: codecs, ef/efm/noef, dgc, powersgd, sketched-sgd,
+  // fetchsgd, atomo.
+  std::string compressor = "efm(topk:ratio=0.01)";
+  std::string reducer = "auto";  // auto | dense | allreduce | allgather
+  // bucket_mb 0: one bucket per compressible tensor; min_elements; dense_share.
+  LayoutOptions layout{0.0, 1024, 0.01};
+  std::int64_t dense_steps = 0;       // the first steps are averaged densely (warm-up)
+  std::uint64_t seed = 0;             // stochastic codecs' seed; the same on every rank
+  std::uint64_t steps_per_epoch = 0;  // for schedules counted in epochs (DGC's warm-up)
+  // The optimizer's momentum and Nesterov flag, for compressors that carry momentum in
+  // their memory (efm, dgc, sketched-sgd, fetchsgd): see momentum_in_memory().
+  float momentum = 0.0f;
+  bool nesterov = false;
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+};
+
+// What the exchanges cost since the previous take_stats().
+struct ExchangeStats {
+  ReduceStats reduce;           // bytes, encode / communicate / decode seconds, steps
+  double exposed_seconds = 0;   // time finish() waited: communication not hidden
+  double backward_seconds = 0;  // first gradient to the end of backward (last hook)
+};
+
+class GradientExchange {
+ public:
+  using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
+
+  // Over a c10d process group you created (e.g. a ProcessGroupGloo).
+  GradientExchange(const NamedParameters& params, c10::intrusive_ptr<c10d::ProcessGroup> group,
+                   ExchangeOptions options = {});
+  // Over gradcomp's own communicator (dist::Communicator::connect with the rendezvous of
+  // `gradcomp train`: flags or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT); it must outlive
+  // the exchange.
+  GradientExchange(const NamedParameters& params, dist::Communicator& comm,
+                   ExchangeOptions options = {});
+  ~GradientExchange();
+  GradientExchange(const GradientExchange&) = delete;
+  GradientExchange& operator=(const GradientExchange&) = delete;
+
+  // The learning rate of the coming step, for methods that work in parameter units
+  // (FetchSGD's error, EF-signSGD): call before backward when it changes.
+  void set_learning_rate(float lr);
+
+  // Waits for this step's exchanges and writes the mean gradients into .grad. Throws
+  // gradcomp::CommError (a peer failed or timed out) or InvalidArgument; afterwards the
+  // exchange is unusable, as after any communication failure.
+  void finish();
+
+  // True when the compressor applies the optimizer's momentum itself (efm, dgc,
+  // sketched-sgd, fetchsgd): the optimizer must then step the tensors in
+  // compressed_this_step() without momentum of its own (e.g. a second param group with
+  // momentum 0), and options.momentum must be the optimizer's.
+  bool momentum_in_memory() const;
+  // Whether parameter i (in the order given) was exchanged compressed in the last step.
+  bool compressed_this_step(std::size_t i) const;
+
+  // The layout: one plan per bucket (ids, the parameters in it, compressible or not).
+  const std::vector<BucketPlan>& buckets() const;
+  // "allgather(efm(topk:ratio=0.01,...))".
+  std::string describe() const;
+  ExchangeStats take_stats();
+
+  // Every memory's state (error feedback, momenta, PowerSGD's Q), named
+  // "bucket<id>.<name>", writable: save it with the model, restore it before the first
+  // step of a resumed run (copy into the spans). The step counter is step()/set_step().
+  std::vector<StateBuffer> state();
+  std::int64_t step() const;
+  void set_step(std::int64_t step);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gradcomp

@@ -1,0 +1,280 @@
+// GradientExchange (gradcomp/torch/gradient_exchange.h): gradient hooks fill flat
+// bucket buffers; complete buckets go, in index order, to the Exchanger, which runs each
+// bucket's reducer on its own thread while backward goes on.
+#include "gradcomp/torch/gradient_exchange.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "gradcomp/dist/communicator.h"
+#include "gradcomp/dist/exchanger.h"
+#include "gradcomp/dist/process_group.h"
+#include "gradcomp/dist/reducers.h"
+#include "gradcomp/error.h"
+
+namespace gradcomp {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+struct GradientExchange::Impl {
+  ExchangeOptions options;
+  std::unique_ptr<dist::Communicator> owned_comm;  // over a caller's process group
+  dist::Communicator* comm = nullptr;
+  std::unique_ptr<dist::Exchanger> exchanger;
+
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> params;
+  std::vector<BucketPlan> plan;
+  std::vector<BucketShape> shapes;          // per bucket
+  std::vector<std::vector<float>> buffers;  // per bucket
+  std::vector<std::size_t> param_bucket;    // per parameter
+  std::vector<std::size_t> param_offset;    // per parameter, in its bucket
+  std::vector<std::size_t> order;           // buckets in hand-over order
+  std::vector<unsigned> hook_handles;
+
+  // This step.
+  std::mutex mutex;
+  std::vector<char> seen;                // per parameter: its gradient arrived
+  std::vector<std::size_t> missing;      // per bucket: parameters still to arrive
+  std::size_t next = 0;                  // next position in `order` to hand over
+  std::vector<std::promise<void>> done;  // per position in `order`
+  std::vector<std::future<void>> pending;
+  bool started = false;
+  Clock::time_point backward_start;
+  Clock::time_point last_hook;
+
+  std::int64_t step = 0;
+  float lr = 1.0f;
+  bool compressed_last = false;
+  double exposed_seconds = 0;
+  double backward_seconds = 0;
+
+  void build(const NamedParameters& named) {
+    std::vector<ParamInfo> infos;
+    for (const auto& item : named) {
+      const torch::Tensor& p = item.value();
+      if (!p.device().is_cpu() || p.scalar_type() != torch::kFloat || !p.is_contiguous()) {
+        throw InvalidArgument("GradientExchange: parameter " + item.key() +
+                              " is not a contiguous CPU float32 tensor");
+      }
+      if (!p.requires_grad()) continue;  // frozen: nothing to exchange
+      names.push_back(item.key());
+      params.push_back(p);
+      infos.push_back({item.key(), p.numel(), p.dim(), p.dim() > 0 ? p.size(0) : 0});
+    }
+    plan = plan_buckets(infos, options.layout);
+    param_bucket.assign(params.size(), 0);
+    param_offset.assign(params.size(), 0);
+    for (std::size_t b = 0; b < plan.size(); ++b) {
+      shapes.push_back({plan[b].id, plan[b].numel, plan[b].compressible, plan[b].rows});
+      buffers.emplace_back(plan[b].numel, 0.0f);
+      for (const BucketPlan::Slot& s : plan[b].slots) {
+        param_bucket[s.param] = b;
+        param_offset[s.param] = s.offset;
+      }
+    }
+    // Backward produces gradients from the last layer to the first: compressible buckets
+    // in reverse, then the dense bucket, which holds tensors from every layer.
+    for (std::size_t b = plan.size(); b-- > 0;) {
+      if (plan[b].compressible) order.push_back(b);
+    }
+    for (std::size_t b = 0; b < plan.size(); ++b) {
+      if (!plan[b].compressible) order.push_back(b);
+    }
+    exchanger = std::make_unique<dist::Exchanger>(*comm, options.compressor,
+                                                  dist::parse_reducer_kind(options.reducer));
+    for (std::size_t b = 0; b < plan.size(); ++b) {
+      exchanger->prepare(plan[b].id, std::span<const BucketShape>(&shapes[b], 1));
+    }
+    reset_step();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      hook_handles.push_back(
+          params[i].register_hook([this, i](const torch::Tensor& grad) { on_gradient(i, grad); }));
+    }
+  }
+
+  void reset_step() {
+    seen.assign(params.size(), 0);
+    missing.assign(plan.size(), 0);
+    for (std::size_t b = 0; b < plan.size(); ++b) missing[b] = plan[b].slots.size();
+    next = 0;
+    done.clear();
+    done.resize(order.size());
+    pending.clear();
+    started = false;
+  }
+
+  // On the autograd thread, once per parameter per backward.
+  void on_gradient(std::size_t i, const torch::Tensor& grad) {
+    std::lock_guard lock(mutex);
+    if (!started) {
+      started = true;
+      backward_start = Clock::now();
+    }
+    last_hook = Clock::now();
+    if (seen[i]) {
+      throw InvalidArgument("GradientExchange: a second gradient for " + names[i] +
+                            " before finish() (call finish() after every backward; "
+                            "accumulating gradients over several backward passes is not "
+                            "supported)");
+    }
+    seen[i] = 1;
+    const std::size_t b = param_bucket[i];
+    const torch::Tensor g = grad.to(torch::kFloat).contiguous();
+    std::memcpy(buffers[b].data() + param_offset[i], g.data_ptr<float>(),
+                static_cast<std::size_t>(g.numel()) * sizeof(float));
+    --missing[b];
+    hand_over_ready();
+  }
+
+  // Hands over every complete bucket from `next` on, in order. Holds `mutex`.
+  void hand_over_ready() {
+    while (next < order.size() && missing[order[next]] == 0) hand_over(next++);
+  }
+
+  void hand_over(std::size_t position) {
+    const std::size_t b = order[position];
+    StepContext ctx;
+    ctx.seed = options.seed;
+    ctx.step = static_cast<std::uint64_t>(step);
+    ctx.steps_per_epoch = options.steps_per_epoch;
+    ctx.lr = lr;
+    ctx.momentum = options.momentum;
+    ctx.nesterov = options.nesterov;
+    const bool compress = step >= options.dense_steps && plan[b].compressible;
+    std::promise<void>& promise = done[position];
+    pending.push_back(promise.get_future());
+    exchanger->submit(plan[b].id, std::span<const BucketShape>(&shapes[b], 1),
+                      {BucketRef{plan[b].id, buffers[b], compress}}, ctx,
+                      [&promise](std::exception_ptr e) {
+                        if (e) {
+                          promise.set_exception(e);
+                        } else {
+                          promise.set_value();
+                        }
+                      });
+  }
+
+  void finish() {
+    {
+      std::lock_guard lock(mutex);
+      if (started)
+        backward_seconds += std::chrono::duration<double>(last_hook - backward_start).count();
+      // Parameters that got no gradient this step (unused) count as zeros.
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        if (seen[i]) continue;
+        const std::size_t b = param_bucket[i];
+        std::fill_n(buffers[b].data() + param_offset[i], params[i].numel(), 0.0f);
+        seen[i] = 1;
+        --missing[b];
+      }
+      hand_over_ready();
+    }
+    const Clock::time_point t0 = Clock::now();
+    std::exception_ptr first;
+    for (auto& f : pending) {
+      try {
+        f.get();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    exposed_seconds += seconds_since(t0);
+    if (first) {
+      reset_step();
+      std::rethrow_exception(first);
+    }
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      torch::Tensor& p = params[i];
+      if (!p.grad().defined() || !p.grad().is_contiguous()) p.mutable_grad() = torch::empty_like(p);
+      std::memcpy(p.mutable_grad().data_ptr<float>(),
+                  buffers[param_bucket[i]].data() + param_offset[i],
+                  static_cast<std::size_t>(p.numel()) * sizeof(float));
+    }
+    compressed_last = step >= options.dense_steps;
+    ++step;
+    reset_step();
+  }
+};
+
+GradientExchange::GradientExchange(const NamedParameters& params,
+                                   c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                   ExchangeOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->owned_comm = std::make_unique<dist::Communicator>(
+      dist::communicator_over(std::move(group), impl_->options.timeout));
+  impl_->comm = impl_->owned_comm.get();
+  impl_->build(params);
+}
+
+GradientExchange::GradientExchange(const NamedParameters& params, dist::Communicator& comm,
+                                   ExchangeOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->comm = &comm;
+  impl_->build(params);
+}
+
+GradientExchange::~GradientExchange() {
+  if (!impl_) return;
+  for (std::size_t i = 0; i < impl_->params.size(); ++i) {
+    impl_->params[i].remove_hook(impl_->hook_handles[i]);
+  }
+  impl_->exchanger.reset();  // waits for exchanges in flight (they hold our buffers)
+}
+
+void GradientExchange::set_learning_rate(float lr) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->lr = lr;
+}
+
+void GradientExchange::finish() { impl_->finish(); }
+
+bool GradientExchange::momentum_in_memory() const { return impl_->exchanger->momentum_in_memory(); }
+
+bool GradientExchange::compressed_this_step(std::size_t i) const {
+  return impl_->compressed_last && impl_->plan.at(impl_->param_bucket.at(i)).compressible;
+}
+
+const std::vector<BucketPlan>& GradientExchange::buckets() const { return impl_->plan; }
+
+std::string GradientExchange::describe() const { return impl_->exchanger->describe(); }
+
+ExchangeStats GradientExchange::take_stats() {
+  ExchangeStats s;
+  s.reduce = impl_->exchanger->take_stats();
+  s.exposed_seconds = std::exchange(impl_->exposed_seconds, 0.0);
+  s.backward_seconds = std::exchange(impl_->backward_seconds, 0.0);
+  return s;
+}
+
+std::vector<StateBuffer> GradientExchange::state() {
+  impl_->exchanger->drain();
+  std::vector<StateBuffer> out;
+  for (const BucketPlan& b : impl_->plan) {
+    for (StateBuffer& s : impl_->exchanger->state(b.id)) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::int64_t GradientExchange::step() const { return impl_->step; }
+
+void GradientExchange::set_step(std::int64_t step) {
+  if (step < 0) throw InvalidArgument("GradientExchange: step " + std::to_string(step) + " < 0");
+  impl_->step = step;
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,173 @@
+// GradientExchange (hooks during backward, buckets handed over as they complete) against
+// the after-backward exchange the trainer runs: the same layout's buckets through one
+// reducer after backward, bit for bit. Two ranks as threads over Gloo on 127.0.0.1.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "../dist/dist_test_support.h"
+#include "gradcomp/dist/reducers.h"
+#include "gradcomp/error.h"
+#include "gradcomp/torch/gradient_exchange.h"
+
+namespace gradcomp {
+namespace {
+
+using dist::Communicator;
+using dist::test::run_ranks;
+
+// A model with matrices of several sizes, biases, a parameter used twice in forward and
+// one never used. Deterministic weights (no global RNG: ranks are threads).
+struct Net : torch::nn::Module {
+  Net() {
+    fc1 = register_module("fc1", torch::nn::Linear(40, 64));
+    fc2 = register_module("fc2", torch::nn::Linear(64, 64));  // applied twice
+    fc3 = register_module("fc3", torch::nn::Linear(64, 10));
+    unused = register_parameter("unused", torch::zeros({32, 40}));
+    torch::NoGradGuard no_grad;
+    float k = 0.0f;
+    for (auto& p : parameters()) {
+      p.copy_(torch::sin(torch::arange(p.numel(), torch::kFloat).reshape(p.sizes()) * 0.37f + k) *
+              0.2f);
+      k += 1.0f;
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(fc1->forward(x));
+    x = torch::relu(fc2->forward(x));
+    x = torch::relu(fc2->forward(x));
+    return fc3->forward(x);
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+  torch::Tensor unused;
+};
+
+torch::Tensor loss_of(Net& net, int rank, int step) {
+  const auto x = torch::cos(torch::arange(8 * 40, torch::kFloat).reshape({8, 40}) *
+                                (0.1f + 0.01f * static_cast<float>(rank)) +
+                            static_cast<float>(step));
+  const auto y = torch::arange(8, torch::kLong).remainder(10);
+  return torch::nn::functional::cross_entropy(net.forward(x), y);
+}
+
+ExchangeOptions options_for(const std::string& spec) {
+  ExchangeOptions o;
+  o.compressor = spec;
+  o.layout = {0.0, 1000, 0.0};  // fc3 (640) and biases dense; fc1, fc2 and unused compressed
+  o.dense_steps = 1;
+  o.seed = 5;
+  o.momentum = 0.9f;
+  return o;
+}
+
+// The trainer's exchange: after backward, every bucket of the plan flattened, one reducer.
+std::vector<torch::Tensor> after_backward(Net& net, const std::vector<BucketPlan>& plan,
+                                          Reducer& reducer, std::int64_t step,
+                                          const ExchangeOptions& o) {
+  auto params = net.parameters();
+  std::vector<std::vector<float>> buffers;
+  std::vector<BucketRef> refs;
+  for (const BucketPlan& b : plan) {
+    auto& buf = buffers.emplace_back(b.numel, 0.0f);
+    for (const BucketPlan::Slot& s : b.slots) {
+      const auto& g = params[s.param].grad();
+      if (g.defined()) std::memcpy(buf.data() + s.offset, g.data_ptr<float>(), 4 * s.numel);
+    }
+  }
+  for (std::size_t b = 0; b < plan.size(); ++b) {
+    refs.push_back({plan[b].id, buffers[b], plan[b].compressible && step >= o.dense_steps});
+  }
+  StepContext ctx;
+  ctx.seed = o.seed;
+  ctx.step = static_cast<std::uint64_t>(step);
+  ctx.momentum = o.momentum;
+  reducer.reduce(refs, ctx);
+  std::vector<torch::Tensor> out(params.size());
+  for (const BucketPlan& b : plan) {
+    for (const BucketPlan::Slot& s : b.slots) {
+      out[s.param] =
+          torch::from_blob(buffers[&b - plan.data()].data() + s.offset, params[s.param].sizes())
+              .clone();
+    }
+  }
+  return out;
+}
+
+class HookVsAfterBackward : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HookVsAfterBackward, BitIdenticalGradients) {
+  const std::string spec = GetParam();
+  run_ranks(2, [&](Communicator& comm) {
+    Net hooked;
+    Net plain;
+    const ExchangeOptions o = options_for(spec);
+    GradientExchange exchange(hooked.named_parameters(), comm, o);
+    // The reference reducer, built like the trainer's (one reducer, every bucket).
+    const auto plan = exchange.buckets();
+    std::vector<BucketShape> shapes;
+    for (const BucketPlan& b : plan) shapes.push_back({b.id, b.numel, b.compressible, b.rows});
+    auto reducer = dist::make_reducer(spec, dist::ReducerKind::kAuto, comm, shapes);
+    for (int step = 0; step < 4; ++step) {
+      for (auto* net : {&hooked, &plain}) net->zero_grad();
+      loss_of(hooked, comm.rank(), step).backward();
+      exchange.finish();
+      loss_of(plain, comm.rank(), step).backward();
+      const auto expect = after_backward(plain, plan, *reducer, step, o);
+      const auto got = hooked.parameters();
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_TRUE(torch::equal(got[i].grad(), expect[i]))
+            << spec << " step " << step << " parameter " << i;
+      }
+      // Both replicas step alike, so the next step starts from the same weights.
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        got[i].sub_(0.1 * got[i].grad());
+        plain.parameters()[i].sub_(0.1 * expect[i]);
+      }
+    }
+    EXPECT_EQ(exchange.step(), 4);
+    const ExchangeStats s = exchange.take_stats();
+    EXPECT_EQ(s.reduce.steps, 4u);
+    EXPECT_GT(s.reduce.bytes_sent, 0u);
+    EXPECT_FALSE(exchange.state().empty() && spec != "none");
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Specs, HookVsAfterBackward,
+                         ::testing::Values("none", "ef(topk:ratio=0.1,select=exact)",
+                                           "efm(topk:ratio=0.1,select=exact)", "randomk:ratio=0.2",
+                                           "powersgd:rank=2", "2bit"));
+
+TEST(GradientExchange, UnusedParametersAreZerosAndTheMeanIsExact) {
+  run_ranks(2, [](Communicator& comm) {
+    Net net;
+    GradientExchange exchange(net.named_parameters(), comm, options_for("none"));
+    net.zero_grad();
+    loss_of(net, comm.rank(), 0).backward();
+    exchange.finish();
+    EXPECT_TRUE(torch::equal(net.unused.grad(), torch::zeros({32, 40})));
+  });
+}
+
+TEST(GradientExchange, TwoBackwardsBeforeFinishAreRefused) {
+  run_ranks(1, [](Communicator& comm) {
+    Net net;
+    GradientExchange exchange(net.named_parameters(), comm, options_for("none"));
+    loss_of(net, 0, 0).backward();
+    EXPECT_THROW(loss_of(net, 0, 1).backward(), std::exception);
+    exchange.finish();
+  });
+}
+
+TEST(GradientExchange, ABadSpecIsRefused) {
+  run_ranks(1, [](Communicator& comm) {
+    Net net;
+    EXPECT_THROW(GradientExchange(net.named_parameters(), comm, options_for("topkk")),
+                 InvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace gradcomp
