@@ -245,8 +245,12 @@ void GradientExchange::finish() { impl_->finish(); }
 
 bool GradientExchange::momentum_in_memory() const { return impl_->exchanger->momentum_in_memory(); }
 
+bool GradientExchange::compressible(std::size_t i) const {
+  return impl_->plan.at(impl_->param_bucket.at(i)).compressible;
+}
+
 bool GradientExchange::compressed_this_step(std::size_t i) const {
-  return impl_->compressed_last && impl_->plan.at(impl_->param_bucket.at(i)).compressible;
+  return impl_->compressed_last && compressible(i);
 }
 
 const std::vector<BucketPlan>& GradientExchange::buckets() const { return impl_->plan; }

@@ -96,7 +96,10 @@ class GradientExchange {
   // compressed_this_step() without momentum of its own (e.g. a second param group with
   // momentum 0), and options.momentum must be the optimizer's.
   bool momentum_in_memory() const;
-  // Whether parameter i (in the order given) was exchanged compressed in the last step.
+  // Whether parameter i (counting the parameters that require grad, in the order given)
+  // is in a compressible bucket, and whether it was exchanged compressed in the last step
+  // (not during the dense warm-up).
+  bool compressible(std::size_t i) const;
   bool compressed_this_step(std::size_t i) const;
 
   // The layout: one plan per bucket (ids, the parameters in it, compressible or not).
