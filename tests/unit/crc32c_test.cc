@@ -23,7 +23,8 @@ std::span<const std::byte> as_bytes(std::string_view s) {
 std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
   std::vector<std::byte> v(n);
   const CounterRng rng(seed);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>(rng.below(i, 256));
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<std::byte>(rng.below(static_cast<std::uint32_t>(i), 256));
   return v;
 }
 
