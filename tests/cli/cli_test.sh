@@ -126,7 +126,9 @@ perl -e 'local $/; my $m = <STDIN>; substr($m, 15, 1) = chr(0x41); print $m' < t
 run_err "element count changed (byte 15)" "tk15\.bin.*checksum mismatch" \
   "$GRADCOMP" codec decode --spec topk:ratio=0.3 --in tk15.bin --out out.f32
 size=$(wc -c < tk.bin)
-for bit in 0 7 $((8 * 24)) $((8 * 28 + 3)) $((8 * size - 1)); do  # header, count, an index, last value byte
+# Bits of the codec id, the element count, the payload's count, an index, the last value
+# (the magic, version and length are framing, rejected before the checksum is read).
+for bit in $((8 * 6)) $((8 * 12 + 5)) $((8 * 24)) $((8 * 28 + 3)) $((8 * size - 1)); do
   perl -e 'local $/; my $m = <STDIN>; vec($m, $ARGV[0], 1) ^= 1; print $m' "$bit" < tk.bin > tkbit.bin
   run_err "bit $bit of the message flipped" "checksum mismatch" \
     "$GRADCOMP" codec decode --spec topk:ratio=0.3 --in tkbit.bin --out out.f32
