@@ -4,6 +4,9 @@
 //   encode/<spec>/<n>    Codec::encode
 //   compress/<spec>/<n>  Memory::compress (only for specs whose memory keeps state)
 //   decode/<spec>/<n>    Codec::decode_add
+//   checksum/<spec>/<n>  the CRC32C over that codec's message (wire.h), which encode
+//                        and decode_add each include: its share of the codec's cost is
+//                        checksum time / encode time
 // bytes_per_second counts 4n bytes of fp32 gradient per iteration; counters give the
 // compression ratio, the message size and heap allocations per call (steady state).
 #include <benchmark/benchmark.h>
@@ -18,6 +21,7 @@
 #include "bench/alloc_counter.h"
 #include "bench/harness.h"
 #include "gradcomp/registry.h"
+#include "gradcomp/wire.h"
 
 namespace gradcomp {
 namespace {
@@ -133,6 +137,21 @@ void bm_decode(benchmark::State& state, const std::string& spec) {
   set_common(state, n, bytes, allocs);
 }
 
+void bm_checksum(benchmark::State& state, const std::string& spec) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const auto codec = builtin_registry().make_codec(spec);
+  const auto& x = input(n);
+  std::vector<std::byte> msg(codec->max_encoded_bytes(n));
+  std::size_t bytes = 0;
+  if (!verified(state, *codec, x, msg, bytes)) return;
+  const std::span<const std::byte> m(msg.data(), bytes);
+  const double allocs = steady_allocations([&] { benchmark::DoNotOptimize(message_crc(m)); });
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(message_crc(m));
+  }
+  set_common(state, n, bytes, allocs);
+}
+
 void bm_memcpy(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const auto& x = input(n);
@@ -164,6 +183,7 @@ void register_all() {
       apply_sizes(benchmark::RegisterBenchmark(("compress/" + spec).c_str(), bm_compress, spec));
     }
     apply_sizes(benchmark::RegisterBenchmark(("decode/" + spec).c_str(), bm_decode, spec));
+    apply_sizes(benchmark::RegisterBenchmark(("checksum/" + spec).c_str(), bm_checksum, spec));
   }
 }
 

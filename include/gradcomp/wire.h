@@ -1,4 +1,4 @@
-// The wire format shared by every codec. A message is a fixed 20-byte header
+// The wire format shared by every codec. A message is a fixed 24-byte header
 // followed by the codec's payload. All fields are little-endian.
 //
 //   offset size field
@@ -9,15 +9,19 @@
 //        8    4 config_tag     hash of the codec's canonical spec: a message encoded
 //                              with other parameters (levels, threshold...) is rejected
 //       12    4 elements       n, the length of the encoded gradient
-//       16    4 payload_bytes  bytes that follow the header; equals the message size - 20
+//       16    4 payload_bytes  bytes that follow the header; equals the message size - 24
+//       20    4 crc32c         CRC-32C (crc32c.h) of bytes [0, 20) followed by the payload
+//                              [24, 24 + payload_bytes): any corruption in transit or
+//                              storage is rejected before a field is trusted
 //
 // The config tag goes beyond the minimum (magic, version, id, n, length): two ranks
 // built from different spec strings would otherwise decode each other's messages
 // into silent garbage. Payloads start 4-byte aligned relative to the message start.
 //
-// Nothing in a message is trusted until validated: read_header() checks the framing,
-// open_payload() checks it against the codec and the destination, and each codec then
-// checks its payload's length and contents before writing anything.
+// Nothing in a message is trusted until validated: read_header() checks the framing
+// and the checksum, open_payload() checks them and the header against the codec and the
+// destination, and each codec then checks its payload's length and contents before
+// writing anything. (Version 1 had no checksum and a 20-byte header.)
 #pragma once
 
 #include <bit>
@@ -33,8 +37,10 @@ static_assert(std::endian::native == std::endian::little,
               "gradcomp's wire format and kernels assume a little-endian host");
 
 inline constexpr std::uint32_t kWireMagic = 0x504D4347;  // bytes "GCMP"
-inline constexpr std::uint8_t kWireVersion = 1;
-inline constexpr std::size_t kHeaderBytes = 20;
+inline constexpr std::uint8_t kWireVersion = 2;
+inline constexpr std::size_t kHeaderBytes = 24;
+// Where the checksum sits in the header.
+inline constexpr std::size_t kCrcOffset = 20;
 // Element counts and payload lengths are uint32 on the wire.
 inline constexpr std::size_t kMaxElements = 0xFFFFFFFFu;
 
@@ -43,6 +49,7 @@ struct WireHeader {
   std::uint32_t config_tag = 0;
   std::uint32_t elements = 0;
   std::uint32_t payload_bytes = 0;
+  std::uint32_t crc32c = 0;
 };
 
 class Codec;
@@ -59,12 +66,20 @@ inline void store_le(std::byte* p, T v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-// Writes the header for a payload of `payload_bytes` into out[0, 20).
+// Writes the header for the payload already in out[24, 24 + payload_bytes) into
+// out[0, 24), checksum included: write the payload first.
 void write_header(std::span<std::byte> out, std::uint16_t codec_id, std::uint32_t config_tag,
                   std::size_t elements, std::size_t payload_bytes);
 
-// Validates framing only: size >= header, magic, version, flags, and payload_bytes
-// equal to what follows. Throws CorruptMessage naming `op`.
+// The checksum a message of msg.size() >= kHeaderBytes bytes should carry.
+std::uint32_t message_crc(std::span<const std::byte> msg);
+
+// Recomputes the checksum of a message changed in place on purpose (the allreduce
+// reducer's summed region; tests that build hostile payloads behind a valid checksum).
+void reseal_message(std::span<std::byte> msg);
+
+// Validates framing and integrity: size >= header, magic, version, payload_bytes equal
+// to what follows, the checksum, reserved flags. Throws CorruptMessage naming `op`.
 WireHeader read_header(std::span<const std::byte> msg, std::string_view op);
 
 // Validates the header against `codec` and a destination of n elements; returns the

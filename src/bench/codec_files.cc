@@ -72,7 +72,8 @@ EncodeFileResult encode_file(const CodecRegistry& registry, const EncodeFileRequ
 }
 
 DecodeFileResult decode_file(const CodecRegistry& registry, const std::string& spec,
-                             const std::string& in, const std::string& out) {
+                             const std::string& in, const std::string& out,
+                             std::optional<std::size_t> expected_n) {
   const std::shared_ptr<const Codec> codec = registry.make_codec_of(spec);
   const std::vector<std::byte> msg = read_bytes(in);
   DecodeFileResult result;
@@ -83,6 +84,16 @@ DecodeFileResult decode_file(const CodecRegistry& registry, const std::string& s
     // allocated for a message that may lie about n.
     const WireHeader header = read_header(msg, codec->name() + " decode");
     result.n = header.elements;
+    if (expected_n && *expected_n != result.n) {
+      throw CorruptMessage("the header says " + std::to_string(result.n) +
+                           " elements, --n expects " + std::to_string(*expected_n));
+    }
+    if (!expected_n && result.n > kDecodeFileMaxElements) {
+      throw CorruptMessage("the header says " + std::to_string(result.n) +
+                           " elements, more than the " + std::to_string(kDecodeFileMaxElements) +
+                           " (1 GiB of float32) decoded without --n; pass --n with the "
+                           "element count you expect to decode a larger gradient");
+    }
     open_payload(msg, *codec, result.n);
     values.reset(static_cast<float*>(std::calloc(result.n == 0 ? 1 : result.n, sizeof(float))));
     if (!values) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "gradcomp/registry.h"
@@ -36,10 +37,17 @@ struct DecodeFileResult {
   std::string codec_spec;  // canonical
 };
 
+// The largest element count decode_file() trusts a header for when the caller does
+// not say how many elements to expect: 2^28 floats, a 1 GiB output file.
+inline constexpr std::size_t kDecodeFileMaxElements = std::size_t{1} << 28;
+
 // Decodes the message in `in` with the codec of `spec` (ef()/noef() stripped) into
-// n zeros, n taken from the message header, and writes the floats to `out`
-// atomically. A message that fails validation leaves `out` untouched.
+// n zeros and writes the floats to `out` atomically. n is `expected_n` when given (a
+// header that says otherwise is refused), else the header's, if at most
+// kDecodeFileMaxElements (a damaged or hostile count must not size a huge file). A
+// message that fails validation (CorruptMessage) leaves `out` untouched.
 DecodeFileResult decode_file(const CodecRegistry& registry, const std::string& spec,
-                             const std::string& in, const std::string& out);
+                             const std::string& in, const std::string& out,
+                             std::optional<std::size_t> expected_n = std::nullopt);
 
 }  // namespace gradcomp::bench

@@ -1,8 +1,10 @@
 #include "gradcomp/wire.h"
 
+#include <cstdio>
 #include <string>
 
 #include "gradcomp/codec.h"
+#include "gradcomp/crc32c.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp {
@@ -11,6 +13,18 @@ namespace {
 
 [[noreturn]] void corrupt(std::string_view op, const std::string& what) {
   throw CorruptMessage(std::string(op) + ": " + what);
+}
+
+std::string hex32(std::uint32_t v) {
+  char buf[11];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+[[noreturn]] void checksum_mismatch(std::string_view op, std::uint32_t carried,
+                                    std::uint32_t computed) {
+  corrupt(op, "checksum mismatch (header says CRC32C " + hex32(carried) + ", the message's is " +
+                  hex32(computed) + "): corrupted in transit or storage");
 }
 
 }  // namespace
@@ -33,6 +47,24 @@ void write_header(std::span<std::byte> out, std::uint16_t codec_id, std::uint32_
   store_le<std::uint32_t>(p + 8, config_tag);
   store_le<std::uint32_t>(p + 12, static_cast<std::uint32_t>(elements));
   store_le<std::uint32_t>(p + 16, static_cast<std::uint32_t>(payload_bytes));
+  if (out.size() - kHeaderBytes < payload_bytes) {
+    throw InvalidArgument("write_header: payload of " + std::to_string(payload_bytes) +
+                          " bytes > the " + std::to_string(out.size() - kHeaderBytes) +
+                          " bytes after the header");
+  }
+  reseal_message(out.first(kHeaderBytes + payload_bytes));
+}
+
+std::uint32_t message_crc(std::span<const std::byte> msg) {
+  return crc32c(msg.subspan(kHeaderBytes), crc32c(msg.first(kCrcOffset)));
+}
+
+void reseal_message(std::span<std::byte> msg) {
+  if (msg.size() < kHeaderBytes) {
+    throw InvalidArgument("reseal_message: " + std::to_string(msg.size()) + " bytes < header " +
+                          std::to_string(kHeaderBytes));
+  }
+  store_le<std::uint32_t>(msg.data() + kCrcOffset, message_crc(msg));
 }
 
 WireHeader read_header(std::span<const std::byte> msg, std::string_view op) {
@@ -47,17 +79,22 @@ WireHeader read_header(std::span<const std::byte> msg, std::string_view op) {
     corrupt(op, "wire version " + std::to_string(version) + " != supported " +
                     std::to_string(kWireVersion));
   }
-  const auto flags = load_le<std::uint8_t>(p + 5);
-  if (flags != 0) corrupt(op, "reserved flags " + std::to_string(flags) + " != 0");
   WireHeader h;
   h.codec_id = load_le<std::uint16_t>(p + 6);
   h.config_tag = load_le<std::uint32_t>(p + 8);
   h.elements = load_le<std::uint32_t>(p + 12);
   h.payload_bytes = load_le<std::uint32_t>(p + 16);
+  h.crc32c = load_le<std::uint32_t>(p + kCrcOffset);
   if (h.payload_bytes != msg.size() - kHeaderBytes) {
     corrupt(op, "header says " + std::to_string(h.payload_bytes) + " payload bytes, message has " +
                     std::to_string(msg.size() - kHeaderBytes));
   }
+  // Before any field is interpreted: a flipped bit in the codec id or n reads as
+  // corruption, not as a message from another codec.
+  const std::uint32_t computed = message_crc(msg);
+  if (computed != h.crc32c) checksum_mismatch(op, h.crc32c, computed);
+  const auto flags = load_le<std::uint8_t>(p + 5);
+  if (flags != 0) corrupt(op, "reserved flags " + std::to_string(flags) + " != 0");
   return h;
 }
 
@@ -74,7 +111,9 @@ std::span<const std::byte> open_payload(std::span<const std::byte> msg, const Co
                           load_le<std::uint8_t>(p + 4) == kWireVersion &&
                           load_le<std::uint8_t>(p + 5) == 0 &&
                           load_le<std::uint32_t>(p + 16) == msg.size() - kHeaderBytes;
-  if (!framing_ok) read_header(msg, codec.name() + " decode");  // throws naming the field
+  if (!framing_ok || message_crc(msg) != load_le<std::uint32_t>(p + kCrcOffset)) {
+    read_header(msg, codec.name() + " decode");  // throws naming the field
+  }
   const auto codec_id = load_le<std::uint16_t>(p + 6);
   const auto config_tag = load_le<std::uint32_t>(p + 8);
   const auto elements = load_le<std::uint32_t>(p + 12);

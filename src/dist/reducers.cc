@@ -173,9 +173,17 @@ class FusedReducer final : public Reducer {
           if (r.count > 0) std::memcpy(dst, fused16_.data() + n16, 2 * r.count);
           n16 += r.count;
         }
+        // The message now holds the sum of every rank's region, so the checksum this
+        // rank wrote no longer matches it: reseal before decoding. This checks nothing
+        // away: the message itself never left this rank (only the region travelled,
+        // as the floats of a dense allreduce, which carry no per-message checksum in
+        // any mode), and a CRC cannot follow the sum (CRC is linear over XOR, not over
+        // float addition), so no rank-side checksum could have covered the summed
+        // bytes. Resealing keeps one decode path, with verification, for every mode.
+        const std::span<std::byte> summed(messages_[b].data(), message_lengths_[b]);
+        reseal_message(summed);
         std::fill(bk.grad.begin(), bk.grad.end(), 0.0f);
-        codec_->decode_add(std::span<const std::byte>(messages_[b].data(), message_lengths_[b]),
-                           bk.grad, inv_w);
+        codec_->decode_add(summed, bk.grad, inv_w);
       }
     }
     if (mode_ == Mode::kAllgather && n_messages > 0) decode_gathered(buckets, n_messages, inv_w);

@@ -12,11 +12,13 @@
 #include <string>
 #include <thread>
 
+#include "gradcomp/dist/config_check.h"
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"
 #include "gradcomp/launch.h"
 #include "gradcomp/registry.h"
+#include "train/job_config.h"
 #include "train/server_checkpoints.h"
 
 namespace gradcomp::train {
@@ -238,13 +240,7 @@ int run_server(const JobOptions& o, const dist::RendezvousConfig& rc) {
   const dist::PsConfig pc = ps_config(o, rc.world_size);
   set_threads(1);
   const data::Dataset shape_of = load_dataset(o.data, data::Split::kTest, o.train.seed);
-  ModelConfig mc = o.train.model;
-  mc.in_c = shape_of.c;
-  mc.in_h = shape_of.h;
-  mc.in_w = shape_of.w;
-  mc.num_classes = shape_of.num_classes;
-  mc.seed = o.train.seed;
-  const std::shared_ptr<Model> model = make_model(mc);
+  const std::shared_ptr<Model> model = make_model(job_model_config(o, shape_of));
   std::vector<BucketPlan> plan = plan_buckets(describe_parameters(*model), o.train.layout);
   const std::vector<BucketShape> shapes = bucket_shapes(plan);
   GradientBuffers buffers(model->parameters(), std::move(plan));
@@ -263,6 +259,7 @@ int run_server(const JobOptions& o, const dist::RendezvousConfig& rc) {
         server_checkpoints(o.train.checkpoint_dir, rc.rank - pc.workers, identity, o.train.resume);
   }
   dist::Communicator comm = connect(rc);
+  dist::check_ranks_agree(comm, job_config_fields(o, rc.world_size, *model, buffers.plan()));
   if (o.train.resume && !o.train.checkpoint_dir.empty())
     (void)agree_resume_file(comm, o, pc.workers);
   (void)dist::run_ps_server(pc, comm, shapes, initial, builtin_registry(), checkpoints);
@@ -332,7 +329,18 @@ int run_worker(const JobOptions& o, std::ostream& out) {
       data::shard(load_dataset(o.data, data::Split::kTrain, cfg.seed), rc.rank, workers);
   data::Dataset test_set = load_dataset(o.data, data::Split::kTest, cfg.seed);
 
+  // The fields of the start-up check need the model's shapes and buckets before the
+  // trainer builds its own (from the same options, so the same ones).
+  ConfigFields fields;
+  {
+    const std::shared_ptr<Model> model = make_model(job_model_config(o, train_set));
+    fields = job_config_fields(o, rc.world_size, *model,
+                               plan_buckets(describe_parameters(*model), cfg.layout));
+  }
   dist::Communicator comm = connect(rc);
+  // Before any other collective (the resume agreement included): ranks started with
+  // different configurations would exchange tensors of different sizes in it.
+  dist::check_ranks_agree(comm, fields);
   if (cfg.resume && !cfg.checkpoint_dir.empty())
     cfg.resume_file = agree_resume_file(comm, o, workers);
   dist::PsWorker* ps_worker = nullptr;

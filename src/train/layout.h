@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,6 +24,13 @@ using gradcomp::plan_buckets;
 
 std::vector<ParamInfo> describe_parameters(torch::nn::Module& model);
 
+// A non-finite value found in the gradient buffers (GradientBuffers::find_non_finite).
+struct NonFiniteGradient {
+  std::size_t param = 0;    // index into the parameter list
+  std::size_t element = 0;  // flat index within that parameter
+  float value = 0;          // NaN, +inf or -inf
+};
+
 // One flat fp32 buffer per bucket, allocated once, and the copies between the
 // parameters' .grad tensors and those buffers. The BucketRefs point into the buffers.
 class GradientBuffers {
@@ -32,6 +40,10 @@ class GradientBuffers {
 
   // .grad -> buffers (an undefined .grad counts as zeros).
   void gather();
+  // The first NaN or infinity in the buffers (bucket order), or nullopt. One read of the
+  // gradient, vectorised (an integer max of the exponent bits), so cheap enough to run
+  // after every gather(): a non-finite value must not reach a codec or the other ranks.
+  std::optional<NonFiniteGradient> find_non_finite() const;
   // buffers -> .grad (an undefined .grad is created).
   void scatter();
 

@@ -131,6 +131,7 @@ Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
   schedule_ = std::make_unique<LrSchedule>(lr);
 
   const std::vector<ParamInfo> infos = describe_parameters(*model_);
+  for (const ParamInfo& p : infos) param_names_.push_back(p.name);
   std::vector<BucketPlan> plan = plan_buckets(infos, config_.layout);
   const std::vector<BucketShape> shapes = bucket_shapes(plan);
   buffers_ = std::make_unique<GradientBuffers>(params_, std::move(plan));
@@ -197,6 +198,16 @@ double Trainer::train_step() {
     epoch_correct_ += logits.argmax(1).eq(batch_y_).sum().item<std::int64_t>();
   }
   buffers_->gather();
+  // A finite loss can still have a non-finite gradient (an overflow in backward). Stop
+  // here, naming the rank and the tensor, before it reaches a codec (where only the
+  // selecting codecs would notice, on this rank alone) or the other ranks' sums.
+  if (const std::optional<NonFiniteGradient> bad = buffers_->find_non_finite()) {
+    const char* value = std::isnan(bad->value) ? "nan" : bad->value > 0 ? "inf" : "-inf";
+    throw Error("step " + std::to_string(step_) + ", rank " + std::to_string(config_.rank) +
+                ": the gradient of " + param_names_.at(bad->param) + " is " + value +
+                " at element " + std::to_string(bad->element) + " while the loss is finite (" +
+                std::to_string(loss_value) + "); a lower --lr or --warmup-steps may help");
+  }
   const auto t1 = Clock::now();
 
   StepContext ctx;

@@ -143,6 +143,7 @@ class Trainer {
   // Parameters whose momentum the reducer's memories carry when their bucket is
   // compressed (DGC); the optimizer applies it during dense steps.
   std::vector<std::size_t> memory_momentum_params_;
+  std::vector<std::string> param_names_;  // for errors naming a tensor
   std::int64_t steps_per_epoch_ = 0;
   std::int64_t step_ = 0;
   // Reused every step: the minibatch and the epoch's visiting order.

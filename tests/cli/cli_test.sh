@@ -118,6 +118,43 @@ else
     "$GRADCOMP" codec decode --spec none --in other.bin --out out.f32
 fi
 run_err "missing message file" "cannot open" "$GRADCOMP" codec decode --spec none --in nope.bin --out out.f32
+# Corruption anywhere is caught by the header's CRC32C (issue #15: a top-k message with
+# its element count's top byte, byte 15, changed used to write a 4 GB file and exit 0;
+# flipped index or value bits decoded into another gradient).
+run_ok "encode topk" "$GRADCOMP" codec encode --spec topk:ratio=0.3 --in g.f32 --out tk.bin
+perl -e 'local $/; my $m = <STDIN>; substr($m, 15, 1) = chr(0x41); print $m' < tk.bin > tk15.bin
+run_err "element count changed (byte 15)" "tk15\.bin.*checksum mismatch" \
+  "$GRADCOMP" codec decode --spec topk:ratio=0.3 --in tk15.bin --out out.f32
+size=$(wc -c < tk.bin)
+# Bits of the codec id, the element count, the payload's count, an index, the last value
+# (the magic, version and length are framing, rejected before the checksum is read).
+for bit in $((8 * 6)) $((8 * 12 + 5)) $((8 * 24)) $((8 * 28 + 3)) $((8 * size - 1)); do
+  perl -e 'local $/; my $m = <STDIN>; vec($m, $ARGV[0], 1) ^= 1; print $m' "$bit" < tk.bin > tkbit.bin
+  run_err "bit $bit of the message flipped" "checksum mismatch" \
+    "$GRADCOMP" codec decode --spec topk:ratio=0.3 --in tkbit.bin --out out.f32
+done
+# reseal: recomputes a message's CRC32C (wire.h: over bytes 0-19 and the payload from 24),
+# to build messages whose header lies with a valid checksum.
+reseal() {
+  perl -e 'local $/; my $m = <STDIN>; my @t;
+    for my $i (0 .. 255) { my $c = $i; $c = $c & 1 ? ($c >> 1) ^ 0x82F63B78 : $c >> 1 for 1 .. 8; $t[$i] = $c; }
+    my $c = 0xFFFFFFFF;
+    $c = $t[($c ^ $_) & 0xFF] ^ ($c >> 8) for unpack("C*", substr($m, 0, 20) . substr($m, 24));
+    substr($m, 20, 4) = pack("V", $c ^ 0xFFFFFFFF); print $m'
+}
+reseal < tk.bin | cmp -s - tk.bin && pass "reseal reproduces the encoder's checksum" \
+  || fail "reseal differs from the encoder's checksum"
+# Element counts above 2^28 (1 GiB of floats) are refused unless --n says to expect them;
+# with --n, a header with another count is refused.
+perl -e 'local $/; my $m = <STDIN>; substr($m, 12, 4) = pack("V", 2**28 + 1); print $m' < m.bin | reseal > big.bin
+run_err "2^28+1 elements without --n" "big\.bin.*268435457 elements.*--n" \
+  "$GRADCOMP" codec decode --spec none --in big.bin --out out.f32
+run_err "--n differs from the header" "header says 10 elements, --n expects 11" \
+  "$GRADCOMP" codec decode --spec none --in m.bin --out out.f32 --n 11
+run_err "--n of a lying header" "header says 268435457 elements, --n expects 10" \
+  "$GRADCOMP" codec decode --spec none --in big.bin --out out.f32 --n 10
+run_ok "--n matching the header" "$GRADCOMP" codec decode --spec none --in m.bin --out n10.f32 --n 10
+cmp -s n10.f32 d.f32 && pass "--n 10 decodes the same floats" || fail "--n 10 decoded other floats"
 cmp -s keep.f32 out.f32 && pass "out file untouched after failed commands" || fail "out file was modified"
 [ ! -e out.f32.tmp ] && pass "no temporary left behind" || fail "out.f32.tmp left behind"
 

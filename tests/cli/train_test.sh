@@ -305,5 +305,54 @@ wait $evaluator
 if [ "$(grep -c '"type":"eval"' fo.jsonl)" -eq 1 ]; then pass "eval --follow"; else
   fail "eval --follow"; cat fo.err fo.jsonl; fi
 
+# Ranks started with different models (issue #15, where rank 0 aborted inside Gloo and
+# rank 1 saw a connection reset): both stop at rendezvous, within seconds, with exit 1
+# and the same one line naming the parameter and both shapes.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+mismatch=(--dataset synthetic --synthetic-train 512 --batch-size 32 --steps 5 --seed 7
+          --timeout-ms 20000 --threads 1)
+port=$(free_port)
+started=$SECONDS
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  "$GRADCOMP" train "${mismatch[@]}" --mlp-hidden 256,256 > mm0.txt 2> mm0.err &
+rank0=$!
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  "$GRADCOMP" train "${mismatch[@]}" --mlp-hidden 512,256 > mm1.txt 2> mm1.err &
+rank1=$!
+wait $rank0; status0=$?
+wait $rank1; status1=$?
+took=$((SECONDS - started))
+want='^gradcomp: ranks disagree on model parameter 1 \(fc1\.weight\) shape: rank 0 has \[256, 784\], rank 1 has \[512, 784\]$'
+if [ $status0 -eq 1 ] && [ $status1 -eq 1 ] && [ "$(wc -l < mm0.err)" -eq 1 ] &&
+   [ "$(wc -l < mm1.err)" -eq 1 ] && grep -qE "$want" mm0.err && grep -qE "$want" mm1.err &&
+   [ $took -lt 15 ]; then
+  pass "different --mlp-hidden: both ranks exit 1 in ${took}s: $(cat mm0.err)"
+else
+  fail "different --mlp-hidden (exit $status0 / $status1, ${took}s)"; cat mm0.err mm1.err
+fi
+
+# A parameter server takes part in the check: a server started with another compressor
+# than the workers stops them all before the first push.
+port=$(free_port)
+pids=()
+for r in 0 1 2; do
+  spec="ef(topk:ratio=0.05)"; [ $r -eq 2 ] && spec=2bit
+  RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$GRADCOMP" train "${mismatch[@]}" --mlp-hidden 128 --topology ps-sync --servers 1 \
+    --compressor "$spec" > ps$r.txt 2> ps$r.err &
+  pids+=($!)
+done
+statuses=""
+for p in "${pids[@]}"; do wait "$p"; statuses+="$? "; done
+want='^gradcomp: ranks disagree on --compressor: rank 0 has ef\(topk:ratio=0\.05.*\), rank 2 has [^ ]*2bit'
+if [ "$statuses" = "1 1 1 " ] && grep -qE "$want" ps0.err && grep -qE "$want" ps2.err &&
+   [ "$(cat ps0.err ps1.err ps2.err | wc -l)" -eq 3 ]; then
+  pass "server with another --compressor: every rank exits 1: $(cat ps2.err)"
+else
+  fail "server with another --compressor (exit $statuses)"; cat ps0.err ps1.err ps2.err
+fi
+if ! grep -q "terminate called" mm0.err mm1.err ps0.err ps1.err ps2.err; then
+  pass "no 'terminate called' from any rank"; else fail "a rank aborted"; fi
+
 [ $failures -eq 0 ] && echo "all train CLI tests passed" || echo "$failures train CLI test(s) failed"
 exit $(( failures > 0 ))

@@ -60,6 +60,46 @@ TEST_P(CorruptCodec, EveryHeaderByteIsChecked) {
   }
 }
 
+// The same edits of the checksummed header fields with the checksum recomputed: each
+// field is still validated on its own (a peer that writes a wrong field with a right
+// checksum, e.g. another codec or other parameters).
+TEST_P(CorruptCodec, EveryHeaderFieldIsCheckedBehindAValidChecksum) {
+  auto c = codec();
+  const std::size_t n = 100;
+  const auto msg = test::encode(*c, test::random_gradient(n, 3), {.seed = 4});
+  for (std::size_t b = 0; b < kCrcOffset; ++b) {
+    for (int flip : {0x01, 0x80, 0xFF}) {
+      auto bad = msg;
+      bad[b] ^= static_cast<std::byte>(flip);
+      reseal_message(bad);
+      expect_rejected(*c, bad, n,
+                      "resealed header byte " + std::to_string(b) + " ^ " + std::to_string(flip));
+    }
+  }
+}
+
+// Every single-bit error anywhere in a message (header, checksum, payload) is
+// rejected: CRC-32C detects all of them, so no flip decodes into another gradient.
+TEST_P(CorruptCodec, EverySingleBitFlipIsRejected) {
+  auto c = codec();
+  for (std::size_t n : {1, 100, 777}) {
+    const auto msg = test::encode(*c, test::random_gradient(n, 13), {.seed = 14});
+    for (std::size_t bit = 0; bit < 8 * msg.size(); ++bit) {
+      auto bad = msg;
+      bad[bit / 8] ^= std::byte{static_cast<std::uint8_t>(1u << (bit % 8))};
+      std::vector<float> out(n, 0.5f);
+      try {
+        c->decode_add(bad, out);
+        ADD_FAILURE() << "n=" << n << ": flipping bit " << bit << " of " << 8 * msg.size()
+                      << " was accepted";
+        break;
+      } catch (const CorruptMessage&) {
+      }
+      ASSERT_EQ(out, std::vector<float>(n, 0.5f)) << "destination modified, bit " << bit;
+    }
+  }
+}
+
 TEST_P(CorruptCodec, WrongDestinationSize) {
   auto c = codec();
   const std::size_t n = 64;
@@ -69,9 +109,9 @@ TEST_P(CorruptCodec, WrongDestinationSize) {
   expect_rejected(*c, msg, 0, "destination 0");
 }
 
-// Payload truncated with the header's length patched to match: the codec's own
-// payload validation must catch it, or (variable-length codecs) decode a shorter,
-// well-formed message within bounds.
+// Payload truncated with the header's length patched to match and the checksum
+// recomputed: the codec's own payload validation must catch it, or (variable-length
+// codecs) decode a shorter, well-formed message within bounds.
 TEST_P(CorruptCodec, ShortPayloadWithConsistentHeader) {
   auto c = codec();
   const std::size_t n = 100;
@@ -79,6 +119,7 @@ TEST_P(CorruptCodec, ShortPayloadWithConsistentHeader) {
   for (std::size_t len = kHeaderBytes; len < msg.size(); ++len) {
     auto bad = std::vector<std::byte>(msg.begin(), msg.begin() + static_cast<std::ptrdiff_t>(len));
     store_le<std::uint32_t>(bad.data() + 16, static_cast<std::uint32_t>(len - kHeaderBytes));
+    reseal_message(bad);
     std::vector<float> out(n, 0.0f);
     try {
       c->decode_add(bad, out);
@@ -87,7 +128,8 @@ TEST_P(CorruptCodec, ShortPayloadWithConsistentHeader) {
   }
 }
 
-// Random bit flips in the payload: either rejected or decoded within bounds.
+// Random bit flips in the payload behind a recomputed checksum (a sender's bug, or a
+// hostile peer, rather than the wire): either rejected or decoded within bounds.
 TEST_P(CorruptCodec, RandomPayloadFlipsNeverEscapeValidation) {
   auto c = codec();
   const std::size_t n = 257;
@@ -103,6 +145,7 @@ TEST_P(CorruptCodec, RandomPayloadFlipsNeverEscapeValidation) {
           rng.below(3 * trial + 1 + 7 * f, static_cast<std::uint32_t>(msg.size() - kHeaderBytes));
       bad[pos] ^= std::byte{static_cast<std::uint8_t>(1u << rng.below(3 * trial + 2 + 7 * f, 8))};
     }
+    reseal_message(bad);
     std::vector<float> out(n, 0.0f);
     try {
       c->decode_add(bad, out);

@@ -19,13 +19,22 @@
 namespace gradcomp {
 namespace {
 
-// Expects CorruptMessage whose text contains `needle`, with `out` unchanged.
+// The attacks edit a valid message; resealed (a valid checksum over the edited bytes),
+// they reach the codec's own payload validation, which is what these tests are about.
+std::vector<std::byte> resealed(std::span<const std::byte> msg) {
+  std::vector<std::byte> out(msg.begin(), msg.end());
+  if (out.size() >= kHeaderBytes) reseal_message(out);
+  return out;
+}
+
+// Expects the edited message, resealed, rejected with a CorruptMessage whose text
+// contains `needle`, with `out` unchanged.
 void expect_rejected(const Codec& c, std::span<const std::byte> msg, std::size_t n,
                      const std::string& needle) {
   auto out = test::random_gradient(n, 5);
   const auto before = out;
   try {
-    c.decode_add(msg, out);
+    c.decode_add(resealed(msg), out);
     ADD_FAILURE() << "accepted a corrupt message (" << needle << ")";
   } catch (const CorruptMessage& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -137,6 +146,7 @@ TEST(QuantCorrupt, TernGradZeroScaleWithNonzeroCodes) {
   // s > 0 with all codes zero is a legal (if unlikely) message.
   auto msg = test::encode(*c, std::vector<float>(20, 0.0f));
   store_le<float>(msg.data() + kHeaderBytes, 1.0f);
+  reseal_message(msg);
   std::vector<float> out(20, 2.0f);
   c->decode_add(msg, out);
   EXPECT_EQ(out, std::vector<float>(20, 2.0f));
@@ -166,6 +176,7 @@ TEST(QuantCorrupt, ValidMessagesWithEveryCodeStillDecode) {
     for (std::size_t i = 0; i < n; ++i) {
       set_code(msg.data() + kHeaderBytes, i, static_cast<unsigned>(i % 3 == 0 ? 0 : i % 3 + 1));
     }
+    reseal_message(msg);
     const auto d = test::decode(*c, msg, n);
     for (std::size_t i = 0; i < n; ++i)
       ASSERT_EQ(d[i], (i % 3 == 0) ? 0.0f : (i % 3 == 1 ? -0.5f : 0.5f)) << i;

@@ -20,8 +20,8 @@ constexpr std::size_t kN = 1000;
 std::vector<std::byte> message(const Codec& c, std::size_t n,
                                const std::vector<std::byte>& payload) {
   std::vector<std::byte> msg(kHeaderBytes + payload.size());
-  write_header(msg, c.wire_id(), c.config_tag(), n, payload.size());
   if (!payload.empty()) std::memcpy(msg.data() + kHeaderBytes, payload.data(), payload.size());
+  write_header(msg, c.wire_id(), c.config_tag(), n, payload.size());  // checksums the payload
   return msg;
 }
 

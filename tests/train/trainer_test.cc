@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "gradcomp/error.h"
@@ -37,6 +38,41 @@ TEST(Trainer, ADivergedRunStopsWithAnErrorNamingTheStep) {
       EXPECT_NE(std::string(e.what()).find("the run diverged"), std::string::npos)
           << spec << ": " << e.what();
       EXPECT_EQ(std::string(e.what()).rfind("step ", 0), 0u) << e.what();
+    }
+  }
+}
+
+// A non-finite gradient under a finite loss (put there by a hook on one tensor) stops
+// the step before the reducer sees it, naming the step, the rank and the tensor, for
+// every kind of codec (none of them is left to notice it, or not, on one rank).
+TEST(Trainer, ANonFiniteGradientStopsTheStepNamingTheTensor) {
+  const float kBad[] = {std::numeric_limits<float>::quiet_NaN(),
+                        std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()};
+  const char* kNames[] = {"nan", "inf", "-inf"};
+  for (const std::string spec : {"none", "ef(topk:ratio=0.1)", "2bit"}) {
+    for (std::size_t v = 0; v < 3; ++v) {
+      Data d = synthetic(256, 64, 8);
+      TrainConfig cfg;
+      cfg.model.name = "mlp";
+      cfg.model.mlp_hidden = {32};
+      cfg.batch_size = 32;
+      cfg.rank = 0;
+      Trainer t(cfg, std::move(d.train), std::move(d.test), local(spec));
+      const float bad = kBad[v];
+      t.model().named_parameters()["fc2.weight"].register_hook([bad](torch::Tensor g) {
+        torch::Tensor h = g.clone();
+        h.view({-1})[5] = bad;
+        return h;
+      });
+      try {
+        (void)t.train_step();
+        ADD_FAILURE() << spec << ": a non-finite gradient was reduced";
+      } catch (const Error& e) {
+        const std::string want = std::string("step 0, rank 0: the gradient of fc2.weight is ") +
+                                 kNames[v] + " at element 5 while the loss is finite";
+        EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << spec << ": " << e.what();
+      }
     }
   }
 }

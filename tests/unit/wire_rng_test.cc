@@ -17,7 +17,12 @@ TEST(Wire, HeaderRoundTripsLittleEndian) {
   write_header(buf, 0x1234, 0xDEADBEEF, 70000, 3);
   EXPECT_EQ(buf[0], std::byte{'G'});
   EXPECT_EQ(buf[3], std::byte{'P'});
+  EXPECT_EQ(buf[4], std::byte{2});  // version 2: the one with the checksum
   EXPECT_EQ(buf[6], std::byte{0x34});
+  EXPECT_EQ(buf[12], std::byte{0x70});  // 70000 = 0x00011170
+  EXPECT_EQ(buf[14], std::byte{0x01});
+  EXPECT_EQ(buf[16], std::byte{3});
+  EXPECT_EQ(kHeaderBytes, 24u);
   const WireHeader h = read_header(buf, "test");
   EXPECT_EQ(h.codec_id, 0x1234);
   EXPECT_EQ(h.config_tag, 0xDEADBEEFu);
@@ -31,14 +36,14 @@ TEST(Wire, ReadHeaderRejectsBadFraming) {
   EXPECT_NO_THROW(read_header(buf, "t"));
   EXPECT_THROW(read_header({buf.data(), 19}, "t"), CorruptMessage);
   auto bad = buf;
-  bad[4] = std::byte{2};
+  bad[4] = std::byte{1};  // a version-1 message (no checksum)
   EXPECT_THROW(read_header(bad, "t"), CorruptMessage);
   buf.push_back(std::byte{0});
   EXPECT_THROW(read_header(buf, "t"), CorruptMessage);
   try {
     read_header({buf.data(), 5}, "topk decode");
   } catch (const CorruptMessage& e) {
-    EXPECT_EQ(std::string(e.what()), "topk decode: message of 5 bytes < header 20");
+    EXPECT_EQ(std::string(e.what()), "topk decode: message of 5 bytes < header 24");
   }
 }
 

@@ -1,9 +1,11 @@
 // gradcomp codec encode|decode: one codec step on raw little-endian float32 files.
 //   encode --spec SPEC --in grad.f32 --out msg.bin [--seed S --step T --rank R --bucket B]
 //          [--residual FILE]   (stateful specs: memory read if FILE exists, written back)
-//   decode --spec SPEC --in msg.bin --out out.f32   (ef()/noef() wrappers are ignored)
+//   decode --spec SPEC --in msg.bin --out out.f32 [--n N]   (ef()/noef() wrappers are ignored;
+//          without --n, headers of more than 2^28 elements are refused)
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "bench/codec_files.h"
@@ -20,6 +22,7 @@ struct EncodeFlags {
 
 struct DecodeFlags {
   std::string spec, in, out;
+  std::optional<std::size_t> n;
 };
 
 }  // namespace
@@ -57,8 +60,11 @@ void add_codec_command(CLI::App& app) {
       ->required();
   decode->add_option("--in", dec->in, "Message file")->required();
   decode->add_option("--out", dec->out, "Output: raw little-endian float32")->required();
+  decode->add_option("--n", dec->n,
+                     "Elements expected: a header that says otherwise is refused (needed "
+                     "above 2^28 elements, 1 GiB of floats)");
   decode->callback([dec] {
-    const auto r = bench::decode_file(builtin_registry(), dec->spec, dec->in, dec->out);
+    const auto r = bench::decode_file(builtin_registry(), dec->spec, dec->in, dec->out, dec->n);
     std::cout << "decoded " << r.n << " floats with " << r.codec_spec << "\n";
   });
 }

@@ -1,6 +1,7 @@
 // gradcomp: the command-line front end. Flags become library calls; every error
 // (a gradcomp::Error, a flag CLI11 rejects, anything else thrown) ends the program
-// with one line "gradcomp: <message>" on stderr and exit status 1.
+// with one line "gradcomp: <message>" on stderr and exit status 1 -- an exception that
+// escapes another thread too (terminate_handler.h).
 #include <exception>
 #include <iostream>
 #include <new>
@@ -10,6 +11,7 @@
 
 #include "commands.h"
 #include "gradcomp/error.h"
+#include "terminate_handler.h"
 
 namespace {
 
@@ -39,6 +41,7 @@ int fail(std::string_view message, bool first_line_only = false) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  gradcomp::cli::install_terminate_handler();
   CLI::App app{"gradcomp: gradient compression for data-parallel training", "gradcomp"};
   app.set_version_flag("--version", std::string("gradcomp ") + GRADCOMP_VERSION);
   app.require_subcommand(1);
