@@ -6,8 +6,24 @@ target_compile_options(gradcomp_flags INTERFACE -Wall -Wextra -Wpedantic -Wshado
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   target_compile_options(gradcomp_flags INTERFACE -Wno-restrict)
 endif()
+# The instruction set: the build machine's (-march=native, opt-in) or a stated x86-64
+# level. GRADCOMP_ISA_TARGET is what `gradcomp train` and `gradcomp bench codec` print as
+# "built for" (gradcomp/cpu.h).
 if(GRADCOMP_NATIVE)
   target_compile_options(gradcomp_flags INTERFACE -march=native)
+  target_compile_definitions(gradcomp_flags INTERFACE GRADCOMP_ISA_TARGET="native")
+elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  if(NOT GRADCOMP_ARCH MATCHES "^x86-64(-v[234])?$")
+    message(FATAL_ERROR "GRADCOMP_ARCH='${GRADCOMP_ARCH}': expected x86-64, x86-64-v2, x86-64-v3 or x86-64-v4")
+  endif()
+  target_compile_options(gradcomp_flags INTERFACE -march=${GRADCOMP_ARCH} -mtune=generic)
+  target_compile_definitions(gradcomp_flags INTERFACE GRADCOMP_ISA_TARGET="${GRADCOMP_ARCH}")
+else()
+  target_compile_definitions(gradcomp_flags INTERFACE GRADCOMP_ISA_TARGET="${CMAKE_SYSTEM_PROCESSOR}")
+endif()
+if(GRADCOMP_ASSERTIONS)
+  # Comes after CMAKE_CXX_FLAGS_<CONFIG>'s -DNDEBUG on the command line, so it wins.
+  target_compile_options(gradcomp_flags INTERFACE -UNDEBUG)
 endif()
 if(GRADCOMP_SANITIZE)
   target_compile_options(gradcomp_flags INTERFACE -fsanitize=${GRADCOMP_SANITIZE} -fno-omit-frame-pointer

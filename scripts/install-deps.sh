@@ -26,8 +26,9 @@ packages=(
   # LibTorch C++ frontend, c10d/Gloo, and a fast BLAS (without OpenBLAS, Debian's
   # LibTorch falls back to the reference BLAS and matrix products run 10-35x slower)
   libtorch-dev libgloo-dev libopenblas0-pthread
-  # dense linear algebra for ATOMO's SVD, kept out of LibTorch
-  libeigen3-dev
+  # dense linear algebra for ATOMO's SVD, kept out of LibTorch: Eigen for the range
+  # finder, LAPACK's sgesdd for the SVD itself (src/core/detail/lapack_svd.h)
+  libeigen3-dev liblapack-dev
   # data: zlib reads the gzipped IDX files; Fashion-MNIST itself
   zlib1g-dev dataset-fashion-mnist
   # the Python package (gradcomp.torch, a DDP communication hook) and its tests: the

@@ -14,8 +14,8 @@ bash scripts/build.sh
 echo "== tests (Release; label dist: Gloo over 127.0.0.1, well under a minute)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-echo "== core under ASan+UBSan"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+echo "== core under ASan+UBSan, with assertions (Eigen's range checks) on"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADCOMP_ASSERTIONS=ON \
   -DGRADCOMP_SANITIZE=address,undefined -DGRADCOMP_BUILD_TOOLS=OFF -DGRADCOMP_BUILD_BENCH=OFF \
   -DGRADCOMP_BUILD_DIST=OFF >/dev/null
 cmake --build build-asan -j "$jobs"

@@ -3,6 +3,7 @@
 //   "topk decode: index 70000 >= n 65536".
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +18,19 @@ class Error : public std::runtime_error {
 class InvalidArgument : public Error {
  public:
   using Error::Error;
+};
+
+// A codec could not encode one bucket's data, e.g. a decomposition failed on it.
+// bucket() is the StepContext::bucket it was encoding, so that the trainer, which knows
+// the bucket's tensor, can name it.
+class EncodeError : public InvalidArgument {
+ public:
+  EncodeError(std::uint32_t bucket, const std::string& what)
+      : InvalidArgument(what), bucket_(bucket) {}
+  std::uint32_t bucket() const { return bucket_; }
+
+ private:
+  std::uint32_t bucket_;
 };
 
 // A wire message (or a file holding one) failed validation. Nothing was written.

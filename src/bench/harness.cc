@@ -12,6 +12,7 @@
 #endif
 
 #include "bench/timing.h"
+#include "gradcomp/cpu.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"
 #include "gradcomp/rng.h"
@@ -285,6 +286,7 @@ std::string format_table(const BenchReport& report) {
                     fmt("%.1f", 4.0 * static_cast<double>(report.n) / 1e6) + " MB), " +
                     std::to_string(report.threads) + " thread(s), median of " +
                     std::to_string(report.repeats) + " calls; GB/s = fp32 input bytes / time\n";
+  out += "ISA: " + isa_summary() + "\n";
   out += line(header);
   std::size_t total = 0;
   for (std::size_t w : width) total += w + 2;

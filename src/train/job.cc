@@ -451,10 +451,18 @@ void print_report(std::ostream& out, const TrainSummary& s, const JobOptions& o,
   row("steps (epochs)", std::to_string(s.steps) + " (" + std::to_string(s.epochs) + ")");
   row("test accuracy", num("%.4f", s.test_accuracy));
   row("test loss", num("%.4f", s.test_loss));
-  row("sent per worker per step", human_bytes(s.bytes_sent_per_worker_per_step));
-  row("received per worker/step", human_bytes(s.bytes_received_per_worker_per_step));
-  row("dense allreduce per step", human_bytes(s.dense_bytes_per_step));
-  row("compression ratio", num("%.1fx", s.compression_ratio));
+  if (world == 1 && o.topology == dist::Topology::kAllreduce) {
+    // A world of one has no peers: nothing goes on a wire, and a ratio against zero bytes
+    // (it used to print "0 B" and "0.0x") would read as a failure of the compressor.
+    row("sent per worker per step", "nothing (a single worker has no peers)");
+    row("compression ratio", "- (nothing is sent)");
+  } else {
+    row("sent per worker per step", human_bytes(s.bytes_sent_per_worker_per_step));
+    row("received per worker/step", human_bytes(s.bytes_received_per_worker_per_step));
+    row("dense allreduce per step", human_bytes(s.dense_bytes_per_step));
+    row("compression ratio", s.compression_ratio > 0.0 ? num("%.1fx", s.compression_ratio)
+                                                       : std::string("- (nothing was sent)"));
+  }
   row("step time (median)", num("%.1f ms", s.step_ms_median));
   row("time: compute", num("%.2f s", s.compute_seconds));
   row("time: encode", num("%.2f s", s.encode_seconds));

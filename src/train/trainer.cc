@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "gradcomp/cpu.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp::train {
@@ -44,6 +45,14 @@ std::string format_bytes(double b) {
     std::snprintf(buf, sizeof(buf), "%.0f B", b);
   }
   return buf;
+}
+
+// The tensor(s) behind bucket id, as the layout names them ("fc2.weight").
+std::string bucket_name(const std::vector<BucketPlan>& plan, std::uint32_t id) {
+  for (const BucketPlan& b : plan) {
+    if (b.id == id) return b.name;
+  }
+  return "unknown";
 }
 
 }  // namespace
@@ -229,10 +238,17 @@ double Trainer::train_step() {
   // or (asynchronous parameter server) the servers own the weights: the gradient goes
   // out, the latest weights come back, and there is no local step.
   const bool remote_weights = reducer_->owns_weights();
-  if (remote_weights) {
-    reducer_->exchange_weights(buffers_->refs(compress), buffers_->weights(), ctx);
-  } else {
-    reducer_->reduce(buffers_->refs(compress), ctx);
+  try {
+    if (remote_weights) {
+      reducer_->exchange_weights(buffers_->refs(compress), buffers_->weights(), ctx);
+    } else {
+      reducer_->reduce(buffers_->refs(compress), ctx);
+    }
+  } catch (const EncodeError& e) {
+    // The codec knows the bucket, this trainer its tensor: one line with both.
+    throw InvalidArgument("step " + std::to_string(step_) + ": " + e.what() + " [bucket " +
+                          std::to_string(e.bucket()) + " is " +
+                          bucket_name(buffers_->plan(), e.bucket()) + "]");
   }
   const auto t2 = Clock::now();
 
@@ -362,6 +378,7 @@ TrainSummary Trainer::run() {
     *config_.progress << "model " << config_.model.name << " (" << params_.size() << " tensors), "
                       << buffers_->plan().size() << " buckets, reducer " << reducer_->describe()
                       << ", " << config_.threads << " thread(s), BLAS " << blas << "\n";
+    *config_.progress << "ISA: " << isa_summary() << "\n";
     const int blas_threads = config_.blas_threads == 0 ? config_.threads : config_.blas_threads;
     if (config_.threads > 1 && blas_threads > 1 && blas.starts_with("OpenBLAS") &&
         std::getenv("OMP_WAIT_POLICY") == nullptr) {

@@ -103,6 +103,10 @@ if [ $? -ne 0 ] && grep -q "share no step (rank 0: 96, 48; rank 1: none)" e.txt;
 if env -u RANK -u WORLD_SIZE "$GRADCOMP" train --workers 1 "${small[@]}" --steps 5 > w1.txt 2> e.txt &&
    grep -q "== gradcomp train report ==" w1.txt; then
   pass "--workers 1 runs alone"; else fail "--workers 1"; cat e.txt; fi
+# ... and its report says that it sent nothing instead of a ratio of zero.
+if grep -q "^  sent per worker per step *nothing (a single worker has no peers)" w1.txt &&
+   grep -q "^  compression ratio *- (nothing is sent)" w1.txt && ! grep -q "0\.0x" w1.txt; then
+  pass "--workers 1: the report says nothing is sent"; else fail "--workers 1 report"; cat w1.txt; fi
 
 # Bad input: one line, exit 1, before any worker starts.
 "$GRADCOMP" train --workers 2 --compressor 'topk:ratio=7' "${small[@]}" > /dev/null 2> e.txt

@@ -168,7 +168,13 @@ class AtomoCodec final : public Codec {
     const std::size_t rows = ctx.rows != 0 && n % ctx.rows == 0 ? ctx.rows : 1;
     const std::size_t cols = n / rows;
     thread_local detail::ThinSvd svd;
-    detail::thin_svd(in, rows, cols, svd);
+    try {
+      detail::thin_svd(in, rows, cols, svd);
+    } catch (const InvalidArgument& e) {
+      throw EncodeError(ctx.bucket, "atomo encode: bucket " + std::to_string(ctx.bucket) + " (" +
+                                        std::to_string(rows) + " x " + std::to_string(cols) +
+                                        "): " + e.what());
+    }
 
     const std::size_t atoms = svd.rank;
     const std::span<const float> sigma(svd.sigma.data(), atoms);

@@ -70,6 +70,10 @@ void lr_reconstruct_residual(const LowRankShape& s, std::span<const float> p,
 // kept column j < k; then v /= |v|. Dot products and norms accumulate in double,
 // sequentially in i.
 //
+// A column of norm below 0.5 is first scaled up by a power of two (exact; results for
+// columns in float's normal range are unchanged), so tiny columns near FLT_MIN are
+// orthonormalised as accurately as any other.
+//
 // Zero and near-zero columns. PyTorch divides by (|v| + epsilon); epsilon = 0 there by
 // default, so a zero column becomes NaN. Here a column whose norm after projection is
 // zero, not finite, or below kLowRankDropTolerance times its norm before projection (it

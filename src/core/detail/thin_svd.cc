@@ -6,11 +6,13 @@
 
 #include <Eigen/Core>
 #include <Eigen/QR>
-#include <Eigen/SVD>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
+#include "detail/lapack_svd.h"
+#include "gradcomp/error.h"
 #include "gradcomp/rng.h"
 
 namespace gradcomp::detail {
@@ -32,6 +34,8 @@ struct Workspace {
   std::vector<float> b;      // B = Q^T M (max_basis x cols, leading dimension max_basis)
   std::vector<float> omega;  // test matrix block (cols x block)
   std::vector<float> y;      // sample block (rows x block)
+  std::vector<float> small;  // the matrix handed to LAPACK (B, k x cols)
+  DenseSvd svd;              // LAPACK's output and work arrays
 };
 
 float* grow(std::vector<float>& v, std::size_t n) {
@@ -66,33 +70,35 @@ void load_scaled(std::span<const float> m, std::size_t rows, std::size_t cols, i
   }
 }
 
-// Copies sigma (scaled back by 2^-shift), U and V into out.
-void emit(const Eigen::Ref<const Eigen::VectorXf>& sigma, const Eigen::Ref<const MatF>& u,
-          const Eigen::Ref<const MatF>& v, int shift, ThinSvd& out) {
-  const std::size_t k = static_cast<std::size_t>(sigma.size());
+// Copies sigma (scaled back by 2^-shift), U (rows x k, column-major) and V (from Vt,
+// k x cols, column-major) into out.
+void emit(const DenseSvd& svd, const float* u, int shift, ThinSvd& out) {
+  const std::size_t k = svd.k;
   out.rank = k;
   out.sigma.resize(k);
-  out.u.resize(out.rows * k);
+  out.u.assign(u, u + out.rows * k);
   out.v.resize(out.cols * k);
   for (std::size_t i = 0; i < k; ++i) {
-    out.sigma[i] = static_cast<float>(std::ldexp(double(sigma(Eigen::Index(i))), -shift));
+    out.sigma[i] = static_cast<float>(std::ldexp(double(svd.sigma[i]), -shift));
+    for (std::size_t c = 0; c < out.cols; ++c) out.v[i * out.cols + c] = svd.vt[c * k + i];
   }
-  for (std::size_t i = 0; i < k; ++i) {
-    for (std::size_t r = 0; r < out.rows; ++r) {
-      out.u[i * out.rows + r] = u(Eigen::Index(r), Eigen::Index(i));
-    }
-    for (std::size_t c = 0; c < out.cols; ++c) {
-      out.v[i * out.cols + c] = v(Eigen::Index(c), Eigen::Index(i));
-    }
+}
+
+// LAPACK's SVD of the column-major rows x cols matrix a (overwritten) into ws.svd;
+// throws InvalidArgument naming the shape when it fails.
+void dense_or_throw(float* a, std::size_t rows, std::size_t cols, Workspace& ws) {
+  const std::string why = dense_svd(a, rows, cols, ws.svd);
+  if (!why.empty()) {
+    throw InvalidArgument("thin_svd: the SVD of a " + std::to_string(rows) + " x " +
+                          std::to_string(cols) + " matrix failed (" + why + ")");
   }
 }
 
 void full_svd(std::span<const float> m, int shift, ThinSvd& out) {
   Workspace& ws = workspace();
-  const auto r = Eigen::Index(out.rows), c = Eigen::Index(out.cols);
   load_scaled(m, out.rows, out.cols, shift, grow(ws.w, out.rows * out.cols));
-  const Eigen::BDCSVD<MatF> svd(MapF(ws.w.data(), r, c), Eigen::ComputeThinU | Eigen::ComputeThinV);
-  emit(svd.singularValues(), svd.matrixU(), svd.matrixV(), shift, out);
+  dense_or_throw(ws.w.data(), out.rows, out.cols, ws);
+  emit(ws.svd, ws.svd.u.data(), shift, out);
   out.method = SvdMethod::kFull;
   out.basis = 0;
   out.residual = 0.0;
@@ -158,10 +164,13 @@ bool randomized_svd(std::span<const float> m, int shift, const SvdOptions& opt, 
 
   // M = Q B (+ the negligible R): the SVD of the k x cols matrix B gives M's.
   const auto ek = Eigen::Index(k);
-  const MatF bk = bmat.topRows(ek);
-  const Eigen::BDCSVD<MatF> svd(bk, Eigen::ComputeThinU | Eigen::ComputeThinV);
-  const MatF u = q.leftCols(ek) * svd.matrixU();
-  emit(svd.singularValues(), u, svd.matrixV(), shift, out);
+  MapF bk(grow(ws.small, k * cols), ek, c);
+  bk = bmat.topRows(ek);
+  dense_or_throw(bk.data(), k, cols, ws);
+  // k <= cols here (k <= max_basis <= min(rows, cols)), so U_B is k x k.
+  MapF u(grow(ws.y, rows * k), r, ek);
+  u.noalias() = q.leftCols(ek) * MapF(ws.svd.u.data(), ek, ek);
+  emit(ws.svd, u.data(), shift, out);
   out.method = SvdMethod::kRandomized;
   out.basis = k;
   out.residual = norm2 > 0.0 ? std::sqrt(res2 / norm2) : 0.0;

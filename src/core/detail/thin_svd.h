@@ -13,16 +13,21 @@
 // Then M = Q B + R with R negligible, and the SVD of the small k x cols matrix B,
 // B = U_B S V^T, gives M's SVD: U = Q U_B. Nothing is approximated beyond the checked
 // residual (1e-5 relative by default, the order of a float SVD's own rounding, ~2e-6). When the
-// basis would grow past max_basis_fraction * min(rows, cols), the matrix is not low-rank: Eigen's
-// full BDCSVD runs instead (from the original M).
+// basis would grow past max_basis_fraction * min(rows, cols), the matrix is not low-rank: the
+// full SVD runs instead (from the original M).
+//
+// Both SVDs (of B, and the full one) are LAPACK's sgesdd with sgesvd as its fallback
+// (detail/lapack_svd.h says why not Eigen's BDCSVD, which crashed ATOMO ranks). When both
+// fail or return non-finite values, thin_svd throws InvalidArgument naming the shape.
 //
 // Vectors (rows == 1 or cols == 1) have the closed form sigma = ||M||, one triplet.
 // The matrix is scaled by a power of two near 1/||M||_F first (exact), so no float
 // overflows or underflows inside; sigma is scaled back.
 //
-// Deterministic: the same input gives the same bits (Eigen is kept single-threaded in
-// this unit; Omega is a fixed function of its position). Buffers are thread-local and
-// grow-only; Eigen's own temporaries (QR, the small or full SVD) still allocate.
+// Deterministic for a given machine and LAPACK: the same input gives the same bits (Eigen
+// is kept single-threaded in this unit; Omega is a fixed function of its position;
+// OpenBLAS's LAPACK picks its kernels by CPU, so another CPU may round differently).
+// Buffers are thread-local and grow-only; Eigen's QR temporaries still allocate.
 // Input must be finite (the caller checks).
 #pragma once
 
@@ -40,7 +45,7 @@ struct SvdOptions {
   // Accept the randomized basis when ||M - Q Q^T M||_F <= tolerance * ||M||_F. Float
   // sets the scale: the residual, computed in float, has a rounding floor of about
   // eps * sqrt(k) (measured 0.7e-6 at k = 80 to 1.4e-6 at k = 240 on 1536 x 1536), and
-  // Eigen's full float BDCSVD itself reproduces M only to ~2e-6. A tolerance of 1e-6
+  // a full float SVD itself reproduces M only to ~1e-6..2e-6. A tolerance of 1e-6
   // would reject exact bases by their rounding noise and fall back to the full SVD.
   double tolerance = 1e-5;
   std::size_t block = 80;            // columns added to the basis per round

@@ -1,0 +1,67 @@
+#include <string>
+
+#include "gradcomp/cpu.h"
+
+#ifndef GRADCOMP_ISA_TARGET
+#define GRADCOMP_ISA_TARGET "unknown"
+#endif
+
+namespace gradcomp {
+
+namespace {
+
+// The x86-64 level this translation unit was compiled for (what -march allowed the
+// compiler to assume everywhere in the binary).
+const char* compiled_level() {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+  return "x86-64-v4";
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__BMI2__) && defined(__F16C__)
+  return "x86-64-v3";
+#elif defined(__SSE4_2__) && defined(__POPCNT__) && defined(__SSSE3__)
+  return "x86-64-v2";
+#elif defined(__x86_64__)
+  return "x86-64";
+#else
+  return "not x86-64";
+#endif
+}
+
+}  // namespace
+
+std::string isa_built_for() {
+  const std::string target = GRADCOMP_ISA_TARGET;
+  if (target == compiled_level()) return target;
+  return target + " (" + compiled_level() + ")";
+}
+
+std::string isa_cpu_offers() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  const bool v2 = __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt") &&
+                  __builtin_cpu_supports("ssse3");
+  const bool v3 = v2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                  __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c");
+  const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  std::string level = v4 ? "x86-64-v4" : v3 ? "x86-64-v3" : v2 ? "x86-64-v2" : "x86-64";
+  std::string have, lack;
+  auto note = [&](const char* name, bool present) {
+    (present ? have : lack) += std::string(" ") + name;
+  };
+  note("avx2", __builtin_cpu_supports("avx2"));
+  note("fma", __builtin_cpu_supports("fma"));
+  note("f16c", __builtin_cpu_supports("f16c"));
+  note("avx512f", __builtin_cpu_supports("avx512f"));
+  std::string detail = have.empty() ? "" : have.substr(1);
+  if (!lack.empty()) detail += (detail.empty() ? "no" : "; no") + lack;
+  return level + " (" + detail + ")";
+#else
+  return "unknown";
+#endif
+}
+
+std::string isa_summary() {
+  return "built for " + isa_built_for() + "; CPU offers " + isa_cpu_offers();
+}
+
+}  // namespace gradcomp
