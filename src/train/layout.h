@@ -1,4 +1,5 @@
-// How parameter gradients become Reducer buckets (DESIGN "The path of one gradient", 1).
+// How parameter gradients become Reducer buckets (docs/architecture.md, "The path of one
+// gradient").
 //
 // Rules, in parameter order:
 //   - a tensor with dim <= 1 (biases, norms) or numel < min_elements stays dense; all
