@@ -8,7 +8,7 @@
 //     fit together in dense_share of all the model's elements (ties: earlier first).
 //     Sending them dense costs at most that share of a dense step; it keeps a small
 //     classifier layer (the MLP's 1536 x 10) out of compression, where it costs the most
-//     accuracy per byte saved (README, "State of the measurements");
+//     accuracy per byte saved (docs/measurements/accuracy.md);
 //   - bucket_mb == 0: every other tensor is a bucket of its own (per-layer);
 //   - bucket_mb  > 0: consecutive compressed tensors are fused while the bucket stays
 //     within bucket_mb MiB (a tensor larger than that is alone in its bucket).
