@@ -1,6 +1,6 @@
-// Count sketch kernels with Google Benchmark (SPEC §3): building a 5-row sketch of a
-// 25,000,000-element gradient and recovering its heavy hitters (estimate every
-// coordinate, then the exact top-k of |estimate|), fast kernels and scalar references.
+// Count sketch kernels with Google Benchmark (docs/algorithms/sketches.md): building a 5-row sketch
+// of a 25,000,000-element gradient and recovering its heavy hitters (estimate every coordinate,
+// then the exact top-k of |estimate|), fast kernels and scalar references.
 //   build/<cols>            sketch_accumulate      (table zeroed outside the timing)
 //   build_ref/<cols>        sketch_accumulate_ref
 //   heavy/<cols>/<k>        sketch_top_k           (estimates + radix top-k)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The accuracy table of the README (issue 4's acceptance): every method trained the same
+# The accuracy table (docs/measurements/accuracy.md): every method trained the same
 # way -- 4 local workers, Fashion-MNIST, the default MLP (784-1536-1536-10), 3 epochs,
 # seed 42, the trainer's default optimizer and schedule -- one row per method with the
 # test accuracy, bytes per worker per step, the compression ratio and the accuracy gap
@@ -29,7 +29,7 @@ done
 gradcomp=${GRADCOMP:-build/bin/gradcomp}
 [ -x "$gradcomp" ] || { echo "accuracy-table: $gradcomp not found (run scripts/build.sh)" >&2; exit 1; }
 
-# The README's rows ("Accuracy"), measured with `-- --dense-share 0.01`.
+# The rows of docs/measurements/accuracy.md, measured with `-- --dense-share 0.01`.
 default_methods="dense=none dgc=dgc:density=0.001,warmup_epochs=0.25 topk=ef(topk:ratio=0.01)
 topk-efm=efm(topk:ratio=0.01) 2bit=2bit 2bit-tau0.003=2bit:threshold=0.003 qsgd=qsgd
 terngrad=terngrad efsign=efsign efsign-block256=efsign:block=256 efsign-efm=efm(efsign)

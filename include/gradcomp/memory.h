@@ -50,11 +50,13 @@ class Memory {
 // No state: compress() is codec().encode().
 std::unique_ptr<Memory> make_pass_through(std::shared_ptr<const Codec> codec, std::size_t n);
 
-// Error feedback (SPEC "Error feedback"): p = g + e; msg = encode(p); e = p - decode(msg).
+// Error feedback (docs/algorithms/error-feedback.md):
+//   p = g + e; msg = encode(p); e = p - decode(msg).
 std::unique_ptr<Memory> make_error_feedback(std::shared_ptr<const Codec> codec, std::size_t n);
 
-// Error feedback with momentum correction ("efm(...)"): DGC's momentum correction (SPEC
-// §1) for any codec, without DGC's masking, warm-up or clipping. With m = ctx.momentum:
+// Error feedback with momentum correction ("efm(...)", docs/algorithms/error-feedback.md):
+// DGC's momentum correction for any codec, without DGC's masking, warm-up or clipping.
+// With m = ctx.momentum:
 //   u <- m*u + g ;  p <- e + u ;  msg <- encode(p) ;  e <- p - decode(msg)
 // (ctx.nesterov: u <- m*(u + g) ; p <- e + u + g, DGC's Nesterov form). The optimizer
 // then applies the mean update without momentum of its own (carries_momentum()): the

@@ -1,5 +1,5 @@
-// fetchsgd: FetchSGD (Rothchild et al., ICML 2020; SPEC §3), a one-round reducer whose
-// momentum and error live in sketch space, on the aggregate.
+// fetchsgd: FetchSGD (Rothchild et al., ICML 2020; docs/algorithms/sketches.md), a one-round
+// reducer whose momentum and error live in sketch space, on the aggregate.
 //   worker:  allreduce S(g)                                   (one round: r*c floats)
 //   all:     S_u <- m*S_u + (sum_w S(g_w)) / W
 //            S_e <- S_e + lr*S_u
@@ -7,7 +7,7 @@
 //            zero the cells of S_u and S_e that Delta's coordinates touch
 //            x <- x - Delta   (the bucket receives Delta / lr as its gradient; the
 //                              optimizer multiplies by lr, without momentum of its own)
-// The workers' sketches are averaged (not summed as in SPEC's formula) so that lr means
+// The workers' sketches are averaged (not summed as in the paper's formula) so that lr means
 // what it means for the dense baseline, whose gradient is the mean over workers.
 // S_u and S_e are identical on every rank (they are functions of the allreduced sums),
 // so no rank sends anything else. The hashes must stay fixed over steps (the state is
@@ -186,18 +186,11 @@ class FetchSgdReducer final : public Reducer {
 
 }  // namespace
 
+// Parameters: declared in scheme_descriptions.cc.
 SchemeInfo fetchsgd_scheme() {
-  std::vector<ParamDef> params = geometry_params(0.01, 0.1);
-  params.push_back(
-      float_param("momentum", 0.9, 0.0, 0.9999, "momentum m in sketch space; = --momentum"));
-  return {.name = "fetchsgd",
-          .summary =
-              "FetchSGD: allreduce count sketches of the gradients; momentum and error "
-              "kept in sketch space; apply the top k of the error sketch's estimates",
-          .params = std::move(params),
-          .examples = {"fetchsgd:ratio=0.005,table=0.05", "fetchsgd:k=50,rows=3,cols=1000"},
-          .make = [](const Params& p, const std::string& spec, Communicator& comm,
-                     std::span<const BucketShape> buckets) -> std::unique_ptr<Reducer> {
+  return {fetchsgd_description(),
+          [](const Params& p, const std::string& spec, Communicator& comm,
+             std::span<const BucketShape> buckets) -> std::unique_ptr<Reducer> {
             return std::make_unique<FetchSgdReducer>(p, spec, comm, buckets);
           }};
 }

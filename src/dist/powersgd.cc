@@ -1,6 +1,6 @@
 // PowerSGD (Vogels, Karimireddy and Jaggi, "PowerSGD: Practical Low-Rank Gradient
-// Compression for Distributed Optimization", NeurIPS 2019; SPEC §8), a reducer scheme:
-// "powersgd:rank=2".
+// Compression for Distributed Optimization", NeurIPS 2019; docs/algorithms/low-rank.md), a reducer
+// scheme: "powersgd:rank=2".
 //
 // Algorithm (every rank, the same buckets in the same order; one power iteration per
 // step, warm-started from the previous step's Q):
@@ -18,7 +18,7 @@
 // Buckets exchanged dense (fp32 sum / W, e untouched): BucketRef.compressed == false
 // (the trainer's --dense-steps), steps before warmup_steps (PyTorch's
 // start_powerSGD_iter), fused buckets (BucketShape.rows == 0: no matrix view), and
-// matrices that would not gain: rows * cols <= 2 r (rows + cols) (SPEC; PyTorch's
+// matrices that would not gain: rows * cols <= 2 r (rows + cols) (the paper's rule; PyTorch's
 // min_compression_rate = 2).
 //
 // Wire: two fp32 allreduces per step, of r (rows + cols) floats per compressed matrix
@@ -38,13 +38,15 @@
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/rng.h"
+#include "scheme_list.h"
 #include "step_recorder.h"
 
 namespace gradcomp::dist {
 
 namespace {
 
-// SPEC §8: a matrix is compressed only when the factors are less than half its size.
+// docs/algorithms/low-rank.md: a matrix is compressed only when the factors are less than half its
+// size.
 bool worth_compressing(std::size_t rows, std::size_t cols, std::size_t rank) {
   return rows * cols > 2 * rank * (rows + cols);
 }
@@ -246,27 +248,14 @@ class PowerSgdReducer final : public Reducer {
 
 }  // namespace
 
+// The parameters this reads ("rank", "warmup_steps", "error_feedback", "warm_start") are
+// declared in scheme_descriptions.cc.
 SchemeInfo powersgd_scheme() {
-  SchemeInfo info;
-  info.name = "powersgd";
-  info.summary =
-      "PowerSGD (Vogels et al. 2019): rank-r factors P = MQ, Q = M^T P, two fp32 allreduces, "
-      "warm start, error feedback; 32 r (rows + cols) bits per matrix";
-  info.params = {
-      int_param("rank", 2, 1, 64, "rank r of the approximation"),
-      int_param("warmup_steps", 0, 0, 1'000'000'000,
-                "steps exchanged dense before compression starts (PyTorch's "
-                "start_powerSGD_iter; see also --dense-steps)"),
-      bool_param("error_feedback", true, "keep M - PQ^T and add it to the next gradient"),
-      bool_param("warm_start", true, "reuse the previous step's Q (else a fresh shared draw)"),
-  };
-  info.examples = {"powersgd:rank=1", "powersgd:rank=4,warm_start=false",
-                   "powersgd:rank=2,error_feedback=false"};
-  info.make = [](const Params& params, const std::string& spec, Communicator& comm,
-                 std::span<const BucketShape> buckets) -> std::unique_ptr<Reducer> {
-    return std::make_unique<PowerSgdReducer>(params, spec, comm, buckets);
-  };
-  return info;
+  return {powersgd_description(),
+          [](const Params& params, const std::string& spec, Communicator& comm,
+             std::span<const BucketShape> buckets) -> std::unique_ptr<Reducer> {
+            return std::make_unique<PowerSgdReducer>(params, spec, comm, buckets);
+          }};
 }
 
 }  // namespace gradcomp::dist

@@ -7,8 +7,9 @@
 
 namespace gradcomp::dist {
 
-// SCHEME-LIST: each scheme's file defines one of these; add it to the list below.
-// (Explicit calls, not static registration objects a linker may drop.)
+// SCHEME-LIST: each scheme's file defines one of these; add it to the list below and its
+// description to scheme_descriptions(). (Explicit calls, not static registration objects
+// a linker may drop.)
 
 const std::vector<SchemeInfo>& reducer_schemes() {
   static const std::vector<SchemeInfo> schemes = [] {
@@ -19,6 +20,12 @@ const std::vector<SchemeInfo>& reducer_schemes() {
     all.push_back(fetchsgd_scheme());
     std::sort(all.begin(), all.end(),
               [](const SchemeInfo& a, const SchemeInfo& b) { return a.name < b.name; });
+    // `gradcomp list` shows scheme_descriptions(): it must name exactly these.
+    const std::vector<SchemeDescription>& listed = scheme_descriptions();
+    const bool same = std::equal(
+        all.begin(), all.end(), listed.begin(), listed.end(),
+        [](const SchemeInfo& a, const SchemeDescription& b) { return a.name == b.name; });
+    if (!same) throw Error("reducer_schemes() and scheme_descriptions() list different schemes");
     return all;
   }();
   return schemes;
@@ -29,11 +36,6 @@ const SchemeInfo* find_scheme(std::string_view name) {
     if (s.name == name) return &s;
   }
   return nullptr;
-}
-
-std::string canonical_scheme_spec(const SchemeInfo& info, const SpecNode& node) {
-  const std::string canonical = resolve_params(info.name, info.params, node).canonical();
-  return canonical.empty() ? info.name : info.name + ":" + canonical;
 }
 
 void validate_compressor_spec(std::string_view spec, const CodecRegistry& registry) {

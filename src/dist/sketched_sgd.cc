@@ -1,4 +1,5 @@
-// sketched-sgd: Sketched-SGD (Ivkin et al., NeurIPS 2019; SPEC §3), a two-round reducer.
+// sketched-sgd: Sketched-SGD (Ivkin et al., NeurIPS 2019; docs/algorithms/sketches.md), a two-round
+// reducer.
 //   worker:  u <- m*u + g ; v <- v + u ; allreduce S(v)             (round 1: r*c floats)
 //   all:     C <- the p2*k coordinates with the largest |median estimate| of the summed
 //            sketch (identical on every rank: the sums are)
@@ -195,21 +196,11 @@ class SketchedSgdReducer final : public Reducer {
 
 }  // namespace
 
+// Parameters: declared in scheme_descriptions.cc.
 SchemeInfo sketched_sgd_scheme() {
-  std::vector<ParamDef> params = geometry_params(0.01, 0.025);
-  params.push_back(int_param("p2", 4, 1, 1000,
-                             "candidates per bucket in round 2: p2*k (exact values allreduced)"));
-  params.push_back(
-      float_param("momentum", 0.9, 0.0, 0.9999, "worker momentum m (u <- m*u + g); = --momentum"));
-  return {.name = "sketched-sgd",
-          .summary =
-              "Sketched-SGD: allreduce count sketches of the accumulated momentum, then "
-              "the exact values of the p2*k best candidates; apply the top k (on "
-              "--topology ps-sync the server merges the sketches)",
-          .params = std::move(params),
-          .examples = {"sketched-sgd:ratio=0.001,table=0.01", "sketched-sgd:k=100,rows=3,cols=500"},
-          .make = [](const Params& p, const std::string& spec, Communicator& comm,
-                     std::span<const BucketShape> buckets) -> std::unique_ptr<Reducer> {
+  return {sketched_sgd_description(),
+          [](const Params& p, const std::string& spec, Communicator& comm,
+             std::span<const BucketShape> buckets) -> std::unique_ptr<Reducer> {
             return std::make_unique<SketchedSgdReducer>(p, spec, comm, buckets);
           }};
 }

@@ -50,6 +50,21 @@ codecs=$(grep -o '"kind":"codec","name":"[^"]*"' out.txt | sed 's/.*"name":"\([^
 run_ok "--version" "$GRADCOMP" --version
 grep -q '^gradcomp [0-9]' out.txt && pass "version printed" || fail "version output"
 run_ok "--help" "$GRADCOMP" --help
+grep -q 'train' out.txt && grep -q 'eval' out.txt && grep -q 'list' out.txt \
+  && pass "--help lists the LibTorch commands too" || { fail "--help output"; cat out.txt; }
+
+# ---- the two binaries: gradcomp (torch-free) hands train/eval to gradcomp-torch -------
+if readelf -d "$GRADCOMP" | grep -q 'NEEDED.*lib\(torch\|c10\)'; then
+  fail "gradcomp links LibTorch"; readelf -d "$GRADCOMP" | grep NEEDED
+else pass "gradcomp links no LibTorch"; fi
+run_ok "train --help (gradcomp-torch)" "$GRADCOMP" train --help
+grep -q -- '--compressor' out.txt && pass "train --help lists --compressor" \
+  || { fail "train --help output"; cat out.txt; }
+run_err "train with an unknown flag (gradcomp-torch's error)" "no-such-flag" \
+  "$GRADCOMP" train --no-such-flag
+mkdir alone && cp "$GRADCOMP" alone/gradcomp
+run_err "train without gradcomp-torch beside it" "gradcomp-torch" alone/gradcomp train
+run_ok "list without gradcomp-torch beside it" alone/gradcomp list
 
 # ---- round trips ------------------------------------------------------------------
 floats g.f32 1 -2.5 3.25 0 1e-30 -1e30 7 0.125 -0.5 42
@@ -178,7 +193,7 @@ run_err "unknown command" "nosuchcommand" "$GRADCOMP" nosuchcommand
 run_err "bad number" "size" "$GRADCOMP" bench codec --size abc
 
 # ---- bench ------------------------------------------------------------------------
-run_ok "bench codec --json" "$GRADCOMP" bench codec --size 100000 --repeats 1 --json
+run_ok "bench codec --json --torch" "$GRADCOMP" bench codec --size 100000 --repeats 1 --json --torch
 rows=$(wc -l < out.txt)
 if [ "$rows" -ge 3 ] && ! grep -qv '^{.*}$' out.txt \
   && grep -q '"kind":"reference","spec":"memcpy"' out.txt \
@@ -189,8 +204,9 @@ else fail "bench --json output"; cat out.txt; fi
 if command -v jq > /dev/null; then
   jq -e . out.txt > /dev/null && pass "bench --json parses (jq)" || fail "bench --json is not valid JSON"
 fi
-run_ok "bench codec table" "$GRADCOMP" bench codec --size 5000 --repeats 1 --spec none --spec 'ef(none)' --no-torch
-grep -q '^memcpy' out.txt && grep -q '^ef(none)' out.txt && pass "bench table rows" || { fail "bench table"; cat out.txt; }
+run_ok "bench codec table" "$GRADCOMP" bench codec --size 5000 --repeats 1 --spec none --spec 'ef(none)'
+grep -q '^memcpy' out.txt && grep -q '^ef(none)' out.txt && ! grep -qi 'torch' out.txt \
+  && pass "bench table rows, no LibTorch row without --torch" || { fail "bench table"; cat out.txt; }
 run_err "bench with an unknown spec" "unknown codec" "$GRADCOMP" bench codec --size 1000 --spec nosuch --no-torch
 
 if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi

@@ -1,6 +1,6 @@
 // The PowerSGD reducer scheme over real Gloo groups (one thread per rank) against a
-// single-process simulation of SPEC §8 in double precision: P = sum_w (g_w + e_w) Q,
-// Gram-Schmidt, Q = mean_w M_w^T P, out = P Q^T, e_w = M_w - out. Plus: a rank-r matrix
+// single-process simulation of docs/algorithms/low-rank.md in double precision: P = sum_w (g_w +
+// e_w) Q, Gram-Schmidt, Q = mean_w M_w^T P, out = P Q^T, e_w = M_w - out. Plus: a rank-r matrix
 // comes back to float tolerance, the size rule, dense buckets and dense steps, error
 // feedback conservation, warm start through state(), byte counts, bad parameters.
 #include <gtest/gtest.h>
@@ -332,7 +332,7 @@ TEST(PowerSgd, RankDeficientAndZeroGradients) {
   });
 }
 
-// SPEC's rule at its boundary: rows * cols <= 2 r (rows + cols) stays dense.
+// The skip rule at its boundary: rows * cols <= 2 r (rows + cols) stays dense.
 TEST(PowerSgd, SizeRule) {
   struct Case {
     std::size_t rows, cols, r;

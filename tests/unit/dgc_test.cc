@@ -1,5 +1,5 @@
-// DGC (memory/dgc.cc) against a scalar simulation of SPEC §1 step by step (momentum
-// correction, Nesterov, masking, accumulation, local clipping, the warm-up densities),
+// DGC (memory/dgc.cc) against a scalar simulation of docs/algorithms/sparsification.md step by step
+// (momentum correction, Nesterov, masking, accumulation, local clipping, the warm-up densities),
 // the conservation identity sum(sent) + v = sum of the accumulated u's, determinism,
 // state round trips, decoding by make_codec_of's codec, and the registry's named memories.
 #include <gtest/gtest.h>
@@ -73,7 +73,7 @@ struct RefDgc {
 
   RefDgc(RefOptions opt, std::size_t n) : o(opt), u(n, 0.0f), v(n, 0.0f) {}
 
-  // Clipping, then u and v, one element at a time as SPEC writes it.
+  // Clipping, then u and v, one element at a time as docs/algorithms/sparsification.md writes it.
   void update(std::span<const float> g_in, std::uint32_t world) {
     const std::size_t n = v.size();
     std::vector<float> g(g_in.begin(), g_in.end());

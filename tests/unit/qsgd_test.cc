@@ -1,8 +1,7 @@
-// QSGD (SPEC §5): the codec against an independent scalar encoder/decoder written
-// from the spec (bit for bit, every path: AVX2 kernel, prescaled tiny norms, double
-// norms, blocks, threads), hand-computed messages, and the statistics the paper
-// promises (unbiased rounding in the right direction, the variance bound, the
-// closed-form variance).
+// QSGD (docs/algorithms/quantization.md): the codec against an independent scalar encoder/decoder
+// written from the spec (bit for bit, every path: AVX2 kernel, prescaled tiny norms, double norms,
+// blocks, threads), hand-computed messages, and the statistics the paper promises (unbiased
+// rounding in the right direction, the variance bound, the closed-form variance).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -274,7 +273,7 @@ TEST(Qsgd, ZeroAndNegativeZeroEncodeAsCodeZero) {
 
 // ---- statistics -------------------------------------------------------------------
 
-// The bug SPEC §5 warns about: rounding up with probability 1 - (a - l).
+// A known bug of one reference implementation: rounding up with probability 1 - (a - l).
 TEST(Qsgd, RoundsUpWithProbabilityAMinusL) {
   // nu = 5, s = 1: a = 0.6, 0.8 (16 elements: the 8-wide kernel runs, not just the tail)
   auto codec = make(1, 16);

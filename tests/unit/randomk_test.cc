@@ -1,6 +1,6 @@
-// Random-k (SPEC §9): k = ceil(ratio*n) robustly, indices distinct/sorted/in range,
-// shared by ranks and fresh per step and bucket, uniformly distributed (per index and
-// per pair), a set-based Floyd reference, rescale=1 unbiased, the fused form.
+// Random-k (docs/algorithms/sparsification.md): k = ceil(ratio*n) robustly, indices
+// distinct/sorted/in range, shared by ranks and fresh per step and bucket, uniformly distributed
+// (per index and per pair), a set-based Floyd reference, rescale=1 unbiased, the fused form.
 #include <gtest/gtest.h>
 
 #include <bit>

@@ -1,22 +1,46 @@
 // The CLI's commands, one file each. Each adds its subcommand to the app with a
-// callback that turns flags into library calls; errors propagate to main().
+// callback that turns flags into library calls; errors propagate to run_app().
+//
+// The CLI is two binaries in one directory (see main.cc): `gradcomp`, torch-free (list,
+// codec, bench codec), and `gradcomp-torch` (train, eval, bench codec --torch), to which
+// `gradcomp` hands those commands with exec.
 #pragma once
 
+#include <functional>
+#include <vector>
+
 #include <CLI/CLI.hpp>
+
+#include "bench/harness.h"
 
 namespace gradcomp::cli {
 
 void add_list_command(CLI::App& app);   // list.cc
 void add_codec_command(CLI::App& app);  // codec_cmd.cc
-void add_bench_command(CLI::App& app);  // bench_cmd.cc
+
+// LibTorch's rows of `bench codec --torch` for a thread count: gradcomp-torch passes
+// them; the torch-free gradcomp passes none (it hands `--torch` to gradcomp-torch).
+using TorchBaselines = std::function<std::vector<bench::Baseline>(int threads)>;
+void add_bench_command(CLI::App& app, TorchBaselines torch = {});  // bench_cmd.cc
+
 // train_cmd.cc; argv is kept to start local workers of this same program.
 void add_train_command(CLI::App& app, int argc, char** argv);
 void add_eval_command(CLI::App& app);  // eval_cmd.cc
 
+// One-line descriptions of the LibTorch commands, shared by both binaries' --help.
+inline constexpr const char* kTrainSummary =
+    "train a model data-parallel with compressed gradient exchange";
+inline constexpr const char* kEvalSummary =
+    "evaluate the checkpoints of a training run (one JSON line per checkpoint)";
+
 // Thrown by a command whose failure was already reported (e.g. a worker's error):
-// main() exits with the status, printing nothing more.
+// run_app() exits with the status, printing nothing more.
 struct ExitStatus {
   int code;
 };
+
+// Parses argv into `app` (running the chosen command's callback) and turns every error
+// into one line "gradcomp: <message>" on stderr and exit status 1 (app.cc).
+int run_app(CLI::App& app, int argc, char** argv);
 
 }  // namespace gradcomp::cli

@@ -16,8 +16,7 @@ void add_eval_command(CLI::App& app) {
   };
   auto flags = std::make_shared<Flags>();
   train::EvalOptions& e = flags->eval;
-  CLI::App* cmd = app.add_subcommand(
-      "eval", "evaluate the checkpoints of a training run (one JSON line per checkpoint)");
+  CLI::App* cmd = app.add_subcommand("eval", kEvalSummary);
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--checkpoint-dir", e.checkpoint_dir, "the run's --checkpoint-dir")->required();
   cmd->add_flag("--follow", e.follow, "keep waiting for new checkpoints");

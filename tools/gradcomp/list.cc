@@ -1,5 +1,6 @@
 // gradcomp list [--json]: every codec, its traits, parameters and examples, the
-// memory wrappers, the named memories (dgc) and the reducer schemes of gradcomp_dist.
+// memory wrappers, the named memories (dgc) and the reducer schemes of gradcomp_dist
+// (their torch-free descriptions).
 #include <iostream>
 #include <memory>
 
@@ -18,7 +19,7 @@ void add_list_command(CLI::App& app) {
   list->callback([json] {
     const CodecRegistry& registry = builtin_registry();
     std::vector<bench::SchemeDoc> schemes;
-    for (const dist::SchemeInfo& s : dist::reducer_schemes()) {
+    for (const dist::SchemeDescription& s : dist::scheme_descriptions()) {
       schemes.push_back({s.name, s.summary, dist::canonical_scheme_spec(s, parse_spec(s.name)),
                          s.params, s.examples});
     }

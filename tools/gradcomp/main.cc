@@ -1,78 +1,72 @@
-// gradcomp: the command-line front end. Flags become library calls; every error
-// (a gradcomp::Error, a flag CLI11 rejects, anything else thrown) ends the program
-// with one line "gradcomp: <message>" on stderr and exit status 1 -- an exception that
-// escapes another thread too (terminate_handler.h).
-#include <exception>
+// gradcomp: the command-line front end, without LibTorch. It runs list, codec and
+// bench codec itself and starts in milliseconds; the commands that need LibTorch
+// (train, eval, bench codec --torch) it hands to gradcomp-torch, the binary beside it,
+// by exec: same argv, same process, so exit status and signals are that program's own.
+#include <cerrno>
+#include <cstring>
 #include <iostream>
-#include <new>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <unistd.h>
+
 #include "commands.h"
-#include "gradcomp/error.h"
 #include "terminate_handler.h"
 
 namespace {
 
-// Error messages are printed on one line, whatever they contain.
-std::string one_line(std::string_view what, bool first_line_only) {
-  std::string out;
-  for (char c : what) {
-    if (c == '\n' || c == '\r') {
-      if (first_line_only) break;
-      c = ' ';
+// True when argv names a command that only gradcomp-torch has.
+bool needs_torch(int argc, char** argv) {
+  if (argc < 2) return false;
+  const std::string_view command = argv[1];
+  if (command == "train" || command == "eval") return true;
+  if (command == "bench") {
+    for (int i = 2; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "--torch") return true;
     }
-    out += c;
   }
-  while (!out.empty() && out.back() == ' ') out.pop_back();
-  return out.empty() ? "unknown error" : out;
+  return false;
 }
 
-int fail(std::string_view message, bool first_line_only = false) {
-  // One write: ranks of one run share the terminal, and std::cerr (unbuffered) would
-  // write each piece on its own, interleaving their lines.
-  const std::string line = "gradcomp: " + one_line(message, first_line_only) + "\n";
+// The directory of this executable, from /proc/self/exe (argv[0] may be anything).
+std::string own_directory() {
+  std::vector<char> buf(4096);
+  const ssize_t len = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (len <= 0) return ".";
+  const std::string path(buf.data(), static_cast<std::size_t>(len));
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// Replaces this process with gradcomp-torch; returns only on failure (status 1).
+int exec_torch(int argc, char** argv) {
+  const std::string torch = own_directory() + "/gradcomp-torch";
+  std::vector<char*> args(argv, argv + argc);
+  args[0] = const_cast<char*>(torch.c_str());
+  args.push_back(nullptr);
+  execv(torch.c_str(), args.data());
+  const std::string line = std::string("gradcomp: ") + argv[1] + " needs " + torch + ": " +
+                           std::strerror(errno) +
+                           " (build it with: cmake --build build --target gradcomp)\n";
   std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
-  std::cerr.flush();
   return 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (needs_torch(argc, argv)) return exec_torch(argc, argv);
   gradcomp::cli::install_terminate_handler();
+
   CLI::App app{"gradcomp: gradient compression for data-parallel training", "gradcomp"};
   app.set_version_flag("--version", std::string("gradcomp ") + GRADCOMP_VERSION);
   app.require_subcommand(1);
   gradcomp::cli::add_list_command(app);
   gradcomp::cli::add_codec_command(app);
   gradcomp::cli::add_bench_command(app);
-  gradcomp::cli::add_train_command(app, argc, argv);
-  gradcomp::cli::add_eval_command(app);
-  try {
-    app.parse(argc, argv);  // runs the chosen command's callback
-  } catch (const gradcomp::cli::ExitStatus& e) {
-    return e.code;
-  } catch (const CLI::Success& e) {
-    return app.exit(e);  // --help, --help-all, --version
-  } catch (const CLI::ParseError& e) {
-    // CLI11 checks required flags before it complains about unknown ones; a typo'd
-    // flag or command is the more useful thing to report.
-    const std::vector<std::string> extra = app.remaining(/*recurse=*/true);
-    if (!extra.empty()) {
-      std::string list;
-      for (const auto& a : extra) list += (list.empty() ? "" : " ") + a;
-      return fail("unexpected argument(s): " + list + " (see gradcomp --help)");
-    }
-    return fail(std::string(e.what()) + " (see gradcomp --help)");
-  } catch (const gradcomp::Error& e) {
-    return fail(e.what());
-  } catch (const std::bad_alloc&) {
-    return fail("out of memory");
-  } catch (const std::exception& e) {
-    // Third-party errors (LibTorch's carry a backtrace after the first line).
-    return fail(e.what(), /*first_line_only=*/true);
-  }
-  return 0;
+  // Listed in --help; never parsed here (needs_torch() sent them on above).
+  app.add_subcommand("train", gradcomp::cli::kTrainSummary)->allow_extras();
+  app.add_subcommand("eval", gradcomp::cli::kEvalSummary)->allow_extras();
+  return gradcomp::cli::run_app(app, argc, argv);
 }

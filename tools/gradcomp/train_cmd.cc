@@ -39,8 +39,7 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   j.train.seed = 42;
   for (int i = 0; i < argc; ++i) j.argv.emplace_back(argv[i]);
 
-  CLI::App* cmd =
-      app.add_subcommand("train", "train a model data-parallel with compressed gradient exchange");
+  CLI::App* cmd = app.add_subcommand("train", kTrainSummary);
   // A flag given twice: the later one wins (scripts append overrides to defaults).
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--workers", flags->workers,

@@ -20,11 +20,18 @@
 
 namespace gradcomp::dist {
 
-struct SchemeInfo {
+// What a scheme is, without the code that runs it: the name users type, the parameters
+// with defaults and ranges, examples. Torch-free (library gradcomp_scheme_descriptions,
+// scheme_descriptions.cc), so `gradcomp list` describes the schemes without linking c10d.
+struct SchemeDescription {
   std::string name;     // what users type: "powersgd"
   std::string summary;  // one line for `gradcomp list`
   std::vector<ParamDef> params;
   std::vector<std::string> examples;
+};
+
+// A scheme: its description and the factory of its reducer.
+struct SchemeInfo : SchemeDescription {
   // Builds the reducer for these buckets; `spec` is the canonical spec
   // ("powersgd:rank=2,...") for describe(). The communicator outlives the reducer.
   std::function<std::unique_ptr<Reducer>(const Params& params, const std::string& spec,
@@ -32,14 +39,17 @@ struct SchemeInfo {
       make;
 };
 
-// Every built-in scheme, sorted by name.
+// Every built-in scheme's description, sorted by name (torch-free).
+const std::vector<SchemeDescription>& scheme_descriptions();
+
+// Every built-in scheme, sorted by name (the same names as scheme_descriptions()).
 const std::vector<SchemeInfo>& reducer_schemes();
 // nullptr when `name` is not a scheme.
 const SchemeInfo* find_scheme(std::string_view name);
 
 // The canonical spec of a scheme spec ("powersgd" -> "powersgd:rank=2,..."), validating
-// it; InvalidArgument for unknown keys or bad values.
-std::string canonical_scheme_spec(const SchemeInfo& info, const SpecNode& node);
+// it; InvalidArgument for unknown keys or bad values. Torch-free.
+std::string canonical_scheme_spec(const SchemeDescription& info, const SpecNode& node);
 
 // Checks a --compressor value without building anything: a scheme spec or a codec /
 // memory spec. Throws InvalidArgument with the registry's message.

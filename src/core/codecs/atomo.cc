@@ -1,5 +1,5 @@
 // atomo: unbiased atomic sparsification (Wang et al., "ATOMO: Communication-efficient
-// Learning via Atomic Sparsification", NeurIPS 2018), SPEC §4.
+// Learning via Atomic Sparsification", NeurIPS 2018), docs/algorithms/low-rank.md.
 //   Write g = sum_i lambda_i a_i over unit atoms; keep atom i with probability p_i (the
 //   variance-minimising water-filling of detail/atomo_probabilities.h, sum p = budget s)
 //   and send lambda_i / p_i: E[decode] = g. Every atom is an independent Bernoulli draw;

@@ -1,4 +1,4 @@
-// fp16: cast to a 16-bit float, allreduce, cast back (SPEC §9; the usual
+// fp16: cast to a 16-bit float, allreduce, cast back (docs/algorithms/quantization.md; the usual
 // "half-precision gradients" baseline, e.g. PyTorch DDP's fp16_compress_hook).
 //   encode: x -> fp16 (IEEE binary16) or bf16, round to nearest even; finite values
 //   beyond the format's range SATURATE to +-max finite (fp16 65504, bf16 3.39e38): a cast

@@ -1,5 +1,5 @@
 // 1bit: MXNet 1.x's 1-bit quantization with a residual (the 1-bit SGD family of Seide et
-// al., Interspeech 2014, in MXNet's fixed-step form). SPEC §2.
+// al., Interspeech 2014, in MXNet's fixed-step form). docs/algorithms/quantization.md.
 //
 //   Algorithm (threshold tau, any finite value, default 0), on p = g + residual:
 //     p > tau: bit 1, decodes to +1;  else bit 0, decodes to -1.

@@ -1,5 +1,6 @@
 // qsgd: stochastic uniform quantization (Alistarh et al., "QSGD: Communication-
-// Efficient SGD via Gradient Quantization and Encoding", NeurIPS 2017), SPEC §5.
+// Efficient SGD via Gradient Quantization and Encoding", NeurIPS 2017),
+// docs/algorithms/quantization.md.
 //   Per bucket of d elements: nu = ||v||_2; a_i = s*|v_i|/nu, l = floor(a_i);
 //   level_i = l + 1 with probability a_i - l, else l (rng.uniform(i) < a_i - l, i the
 //   global element index, per-rank RNG); Q(v_i) = nu * sign(v_i) * level_i / s.

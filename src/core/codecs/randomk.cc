@@ -1,5 +1,6 @@
-// randomk: random-k sparsification with a shared seed (SPEC §9; Stich et al., "Sparsified
-// SGD with Memory", NeurIPS 2018; Wangni et al. 2018 for the rescaled, unbiased form).
+// randomk: random-k sparsification with a shared seed (docs/algorithms/sparsification.md; Stich et
+// al., "Sparsified SGD with Memory", NeurIPS 2018; Wangni et al. 2018 for the rescaled, unbiased
+// form).
 //   k = ceil(ratio * n) indices drawn without replacement from the RNG shared by all
 //   ranks for (seed, step, bucket), so every rank picks the same indices and only the
 //   values travel; rescale=1 sends p_i * n/k (unbiased, no memory needed), rescale=0

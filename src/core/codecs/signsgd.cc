@@ -2,7 +2,7 @@
 //
 // signsgd — signSGD with majority vote (Bernstein et al., "signSGD: Compressed
 //   Optimisation for Non-Convex Problems", ICML 2018; "signSGD with Majority Vote is
-//   Communication Efficient and Fault Tolerant", ICLR 2019). SPEC §7.
+//   Communication Efficient and Fault Tolerant", ICLR 2019). docs/algorithms/sign.md.
 //   Algorithm: each worker sends sign(p_i) (p: its gradient or momentum), one bit each;
 //     sign(0) := +1 (bit 1 for p >= 0, including -0.0; NaN gives bit 0). decode: +-1.
 //     The vote V = sign(sum_w sign_w) is the reducer's job (e.g. an int8 allreduce of
@@ -13,7 +13,7 @@
 //   Aggregation: not linear as bits; gather and decode (sum of +-1 = the vote's tally).
 //
 // efsign — EF-signSGD (Karimireddy et al., "Error Feedback Fixes SignSGD and other
-//   Gradient Compression Schemes", ICML 2019). SPEC §7.
+//   Gradient Compression Schemes", ICML 2019). docs/algorithms/sign.md.
 //   Algorithm: on p = g + e (the Memory adds e; the learning rate stays outside the codec),
 //     delta = (||p||_1 / n) * sign(p), e <- p - delta. sign(0) := +1 as above.
 //     ||p||_1 is summed in double with a fixed blocked order (detail::abs_sum), so it
@@ -22,7 +22,7 @@
 //     tensor -- the blockwise scaled sign of Zheng et al., "Communication-Efficient
 //     Distributed Blockwise Momentum SGD with Error-Feedback" (NeurIPS 2019), which keeps
 //     a few large entries from shrinking the scale of a whole layer. block = 0 (default)
-//     is SPEC's one float per tensor.
+//     is the paper's one float per tensor.
 //   Wire payload, with nb = 1 (block 0) or ceil(n/B) scales:
 //     offset 0      nb x f32  scale_b = ||p_b||_1 / |b| (finite, >= +0; 0 for n = 0)
 //     offset 4*nb   4*ceil(n/32) bytes of sign bits in the 1bit layout: 1 -> +scale_b,
@@ -193,7 +193,7 @@ void register_signsgd(CodecRegistry& registry) {
                 .traits = kEfSignTraits,
                 .params = {int_param("block", 0, 0, 1 << 30,
                                      "elements per scale, a multiple of 32 (Zheng et al. 2019); "
-                                     "0: one scale per tensor (SPEC)")},
+                                     "0: one scale per tensor (the paper)")},
                 .examples = {"efsign:block=32", "efsign:block=4096"},
                 .make = [](CodecIdentity id, const Params& p) -> std::unique_ptr<Codec> {
                   const auto block = static_cast<std::size_t>(p.get_int("block"));

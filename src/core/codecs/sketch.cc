@@ -1,6 +1,6 @@
 // sketch: count sketch of the gradient (Charikar et al. 2002), the compressor of
 // Sketched-SGD (Ivkin et al., NeurIPS 2019) and FetchSGD (Rothchild et al., ICML 2020);
-// SPEC §3. Kernels: detail/count_sketch.h.
+// docs/algorithms/sketches.md. Kernels: detail/count_sketch.h.
 //   encode: S = r x c table, S[j, b_j(i)] += s_j(i) * p_i, with hashes keyed by
 //           (seed, step, bucket), the same on every rank (RngScope::kShared) and new
 //           every step, so that a coordinate does not collide with the same neighbours

@@ -1,5 +1,5 @@
 // terngrad: TernGrad (Wen et al., "TernGrad: Ternary Gradients to Reduce Communication
-// in Distributed Deep Learning", NeurIPS 2017). SPEC §6.
+// in Distributed Deep Learning", NeurIPS 2017). docs/algorithms/quantization.md.
 //
 //   Algorithm: s = max_i |g_i|; b_i ~ Bernoulli(|g_i| / s), drawn as
 //     rng.uniform(i) < |g_i| / s with the per-rank counter RNG of (seed, step, rank, bucket);

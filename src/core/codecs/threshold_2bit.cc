@@ -1,6 +1,6 @@
 // 2bit: threshold 2-bit quantization with a residual — MXNet's "2bit" gradient
 // compression (after Strom, "Scalable distributed DNN training using commodity GPU cloud
-// computing", Interspeech 2015). SPEC §2, seed 000.
+// computing", Interspeech 2015). docs/algorithms/quantization.md, seed 000.
 //
 //   Algorithm (threshold tau > 0, default 0.5), on p = g + residual:
 //     p >= tau: code 11 (decodes to +tau);  p <= -tau: code 10 (-tau);  else 00 (0).

@@ -74,7 +74,7 @@ AtomoCut atomo_cut(std::span<const float> lambda, double s) {
   tail[k] = rest;
   for (std::size_t i = k; i-- > 0;) tail[i] = tail[i + 1] + magnitude(x[top[i]]);
 
-  // SPEC §4's loop over the K largest.
+  // The loop of docs/algorithms/low-rank.md over the K largest.
   double budget = s;
   std::size_t i = 0;
   for (; i < k; ++i) {

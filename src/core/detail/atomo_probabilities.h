@@ -1,4 +1,4 @@
-// ATOMO's sampling probabilities (Wang et al., NeurIPS 2018; SPEC §4).
+// ATOMO's sampling probabilities (Wang et al., NeurIPS 2018; docs/algorithms/low-rank.md).
 //
 // Given atom weights lambda_1..lambda_N and a budget s > 0, the probabilities p that
 // minimise the variance sum lambda_i^2 / p_i subject to sum p_i = s, 0 <= p_i <= 1 are
@@ -77,9 +77,9 @@ inline bool atomo_keep(const CounterRng& hi, const CounterRng& lo, std::uint32_t
 }
 
 // The textbook form, for tests: full sort by (|lambda| descending, index ascending),
-// tail sums accumulated from the back of the sorted order, SPEC's loop literally.
-// Agrees with atomo_cut + atomo_probabilities up to the summation order of T
-// (relative differences of a few ulps).
+// tail sums accumulated from the back of the sorted order, the loop of docs/algorithms/low-rank.md
+// literally. Agrees with atomo_cut + atomo_probabilities up to the summation order of T (relative
+// differences of a few ulps).
 std::vector<double> atomo_probabilities_reference(std::span<const float> lambda, double s);
 
 }  // namespace gradcomp::detail

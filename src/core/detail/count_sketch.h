@@ -1,5 +1,5 @@
 // Count sketch kernels (Charikar, Chen, Farach-Colton 2002), shared by the `sketch`
-// codec and the Sketched-SGD / FetchSGD reducer schemes (SPEC §3).
+// codec and the Sketched-SGD / FetchSGD reducer schemes (docs/algorithms/sketches.md).
 //
 // A sketch of n coordinates is an r x c table of fp32, row-major (row j occupies
 // table[j*c, (j+1)*c)). Row j hashes coordinate i to a column b_j(i) in [0, c) and a

@@ -1,5 +1,5 @@
-// Low-rank kernels for PowerSGD (SPEC §8): the products of a gradient matrix with its
-// rank-r factors, and the orthonormalisation of P. Torch-free, allocation-free.
+// Low-rank kernels for PowerSGD (docs/algorithms/low-rank.md): the products of a gradient matrix
+// with its rank-r factors, and the orthonormalisation of P. Torch-free, allocation-free.
 //
 // Layouts (r is small, 1..64; the MLP's matrices are 1536 x 784 and 1536 x 1536):
 //   M   rows x cols, row-major: M(i, j) = m[i * cols + j]  (a bucket: its layer's first

@@ -359,7 +359,7 @@ std::size_t select_topk_sampled(std::span<const float> x, std::size_t k, double 
     if (10 * c > 13 * k) {
       c = topk_among_values(x, idx, vals, c, k);  // hierarchical re-selection
     } else if (10 * c < 8 * k) {
-      // Too few: lower the threshold by 0.8 (SPEC). After the last retry, exact top-k
+      // Too few: lower the threshold by 0.8 (DGC's rule). After the last retry, exact top-k
       // rather than accepting a short message.
       if (attempt == kMaxRetries) return select_topk_exact(x, k, out, op);
       thr = std::bit_cast<std::uint32_t>(std::bit_cast<float>(thr) * 0.8f);

@@ -8,7 +8,7 @@
 // "<op>: non-finite value at index i" naming the FIRST such index.
 //
 // Output indices are always strictly ascending. Ties at the threshold are broken by lower
-// index (SPEC §1), so the result is a pure function of the input.
+// index (docs/algorithms/sparsification.md), so the result is a pure function of the input.
 //
 // Sizes: n < 2^32 (indices are uint32, as on the wire).
 //
@@ -65,7 +65,7 @@ constexpr std::size_t sampled_max_count(std::size_t k) {
   return hi > k ? hi : k;
 }
 
-// DGC's sampled top-k (SPEC §1 "Sampled threshold"), density = k / n:
+// DGC's sampled top-k (docs/algorithms/sparsification.md "Sampled threshold"), density = k / n:
 //   sample ~`sample` of |x| (at least ceil(2 / density) values); thr = the smallest of
 //   the top ceil(density * samples) samples; S = {i : |x_i| >= thr};
 //   |S| > 1.3k: exact top-k among S (hierarchical re-selection);

@@ -1,6 +1,6 @@
-// dgc: Deep Gradient Compression (Lin et al., ICLR 2018, arXiv 1712.01887), SPEC §1.
-// A named memory ("dgc:density=0.001"): per bucket a momentum u and an accumulator v,
-// both zero at the start. One step with gradient g:
+// dgc: Deep Gradient Compression (Lin et al., ICLR 2018, arXiv 1712.01887),
+// docs/algorithms/sparsification.md. A named memory ("dgc:density=0.001"): per bucket a momentum u
+// and an accumulator v, both zero at the start. One step with gradient g:
 //   g <- g * min(1, clip * W^-1/2 / ||g||_2)     local clipping (clip=0: off)
 //   u <- m*u + g ;  v <- v + u                   momentum correction
 //        (nesterov=1: u <- m*(u + g) ; v <- v + u + g; correction=0: v <- v + g, no u)

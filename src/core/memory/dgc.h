@@ -9,7 +9,8 @@
 
 namespace gradcomp {
 
-// Registers the "dgc" memory (SPEC §1). Called from register_builtin_codecs.
+// Registers the "dgc" memory (docs/algorithms/sparsification.md). Called from
+// register_builtin_codecs.
 void register_dgc(CodecRegistry& registry);
 
 namespace detail {

@@ -1,5 +1,5 @@
 // Error feedback (Seide et al. 2014; Stich et al. 2018; Karimireddy et al. 2019), as in
-// SPEC "Error feedback":
+// docs/algorithms/error-feedback.md:
 //   p <- g + e ;  msg <- encode(p) ;  e <- p - decode(msg)
 // The residual buffer holds p during the step and e afterwards, so a step costs one
 // pass to add g plus the codec's fused encode_feedback (e.g. top-k only zeroes the k

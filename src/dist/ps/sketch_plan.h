@@ -1,6 +1,6 @@
 // Sketched-SGD through the parameter server (Ivkin et al. 2019, the topology of their
-// paper; SPEC §3): what workers and servers agree on, key by key, and the records of
-// its two rounds. `--topology ps-sync --compressor sketched-sgd[:...]`.
+// paper; docs/algorithms/sketches.md): what workers and servers agree on, key by key, and the
+// records of its two rounds. `--topology ps-sync --compressor sketched-sgd[:...]`.
 //
 // One synchronous step, for every compressible key on a compressed step:
 //   worker:  u <- m*u + g ; v <- v + u ; push S(v)                 (kSketch: r*c floats)

@@ -1,0 +1,80 @@
+// The reducer schemes' descriptions: names, parameters with defaults and ranges,
+// examples. Torch-free and free of the reducers' code (library
+// gradcomp_scheme_descriptions), so that `gradcomp list` links it without c10d; each
+// scheme's file (powersgd.cc, sketched_sgd.cc, fetchsgd.cc) reads the parameters
+// declared here and pairs its description with its reducer.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gradcomp/dist/schemes.h"
+#include "scheme_list.h"
+#include "sketch_scheme_util.h"
+
+namespace gradcomp::dist {
+
+SchemeDescription powersgd_description() {
+  return {.name = "powersgd",
+          .summary =
+              "PowerSGD (Vogels et al. 2019): rank-r factors P = MQ, Q = M^T P, two fp32 "
+              "allreduces, warm start, error feedback; 32 r (rows + cols) bits per matrix",
+          .params = {int_param("rank", 2, 1, 64, "rank r of the approximation"),
+                     int_param("warmup_steps", 0, 0, 1'000'000'000,
+                               "steps exchanged dense before compression starts (PyTorch's "
+                               "start_powerSGD_iter; see also --dense-steps)"),
+                     bool_param("error_feedback", true,
+                                "keep M - PQ^T and add it to the next gradient"),
+                     bool_param("warm_start", true,
+                                "reuse the previous step's Q (else a fresh shared draw)")},
+          .examples = {"powersgd:rank=1", "powersgd:rank=4,warm_start=false",
+                       "powersgd:rank=2,error_feedback=false"}};
+}
+
+SchemeDescription sketched_sgd_description() {
+  std::vector<ParamDef> params = sketch_scheme::geometry_params(0.01, 0.025);
+  params.push_back(int_param("p2", 4, 1, 1000,
+                             "candidates per bucket in round 2: p2*k (exact values allreduced)"));
+  params.push_back(
+      float_param("momentum", 0.9, 0.0, 0.9999, "worker momentum m (u <- m*u + g); = --momentum"));
+  return {
+      .name = "sketched-sgd",
+      .summary =
+          "Sketched-SGD: allreduce count sketches of the accumulated momentum, then "
+          "the exact values of the p2*k best candidates; apply the top k (on "
+          "--topology ps-sync the server merges the sketches)",
+      .params = std::move(params),
+      .examples = {"sketched-sgd:ratio=0.001,table=0.01", "sketched-sgd:k=100,rows=3,cols=500"}};
+}
+
+SchemeDescription fetchsgd_description() {
+  std::vector<ParamDef> params = sketch_scheme::geometry_params(0.01, 0.1);
+  params.push_back(
+      float_param("momentum", 0.9, 0.0, 0.9999, "momentum m in sketch space; = --momentum"));
+  return {.name = "fetchsgd",
+          .summary =
+              "FetchSGD: allreduce count sketches of the gradients; momentum and error "
+              "kept in sketch space; apply the top k of the error sketch's estimates",
+          .params = std::move(params),
+          .examples = {"fetchsgd:ratio=0.005,table=0.05", "fetchsgd:k=50,rows=3,cols=1000"}};
+}
+
+const std::vector<SchemeDescription>& scheme_descriptions() {
+  static const std::vector<SchemeDescription> descriptions = [] {
+    // SCHEME-LIST entries: all.push_back(<name>_description());
+    std::vector<SchemeDescription> all{powersgd_description(), sketched_sgd_description(),
+                                       fetchsgd_description()};
+    std::sort(all.begin(), all.end(), [](const SchemeDescription& a, const SchemeDescription& b) {
+      return a.name < b.name;
+    });
+    return all;
+  }();
+  return descriptions;
+}
+
+std::string canonical_scheme_spec(const SchemeDescription& info, const SpecNode& node) {
+  const std::string canonical = resolve_params(info.name, info.params, node).canonical();
+  return canonical.empty() ? info.name : info.name + ":" + canonical;
+}
+
+}  // namespace gradcomp::dist

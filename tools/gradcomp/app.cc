@@ -1,0 +1,71 @@
+// run_app(): what both CLI binaries do with their argv. Every error (a gradcomp::Error,
+// a flag CLI11 rejects, anything else thrown) ends the program with one line
+// "gradcomp: <message>" on stderr and exit status 1.
+#include <exception>
+#include <iostream>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "commands.h"
+#include "gradcomp/error.h"
+
+namespace gradcomp::cli {
+
+namespace {
+
+// Error messages are printed on one line, whatever they contain.
+std::string one_line(std::string_view what, bool first_line_only) {
+  std::string out;
+  for (char c : what) {
+    if (c == '\n' || c == '\r') {
+      if (first_line_only) break;
+      c = ' ';
+    }
+    out += c;
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out.empty() ? "unknown error" : out;
+}
+
+int fail(std::string_view message, bool first_line_only = false) {
+  // One write: ranks of one run share the terminal, and std::cerr (unbuffered) would
+  // write each piece on its own, interleaving their lines.
+  const std::string line = "gradcomp: " + one_line(message, first_line_only) + "\n";
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+  std::cerr.flush();
+  return 1;
+}
+
+}  // namespace
+
+int run_app(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);  // runs the chosen command's callback
+  } catch (const ExitStatus& e) {
+    return e.code;
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --help-all, --version
+  } catch (const CLI::ParseError& e) {
+    // CLI11 checks required flags before it complains about unknown ones; a typo'd
+    // flag or command is the more useful thing to report.
+    const std::vector<std::string> extra = app.remaining(/*recurse=*/true);
+    if (!extra.empty()) {
+      std::string list;
+      for (const auto& a : extra) list += (list.empty() ? "" : " ") + a;
+      return fail("unexpected argument(s): " + list + " (see gradcomp --help)");
+    }
+    return fail(std::string(e.what()) + " (see gradcomp --help)");
+  } catch (const gradcomp::Error& e) {
+    return fail(e.what());
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory");
+  } catch (const std::exception& e) {
+    // Third-party errors (LibTorch's carry a backtrace after the first line).
+    return fail(e.what(), /*first_line_only=*/true);
+  }
+  return 0;
+}
+
+}  // namespace gradcomp::cli

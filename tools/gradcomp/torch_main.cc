@@ -1,0 +1,25 @@
+// gradcomp-torch: the commands of the gradcomp CLI that need LibTorch -- train, eval
+// and bench codec with LibTorch's rows (--torch). Users run `gradcomp`, which hands
+// these commands to this binary (main.cc); its messages and --help say "gradcomp".
+#include <string>
+#include <vector>
+
+#include "bench/torch_baseline.h"
+#include "commands.h"
+#include "terminate_handler.h"
+
+int main(int argc, char** argv) {
+  // Gloo's and c10d's threads may throw past us: one line and exit 1, not std::terminate.
+  gradcomp::cli::install_terminate_handler();
+  CLI::App app{"gradcomp: gradient compression for data-parallel training (LibTorch commands)",
+               "gradcomp"};
+  app.set_version_flag("--version", std::string("gradcomp ") + GRADCOMP_VERSION);
+  app.require_subcommand(1);
+  gradcomp::cli::add_train_command(app, argc, argv);
+  gradcomp::cli::add_eval_command(app);
+  gradcomp::cli::add_bench_command(app, [](int threads) {
+    gradcomp::bench::set_torch_threads(threads);
+    return std::vector<gradcomp::bench::Baseline>{gradcomp::bench::torch_topk_baseline(0.001)};
+  });
+  return gradcomp::cli::run_app(app, argc, argv);
+}
