@@ -46,7 +46,7 @@ StressMatrix make_stress_matrix(std::size_t rows, std::size_t cols, std::size_t 
 // inputs; `small` keeps those with rows * cols <= 20,000.
 std::vector<std::pair<std::size_t, std::size_t>> model_shapes(bool small);
 
-// Reads the test data format (tests/data, /work/shared/data/README.md): two
+// Reads the test data format (tests/data/README.md): two
 // little-endian int64 rows, cols, then rows * cols float32 column-major. Returns the
 // matrix row-major. Throws std::runtime_error when the file is missing or short.
 StressMatrix read_matrix_file(const std::string& path);
