@@ -15,6 +15,7 @@ start_powerSGD_iter (2); the first steps of every method are not timed.
 """
 import argparse
 import datetime
+import faulthandler
 import os
 import socket
 import statistics
@@ -74,7 +75,10 @@ def main() -> int:
                    default=["powersgd:rank=2", "fp16", "efm(topk:ratio=0.01)", "2bit"],
                    help="gradcomp specs to time")
     p.add_argument("--only", nargs="*", help=argparse.SUPPRESS)
+    p.add_argument("--watchdog", type=float, default=600.0,
+                   help="dump every thread's stack and exit after this many seconds")
     args = p.parse_args()
+    faulthandler.dump_traceback_later(args.watchdog, exit=True)
     torch.set_num_threads(1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -33,7 +33,7 @@ packages=(
   zlib1g-dev dataset-fashion-mnist
   # the Python package (gradcomp.torch, a DDP communication hook) and its tests: the
   # same LibTorch for /usr/bin/python3, pybind11 to bind it, numpy and pytest
-  python3-torch python3-numpy pybind11-dev python3-pytest
+  python3-torch python3-dev python3-numpy pybind11-dev python3-pytest
 )
 if [ "$netlab" = 1 ]; then
   # namespaces, veth and tc

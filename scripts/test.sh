@@ -14,6 +14,11 @@ bash scripts/install-deps.sh
 
 echo "== build (Release, every target)"
 bash scripts/build.sh all
+# The Python package is optional for users, not for the test suite: its tests must run.
+if ! ls build/python/gradcomp/_C*.so >/dev/null 2>&1; then
+  echo "test.sh: the Python package was not built (cmake found no pybind11 or no torch for /usr/bin/python3)" >&2
+  exit 1
+fi
 echo "== tests (Release; label dist: Gloo over 127.0.0.1, well under a minute)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
