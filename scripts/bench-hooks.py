@@ -6,7 +6,8 @@
 What a hook costs per step on the main job's MLP (784-1536-1536-10, 3.58 M gradients)
 when the network costs nothing: one process, a Gloo group of one, so every collective
 is local and what remains is the hook's compression and decompression. Each method
-trains its own DDP replica of the same model on the same batches; a step is timed from
+trains its own DDP replica of the same model on the same batches (DDP's default buckets;
+torch's PowerSGD hook gets one bucket, the only way it runs on Gloo); a step is timed from
 backward() to the end of optimizer.step() (DDP waits for the hook's futures inside
 backward). A hook's cost is its median step minus the median step of a hook that
 returns the bucket untouched, measured in the same rounds (methods interleaved, so
@@ -43,6 +44,16 @@ def noop_hook(_, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     return fut
 
 
+def one_bucket_ddp() -> DDP:
+    """DDP with every gradient in one bucket (the first bucket's cap is a module constant)."""
+    saved = dist._DEFAULT_FIRST_BUCKET_BYTES
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 40
+    try:
+        return DDP(mlp(), bucket_cap_mb=1 << 20)
+    finally:
+        dist._DEFAULT_FIRST_BUCKET_BYTES = saved
+
+
 def make(method: str):
     """(model, optimizer) with the method's hook registered."""
     model = DDP(mlp())
@@ -53,6 +64,10 @@ def make(method: str):
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     elif method == "torch powerSGD_hook rank 2":
+        # One bucket, as the network lab runs it: with several, torch 1.13's hook issues its
+        # allreduces from Gloo's callback threads and deadlocks (seen here with a group of one:
+        # two Gloo threads inside compute_qs and unpack_uncompressed_tensors_and_allreduce_ps).
+        model = one_bucket_ddp()
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=2,
                                             start_powerSGD_iter=2)
         model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
