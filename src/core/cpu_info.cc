@@ -1,5 +1,9 @@
 #include <string>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
 #include "gradcomp/cpu.h"
 
 #ifndef GRADCOMP_ISA_TARGET
@@ -34,13 +38,21 @@ std::string isa_built_for() {
   return target + " (" + compiled_level() + ")";
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports has no "f16c".
+static bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+#endif
+
 std::string isa_cpu_offers() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
   const bool v2 = __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt") &&
                   __builtin_cpu_supports("ssse3");
   const bool v3 = v2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                  __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c");
+                  __builtin_cpu_supports("bmi2") && cpu_has_f16c();
   const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   std::string level = v4 ? "x86-64-v4" : v3 ? "x86-64-v3" : v2 ? "x86-64-v2" : "x86-64";
@@ -50,7 +62,7 @@ std::string isa_cpu_offers() {
   };
   note("avx2", __builtin_cpu_supports("avx2"));
   note("fma", __builtin_cpu_supports("fma"));
-  note("f16c", __builtin_cpu_supports("f16c"));
+  note("f16c", cpu_has_f16c());
   note("avx512f", __builtin_cpu_supports("avx512f"));
   std::string detail = have.empty() ? "" : have.substr(1);
   if (!lack.empty()) detail += (detail.empty() ? "no" : "; no") + lack;
