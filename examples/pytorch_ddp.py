@@ -160,18 +160,29 @@ def report(args, world, accuracy, state, step_times, wall) -> None:
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows), flush=True)
 
 
-def worker(rank: int, world: int, port: int, args) -> None:
+def worker(rank: int, world: int, port: int, train_fn, args) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
-    run(args)
+    run(train_fn, args)
 
 
-def run(args) -> None:
+def run(train_fn, args) -> None:
+    """Joins the run the environment describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT), trains."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     try:
-        train(args)
+        train_fn(args)
     finally:
         dist.destroy_process_group()
+
+
+def launch_local(train_fn, args, workers: int) -> None:
+    """Starts `workers` local processes on 127.0.0.1, each running run(train_fn, args)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(worker, args=(workers, port, train_fn, args), nprocs=workers,
+                       start_method="spawn")
 
 
 def main() -> None:
@@ -191,14 +202,9 @@ def main() -> None:
     p.add_argument("--data-dir", default=DATA_DIR)
     args = p.parse_args()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        run(args)  # torchrun, Slurm or mpirun set the rendezvous
+        run(train, args)  # torchrun, Slurm or mpirun set the rendezvous
         return
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(worker, args=(args.workers, port, args), nprocs=args.workers,
-                       start_method="spawn")
+    launch_local(train, args, args.workers)
 
 
 if __name__ == "__main__":

@@ -14,21 +14,18 @@ What it shows, beside pytorch_ddp.py's MLP:
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import socket
 import sys
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradcomp.torch as gc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_ddp import DATA_DIR, evaluate, load  # noqa: E402  (the IDX reader)
+from pytorch_ddp import DATA_DIR, evaluate, launch_local, load  # noqa: E402
 
 
 class SmallCnn(nn.Module):
@@ -84,16 +81,6 @@ def train(args) -> None:
               f"checkpoint {args.checkpoint_dir}/", flush=True)
 
 
-def worker(rank: int, world: int, port: int, args) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
-    try:
-        train(args)
-    finally:
-        dist.destroy_process_group()
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--compressor", default="powersgd:rank=2")
@@ -104,12 +91,9 @@ def main() -> None:
     p.add_argument("--checkpoint-dir", default="ck")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--data-dir", default=DATA_DIR)
+    p.add_argument("--timeout", type=float, default=300.0, help="collective timeout, seconds")
     args = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(worker, args=(args.workers, port, args), nprocs=args.workers,
-                       start_method="spawn")
+    launch_local(train, args, args.workers)
 
 
 if __name__ == "__main__":

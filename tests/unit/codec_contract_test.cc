@@ -219,8 +219,8 @@ TEST_P(CodecContract, LinearCodecsSumWhileCompressed) {
   // checksum, which covers the region too (the reducer reseals the summed message).
   ASSERT_GE(r.offset, kHeaderBytes);
   EXPECT_EQ(0, std::memcmp(ma.data(), mb.data(), kCrcOffset));
-  EXPECT_EQ(0, std::memcmp(ma.data() + kHeaderBytes, mb.data() + kHeaderBytes,
-                           r.offset - kHeaderBytes));
+  EXPECT_EQ(
+      0, std::memcmp(ma.data() + kHeaderBytes, mb.data() + kHeaderBytes, r.offset - kHeaderBytes));
   if (r.dtype == WireDType::kFloat32) {
     for (std::size_t i = 0; i < r.count; ++i) {
       const float s = load_le<float>(ma.data() + r.offset + 4 * i) +
