@@ -11,7 +11,8 @@ Columns: median step time after warm-up; that time over the compute floor (the
 no-communication run); speedup over gradcomp dense and over DDP + PowerSGD at the same
 bandwidth (> 1: faster); bytes per worker per step as the ring/allgather model counts
 them and as measured on the rank's interface (TCP/IP headers included); test accuracy;
-and gradcomp's split of a step into compute / encode / communicate / decode (ms/step).
+and gradcomp's split of a step into compute / encode / communicate / decode (ms/step), and
+the time it waited for the exchange after backward (the rest ran hidden behind backward).
 """
 
 import glob
@@ -69,6 +70,10 @@ def row_of(run):
                 1e3 * (s.get(k) or 0.0) / steps
                 for k in ("compute_seconds", "encode_seconds", "comm_seconds", "decode_seconds")
             ]
+            # What the step waited for the exchange after backward (the exchange runs
+            # alongside backward); binaries before the overlap did not report it.
+            waited = s.get("exposed_seconds")
+            row["split_ms"].append(None if waited is None else 1e3 * waited / steps)
     if run["method"] == "compute floor":
         row["accuracy"] = None  # a different training (world of one): not comparable
     return row
@@ -165,7 +170,7 @@ def render_table(meta, rows, bandwidths, floor, targets):
     lines.append("")
     head = ("| link | method | step ms | × floor | vs gradcomp dense | vs DDP+PowerSGD "
             "| MB/worker/step (model) | MB/worker/step (wire) | test acc "
-            "| compute / encode / comm / decode (ms/step) |")
+            "| compute / encode / comm / decode / waited (ms/step) |")
     lines.append(head)
     lines.append("|" + "---|" * 10)
     ordered = []
@@ -180,7 +185,8 @@ def render_table(meta, rows, bandwidths, floor, targets):
             lines.append("| %s | %s | %s | | | | | | | |" % (r["bandwidth"], label(r),
                                                          r["status"] + (": " + r["note"] if r["note"] else "")))
             continue
-        split = "—" if not r["split_ms"] else " / ".join("%.1f" % v for v in r["split_ms"])
+        split = "—" if not r["split_ms"] else " / ".join(
+            "—" if v is None else "%.1f" % v for v in r["split_ms"])
         lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["bandwidth"] if r["method"] != "compute floor" else "(none)", label(r),
             fmt_ms(r["step_ms"]), fmt_x(r["over_floor"]), fmt_x(r["vs_dense"]),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <future>
@@ -12,11 +13,15 @@
 #include <optional>
 #include <utility>
 
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
 #include "gradcomp/dist/communicator.h"
 #include "gradcomp/dist/exchanger.h"
 #include "gradcomp/dist/process_group.h"
 #include "gradcomp/dist/reducers.h"
 #include "gradcomp/error.h"
+#include "gradcomp/finite.h"
 
 namespace gradcomp {
 
@@ -25,7 +30,19 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+
+std::string describe_value(float v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; }
 }  // namespace
+
+NonFiniteGradient::NonFiniteGradient(std::string parameter, std::size_t index, std::size_t element,
+                                     float value, std::int64_t step)
+    : InvalidArgument("step " + std::to_string(step) + ": the gradient of " + parameter + " is " +
+                      describe_value(value) + " at element " + std::to_string(element)),
+      parameter_(std::move(parameter)),
+      index_(index),
+      element_(element),
+      value_(value),
+      step_(step) {}
 
 struct GradientExchange::Impl {
   ExchangeOptions options;
@@ -41,7 +58,10 @@ struct GradientExchange::Impl {
   std::vector<std::size_t> param_bucket;    // per parameter
   std::vector<std::size_t> param_offset;    // per parameter, in its bucket
   std::vector<std::size_t> order;           // buckets in hand-over order
-  std::vector<unsigned> hook_handles;
+  // Per parameter: its AccumulateGrad node (held, as the variable holds it only weakly)
+  // and the key of our post hook on it.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<std::uintptr_t> hook_keys;
 
   // This step.
   std::mutex mutex;
@@ -99,8 +119,18 @@ struct GradientExchange::Impl {
     }
     reset_step();
     for (std::size_t i = 0; i < params.size(); ++i) {
-      hook_handles.push_back(
-          params[i].register_hook([this, i](const torch::Tensor& grad) { on_gradient(i, grad); }));
+      // A post hook on the parameter's AccumulateGrad node, as DDP's reducer does: it
+      // runs once per backward, after autograd has written .grad (after every tensor
+      // hook, whenever the user registered it), so what is exchanged is exactly the
+      // .grad an after-backward exchange would read.
+      accumulators.push_back(torch::autograd::impl::grad_accumulator(params[i]));
+      hook_keys.push_back(accumulators.back()->add_post_hook(
+          std::make_unique<torch::autograd::utils::LambdaPostHook>(
+              [this, i](const torch::autograd::variable_list& outputs,
+                        const torch::autograd::variable_list& /*inputs*/) {
+                on_gradient(i);
+                return outputs;
+              })));
     }
   }
 
@@ -116,7 +146,8 @@ struct GradientExchange::Impl {
   }
 
   // On the autograd thread, once per parameter per backward.
-  void on_gradient(std::size_t i, const torch::Tensor& grad) {
+  void on_gradient(std::size_t i) {
+    const torch::Tensor& grad = params[i].grad();
     std::lock_guard lock(mutex);
     if (!started) {
       started = true;
@@ -129,11 +160,16 @@ struct GradientExchange::Impl {
                             "accumulating gradients over several backward passes is not "
                             "supported)");
     }
-    seen[i] = 1;
     const std::size_t b = param_bucket[i];
     const torch::Tensor g = grad.to(torch::kFloat).contiguous();
-    std::memcpy(buffers[b].data() + param_offset[i], g.data_ptr<float>(),
-                static_cast<std::size_t>(g.numel()) * sizeof(float));
+    const std::span<float> slot(buffers[b].data() + param_offset[i],
+                                static_cast<std::size_t>(g.numel()));
+    std::memcpy(slot.data(), g.data_ptr<float>(), slot.size_bytes());
+    if (options.check_finite) {
+      const std::size_t bad = find_non_finite(slot);
+      if (bad < slot.size()) throw NonFiniteGradient(names[i], i, bad, slot[bad], step);
+    }
+    seen[i] = 1;
     --missing[b];
     hand_over_ready();
   }
@@ -166,6 +202,21 @@ struct GradientExchange::Impl {
                       });
   }
 
+  // A codec knows the bucket it failed on, the user the tensor: one line with both.
+  [[noreturn]] void rethrow_naming_tensors(std::exception_ptr error) const {
+    try {
+      std::rethrow_exception(error);
+    } catch (const EncodeError& e) {
+      for (const BucketPlan& b : plan) {
+        if (b.id == e.bucket()) {
+          throw InvalidArgument("step " + std::to_string(step) + ": " + e.what() + " [bucket " +
+                                std::to_string(b.id) + " is " + b.name + "]");
+        }
+      }
+      throw;
+    }
+  }
+
   void finish() {
     {
       std::lock_guard lock(mutex);
@@ -193,7 +244,7 @@ struct GradientExchange::Impl {
     exposed_seconds += seconds_since(t0);
     if (first) {
       reset_step();
-      std::rethrow_exception(first);
+      rethrow_naming_tensors(first);
     }
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params.size(); ++i) {
@@ -231,7 +282,7 @@ GradientExchange::GradientExchange(const NamedParameters& params, dist::Communic
 GradientExchange::~GradientExchange() {
   if (!impl_) return;
   for (std::size_t i = 0; i < impl_->params.size(); ++i) {
-    impl_->params[i].remove_hook(impl_->hook_handles[i]);
+    impl_->accumulators[i]->del_post_hook(impl_->hook_keys[i]);
   }
   impl_->exchanger.reset();  // waits for exchanges in flight (they hold our buffers)
 }

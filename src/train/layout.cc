@@ -1,11 +1,10 @@
 #include "train/layout.h"
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
 #include <cstring>
 
 #include "gradcomp/error.h"
+#include "gradcomp/finite.h"
 
 namespace gradcomp::train {
 
@@ -62,28 +61,13 @@ void GradientBuffers::gather() {
   }
 }
 
-namespace {
-
-// Whether x holds a NaN or an infinity: an exponent of all ones. A max over the
-// exponent bits is an integer reduction, which the compiler vectorises (a float test
-// with early exit would not be).
-bool any_non_finite(std::span<const float> x) {
-  constexpr std::uint32_t kExponent = 0x7F800000u;
-  std::uint32_t widest = 0;
-  for (const float v : x) widest = std::max(widest, std::bit_cast<std::uint32_t>(v) & kExponent);
-  return widest == kExponent;
-}
-
-}  // namespace
-
-std::optional<NonFiniteGradient> GradientBuffers::find_non_finite() const {
+std::optional<NonFiniteElement> GradientBuffers::find_non_finite() const {
   for (std::size_t b = 0; b < plan_.size(); ++b) {
-    if (!any_non_finite(buffers_[b])) continue;
+    if (gradcomp::find_non_finite(buffers_[b]) == buffers_[b].size()) continue;
     for (const BucketPlan::Slot& s : plan_[b].slots) {
-      const float* g = buffers_[b].data() + s.offset;
-      for (std::size_t i = 0; i < s.numel; ++i) {
-        if (!std::isfinite(g[i])) return NonFiniteGradient{s.param, i, g[i]};
-      }
+      const std::span<const float> g(buffers_[b].data() + s.offset, s.numel);
+      const std::size_t i = gradcomp::find_non_finite(g);
+      if (i < g.size()) return NonFiniteElement{s.param, i, g[i]};
     }
   }
   return std::nullopt;

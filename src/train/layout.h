@@ -24,8 +24,8 @@ using gradcomp::plan_buckets;
 
 std::vector<ParamInfo> describe_parameters(torch::nn::Module& model);
 
-// A non-finite value found in the gradient buffers (GradientBuffers::find_non_finite).
-struct NonFiniteGradient {
+// A non-finite element found in the gradient buffers (GradientBuffers::find_non_finite).
+struct NonFiniteElement {
   std::size_t param = 0;    // index into the parameter list
   std::size_t element = 0;  // flat index within that parameter
   float value = 0;          // NaN, +inf or -inf
@@ -43,7 +43,7 @@ class GradientBuffers {
   // The first NaN or infinity in the buffers (bucket order), or nullopt. One read of the
   // gradient, vectorised (an integer max of the exponent bits), so cheap enough to run
   // after every gather(): a non-finite value must not reach a codec or the other ranks.
-  std::optional<NonFiniteGradient> find_non_finite() const;
+  std::optional<NonFiniteElement> find_non_finite() const;
   // buffers -> .grad (an undefined .grad is created).
   void scatter();
 

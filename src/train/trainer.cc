@@ -47,14 +47,6 @@ std::string format_bytes(double b) {
   return buf;
 }
 
-// The tensor(s) behind bucket id, as the layout names them ("fc2.weight").
-std::string bucket_name(const std::vector<BucketPlan>& plan, std::uint32_t id) {
-  for (const BucketPlan& b : plan) {
-    if (b.id == id) return b.name;
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 void set_threads(int threads, int blas_threads) {
@@ -101,7 +93,7 @@ std::string describe_blas() {
 }
 
 Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
-                 const ReducerFactory& make_reducer)
+                 const SyncFactory& make_sync)
     : config_(std::move(config)), train_(std::move(train)), test_(std::move(test)) {
   if (config_.batch_size < 1 || config_.batch_size > train_.n) {
     throw InvalidArgument("trainer: batch size " + std::to_string(config_.batch_size) +
@@ -139,17 +131,12 @@ Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
   lr.total_steps = config_.epochs * steps_per_epoch_;
   schedule_ = std::make_unique<LrSchedule>(lr);
 
-  const std::vector<ParamInfo> infos = describe_parameters(*model_);
-  for (const ParamInfo& p : infos) param_names_.push_back(p.name);
-  std::vector<BucketPlan> plan = plan_buckets(infos, config_.layout);
-  const std::vector<BucketShape> shapes = bucket_shapes(plan);
-  buffers_ = std::make_unique<GradientBuffers>(params_, std::move(plan));
-  reducer_ = make_reducer(shapes);
-  if (!reducer_) throw InvalidArgument("trainer: the reducer factory returned nothing");
-  if (reducer_->momentum_in_memory()) {
-    // The reducer's memories apply momentum to compressed buckets (DGC's momentum
+  sync_ = make_sync(SyncSetup{model_->named_parameters(), config_, steps_per_epoch_});
+  if (!sync_) throw InvalidArgument("trainer: the gradient sync factory returned nothing");
+  if (sync_->momentum_in_memory()) {
+    // The compressor's memories apply momentum to compressed buckets (DGC's momentum
     // correction); applying it again in the optimizer would square it.
-    for (const BucketPlan& b : buffers_->plan()) {
+    for (const BucketPlan& b : sync_->buckets()) {
       if (!b.compressible) continue;
       for (const BucketPlan::Slot& slot : b.slots) {
         optimizer_->set_skip_momentum(slot.param, true);
@@ -187,16 +174,22 @@ double Trainer::train_step() {
   model_->train();
   for (torch::Tensor& p : params_) {
     // Dropping the gradient lets autograd hand its fresh result over instead of adding
-    // it into a zeroed buffer; GradientBuffers copies it out either way.
+    // it into a zeroed buffer.
     p.mutable_grad().reset();
   }
+  const bool compress = step_ >= config_.dense_steps;
+  // Dense steps (--dense-steps) bypass the memories, so the optimizer keeps the momentum
+  // of those parameters until compression starts (its buffer is then dropped).
+  for (const std::size_t p : memory_momentum_params_) {
+    if (optimizer_->skip_momentum(p) != compress) optimizer_->set_skip_momentum(p, compress);
+  }
+  sync_->begin_step({step_, static_cast<float>(schedule_->lr(step_)), compress});
   const torch::Tensor logits = model_->forward(batch_x_);
   const torch::Tensor loss = at::cross_entropy_loss(logits, batch_y_);
-  loss.backward();
   const double loss_value = loss.item<double>();
-  // A diverged run stops here, before its gradient reaches the other ranks: a dense sum
-  // would silently turn every replica into NaN, a selecting codec would fail on a
-  // non-finite input with a less telling message.
+  // A diverged run stops here, before backward hands its gradient to the exchange: a
+  // dense sum would silently turn every replica into NaN, a selecting codec would fail
+  // on a non-finite input with a less telling message.
   if (!std::isfinite(loss_value)) {
     const char* value = std::isnan(loss_value) ? "nan" : loss_value > 0 ? "inf" : "-inf";
     throw Error("step " + std::to_string(step_) + ": the training loss is " + value +
@@ -206,68 +199,36 @@ double Trainer::train_step() {
     torch::NoGradGuard no_grad;
     epoch_correct_ += logits.argmax(1).eq(batch_y_).sum().item<std::int64_t>();
   }
-  buffers_->gather();
-  // A finite loss can still have a non-finite gradient (an overflow in backward). Stop
-  // here, naming the rank and the tensor, before it reaches a codec (where only the
-  // selecting codecs would notice, on this rank alone) or the other ranks' sums.
-  if (const std::optional<NonFiniteGradient> bad = buffers_->find_non_finite()) {
-    const char* value = std::isnan(bad->value) ? "nan" : bad->value > 0 ? "inf" : "-inf";
+  try {
+    // The exchange of each bucket starts inside backward, as its gradients are complete
+    // (allreduce topology); finish_step() waits for the rest and writes the means.
+    loss.backward();
+    sync_->finish_step();
+  } catch (const gradcomp::NonFiniteGradient& e) {
+    // A finite loss can still have a non-finite gradient (an overflow in backward): the
+    // exchange stopped it before a codec or a peer saw it.
     throw Error("step " + std::to_string(step_) + ", rank " + std::to_string(config_.rank) +
-                ": the gradient of " + param_names_.at(bad->param) + " is " + value +
-                " at element " + std::to_string(bad->element) + " while the loss is finite (" +
+                ": the gradient of " + e.parameter() + " is " +
+                (std::isnan(e.value()) ? "nan"
+                 : e.value() > 0       ? "inf"
+                                       : "-inf") +
+                " at element " + std::to_string(e.element()) + " while the loss is finite (" +
                 std::to_string(loss_value) + "); a lower --lr or --warmup-steps may help");
   }
-  const auto t1 = Clock::now();
+  // The asynchronous parameter server's servers apply the update: the worker got their
+  // latest weights instead of a mean gradient.
+  if (!sync_->owns_weights()) optimizer_->step(schedule_->lr(step_));
+  const double step_seconds = seconds(t0, Clock::now());
 
-  StepContext ctx;
-  ctx.seed = config_.seed;
-  ctx.step = static_cast<std::uint64_t>(step_);
-  ctx.rank = static_cast<std::uint32_t>(config_.rank);
-  ctx.world = static_cast<std::uint32_t>(config_.world);
-  ctx.steps_per_epoch = static_cast<std::uint64_t>(steps_per_epoch_);
-  ctx.lr = static_cast<float>(schedule_->lr(step_));
-  ctx.momentum = static_cast<float>(config_.sgd.momentum);
-  ctx.nesterov = config_.sgd.nesterov;
-  const bool compress = step_ >= config_.dense_steps;
-  // Dense steps (--dense-steps) bypass the memories, so the optimizer keeps the momentum
-  // of those parameters until compression starts (its buffer is then dropped).
-  for (const std::size_t p : memory_momentum_params_) {
-    if (optimizer_->skip_momentum(p) != compress) optimizer_->set_skip_momentum(p, compress);
-  }
-  // Either the reducer returns the mean gradient and this worker steps its optimizer,
-  // or (asynchronous parameter server) the servers own the weights: the gradient goes
-  // out, the latest weights come back, and there is no local step.
-  const bool remote_weights = reducer_->owns_weights();
-  try {
-    if (remote_weights) {
-      reducer_->exchange_weights(buffers_->refs(compress), buffers_->weights(), ctx);
-    } else {
-      reducer_->reduce(buffers_->refs(compress), ctx);
-    }
-  } catch (const EncodeError& e) {
-    // The codec knows the bucket, this trainer its tensor: one line with both.
-    throw InvalidArgument("step " + std::to_string(step_) + ": " + e.what() + " [bucket " +
-                          std::to_string(e.bucket()) + " is " +
-                          bucket_name(buffers_->plan(), e.bucket()) + "]");
-  }
-  const auto t2 = Clock::now();
-
-  if (remote_weights) {
-    buffers_->scatter_weights();
-  } else {
-    buffers_->scatter();
-    optimizer_->step(schedule_->lr(step_));
-  }
-  const auto t3 = Clock::now();
-
-  compute_seconds_ += seconds(t0, t1) + seconds(t2, t3);
-  const ReduceStats s = reducer_->take_stats();
-  accumulate(totals_, s);
+  const ExchangeStats s = sync_->take_stats();
+  compute_seconds_ += step_seconds - s.exposed_seconds;
+  exposed_seconds_ += s.exposed_seconds;
+  accumulate(totals_, s.reduce);
   if (compress) {
     ++compressed_steps_;
-    compressed_bytes_ += s.bytes_sent;
-    compressed_bytes_received_ += s.bytes_received;
-    if (steps_this_process_ >= kColdSteps) step_ms_.push_back(seconds(t0, t3) * 1e3);
+    compressed_bytes_ += s.reduce.bytes_sent;
+    compressed_bytes_received_ += s.reduce.bytes_received;
+    if (steps_this_process_ >= kColdSteps) step_ms_.push_back(step_seconds * 1e3);
   }
   ++steps_this_process_;
   ++step_;
@@ -313,7 +274,7 @@ void Trainer::save_checkpoint(const std::filesystem::path& file) {
   meta.seed = config_.seed;
   meta.rank = static_cast<std::uint32_t>(config_.rank);
   meta.world = static_cast<std::uint32_t>(config_.world);
-  const std::vector<StateBuffer> state = reducer_->state();
+  const std::vector<StateBuffer> state = sync_->state();
   // The previous checkpoint stays as FILE.prev: ranks killed while some had written this
   // one and others had not can still resume together from the one before. (A run that
   // resumed from an older step rewrites a step it already had: that file is replaced.)
@@ -327,7 +288,7 @@ void Trainer::save_checkpoint(const std::filesystem::path& file) {
 void Trainer::load_checkpoint(const std::filesystem::path& file) {
   // Check the run identity before restoring anything: read_checkpoint validates the
   // arrays before it copies, but seed/rank/world are only known after.
-  const std::vector<StateBuffer> state = reducer_->state();
+  const std::vector<StateBuffer> state = sync_->state();
   std::vector<ArrayView> arrays = training_arrays(*model_, *optimizer_, state);
   // Stage into copies so that a wrong seed/rank/world leaves the trainer untouched.
   std::vector<std::vector<std::byte>> staging(arrays.size());
@@ -376,7 +337,7 @@ TrainSummary Trainer::run() {
   const std::string blas = describe_blas();
   if (config_.progress) {
     *config_.progress << "model " << config_.model.name << " (" << params_.size() << " tensors), "
-                      << buffers_->plan().size() << " buckets, reducer " << reducer_->describe()
+                      << sync_->buckets().size() << " buckets, reducer " << sync_->describe()
                       << ", " << config_.threads << " thread(s), BLAS " << blas << "\n";
     *config_.progress << "ISA: " << isa_summary() << "\n";
     const int blas_threads = config_.blas_threads == 0 ? config_.threads : config_.blas_threads;
@@ -395,7 +356,9 @@ TrainSummary Trainer::run() {
   // gradcomp_dist counts every collective (the bytes Gloo's ring allreduce sends:
   // 2(W-1)/W of the buffer), so compression_ratio compares like with like. A single
   // process has no wire: its reference is the gradient itself.
-  const double gradient_bytes = static_cast<double>(buffers_->total_elements() * sizeof(float));
+  std::size_t gradient_elements = 0;
+  for (const BucketPlan& b : sync_->buckets()) gradient_elements += b.numel;
+  const double gradient_bytes = static_cast<double>(gradient_elements * sizeof(float));
   const double world = static_cast<double>(config_.world);
   const double dense_bytes =
       config_.world > 1 ? 2.0 * (world - 1.0) / world * gradient_bytes : gradient_bytes;
@@ -482,9 +445,10 @@ TrainSummary Trainer::run() {
   s.encode_seconds = totals_.encode_seconds;
   s.comm_seconds = totals_.comm_seconds;
   s.decode_seconds = totals_.decode_seconds;
+  s.exposed_seconds = exposed_seconds_;
   s.elapsed_seconds = seconds(start, Clock::now());
   s.blas = blas;
-  s.reducer = reducer_->describe();
+  s.reducer = sync_->describe();
   if (metrics) {
     JsonObject j;
     j.add("type", "summary")
@@ -504,6 +468,7 @@ TrainSummary Trainer::run() {
         .add("encode_seconds", s.encode_seconds)
         .add("comm_seconds", s.comm_seconds)
         .add("decode_seconds", s.decode_seconds)
+        .add("exposed_seconds", s.exposed_seconds)
         .add("elapsed_seconds", s.elapsed_seconds)
         .add("threads", config_.threads)
         .add("rank", config_.rank)

@@ -1,7 +1,8 @@
-// The training loop of one worker: minibatches from its data shard, forward/backward,
-// gradients into flat buckets, Reducer::reduce (the exchange and any compression),
-// the mean gradient back into .grad, an SGD step; evaluation on the test set every
-// epoch, checkpoints, metrics and a progress line per epoch.
+// The training loop of one worker: minibatches from its data shard, forward/backward
+// with the gradient exchange running alongside (GradientSync: gradcomp's public
+// GradientExchange, or a parameter server's after-backward reducer), an SGD step on the
+// mean gradient; evaluation on the test set every epoch, checkpoints, metrics and a
+// progress line per epoch.
 //
 // Determinism: the model is initialised from config.seed; epoch e visits the shard in
 // data::epoch_order(n, seed, e), batch_size samples per step (the last partial batch
@@ -25,6 +26,7 @@
 #include "gradcomp/data/dataset.h"
 #include "gradcomp/reducer.h"
 #include "train/checkpoint.h"
+#include "train/gradient_sync.h"
 #include "train/layout.h"
 #include "train/metrics.h"
 #include "train/models.h"
@@ -62,10 +64,6 @@ struct TrainConfig {
   std::ostream* progress = nullptr;  // one line per epoch; null: quiet
 };
 
-// Builds the Reducer once the bucket layout is known (e.g. a LocalReducer, or a
-// c10d reducer from gradcomp_dist).
-using ReducerFactory = std::function<std::unique_ptr<Reducer>(std::span<const BucketShape>)>;
-
 struct EvalResult {
   double loss = 0;      // mean cross-entropy
   double accuracy = 0;  // fraction correct
@@ -87,9 +85,12 @@ struct TrainSummary {
   double step_ms_median =
       0;  // steps after the dense warm-up, first 2 steps of the process excluded
   double compute_seconds = 0;  // forward, backward, bucket copies, optimizer
+  // On the exchange's thread, alongside backward when it overlaps (allreduce topology).
   double encode_seconds = 0;
   double comm_seconds = 0;
   double decode_seconds = 0;
+  // What the step waited for the exchange after backward: the part not hidden.
+  double exposed_seconds = 0;
   double elapsed_seconds = 0;
   std::string blas;
   std::string reducer;
@@ -100,7 +101,7 @@ class Trainer {
   // train: this worker's shard; test: the full test set. Throws InvalidArgument for
   // a bad configuration (batch larger than the shard, unknown model, ...).
   Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
-          const ReducerFactory& make_reducer);
+          const SyncFactory& make_sync);
 
   // Resumes if asked, trains to the end (epochs or max_steps), evaluates every epoch,
   // writes checkpoints at every epoch end and at the stop, and the metrics summary.
@@ -121,8 +122,7 @@ class Trainer {
   std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
   Model& model() { return *model_; }
   Sgd& optimizer() { return *optimizer_; }
-  Reducer& reducer() { return *reducer_; }
-  GradientBuffers& buffers() { return *buffers_; }
+  GradientSync& sync() { return *sync_; }
   const TrainConfig& config() const { return config_; }
 
  private:
@@ -138,12 +138,10 @@ class Trainer {
   std::vector<torch::Tensor> params_;
   std::unique_ptr<Sgd> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
-  std::unique_ptr<GradientBuffers> buffers_;
-  std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<GradientSync> sync_;
   // Parameters whose momentum the reducer's memories carry when their bucket is
   // compressed (DGC); the optimizer applies it during dense steps.
   std::vector<std::size_t> memory_momentum_params_;
-  std::vector<std::string> param_names_;  // for errors naming a tensor
   std::int64_t steps_per_epoch_ = 0;
   std::int64_t step_ = 0;
   // Reused every step: the minibatch and the epoch's visiting order.
@@ -153,6 +151,7 @@ class Trainer {
   std::uint64_t order_epoch_ = ~std::uint64_t{0};
   // Accounting.
   double compute_seconds_ = 0;
+  double exposed_seconds_ = 0;
   ReduceStats totals_;
   std::uint64_t compressed_steps_ = 0;
   std::uint64_t compressed_bytes_ = 0;

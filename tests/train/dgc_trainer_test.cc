@@ -38,7 +38,7 @@ TrainConfig small_config() {
 // Parameter index -> whether its bucket is compressed.
 std::vector<bool> compressed_params(Trainer& t) {
   std::vector<bool> out(t.optimizer().params().size(), false);
-  for (const BucketPlan& b : t.buffers().plan()) {
+  for (const BucketPlan& b : t.sync().buckets()) {
     for (const BucketPlan::Slot& s : b.slots) out[s.param] = b.compressible;
   }
   return out;
@@ -47,7 +47,7 @@ std::vector<bool> compressed_params(Trainer& t) {
 TEST(DgcTrainer, OptimizerSkipsMomentumExactlyForCompressedParameters) {
   const Data d = synthetic(320, 100, 8);
   Trainer t(small_config(), d.train, d.test, local("dgc:density=0.01,warmup_epochs=1"));
-  EXPECT_TRUE(t.reducer().momentum_in_memory());
+  EXPECT_TRUE(t.sync().momentum_in_memory());
   const std::vector<bool> compressed = compressed_params(t);
   ASSERT_EQ(std::count(compressed.begin(), compressed.end(), true), 1);  // fc1.weight
   for (int i = 0; i < 6; ++i) t.train_step();
@@ -62,7 +62,7 @@ TEST(DgcTrainer, OptimizerSkipsMomentumExactlyForCompressedParameters) {
   }
   // DGC's own momentum is live.
   bool any = false;
-  for (const StateBuffer& s : t.reducer().state()) {
+  for (const StateBuffer& s : t.sync().state()) {
     if (s.name.find("momentum") == std::string::npos) continue;
     for (float x : s.data) any = any || x != 0.0f;
   }
@@ -70,7 +70,7 @@ TEST(DgcTrainer, OptimizerSkipsMomentumExactlyForCompressedParameters) {
 
   // Without momentum correction the optimizer keeps its momentum everywhere.
   Trainer plain(small_config(), d.train, d.test, local("dgc:density=0.01,correction=0"));
-  EXPECT_FALSE(plain.reducer().momentum_in_memory());
+  EXPECT_FALSE(plain.sync().momentum_in_memory());
   for (std::size_t i = 0; i < compressed.size(); ++i) {
     EXPECT_FALSE(plain.optimizer().skip_momentum(i)) << i;
   }
@@ -159,7 +159,7 @@ TEST(DgcTrainer, ResumeContinuesTheSameTrajectoryBitForBit) {
   Trainer f(fresh, d.train, d.test, local(spec));
   f.load_checkpoint(dir / "rank-0.ckpt");
   ASSERT_EQ(f.global_step(), kN);
-  for (StateBuffer& s : f.reducer().state()) std::fill(s.data.begin(), s.data.end(), 0.0f);
+  for (StateBuffer& s : f.sync().state()) std::fill(s.data.begin(), s.data.end(), 0.0f);
 
   TrainConfig second = first;
   second.max_steps = 2 * kN;
@@ -173,8 +173,8 @@ TEST(DgcTrainer, ResumeContinuesTheSameTrajectoryBitForBit) {
   for (std::size_t i = 0; i < pa.size(); ++i) {
     EXPECT_TRUE(torch::equal(pa[i], pc[i])) << "parameter " << i;
   }
-  const auto sa = a.reducer().state();
-  const auto sc = c.reducer().state();
+  const auto sa = a.sync().state();
+  const auto sc = c.sync().state();
   ASSERT_EQ(sa.size(), 4u);  // two compressed buckets, u and v each
   ASSERT_EQ(sc.size(), sa.size());
   for (std::size_t i = 0; i < sa.size(); ++i) {

@@ -180,8 +180,8 @@ TEST(Trainer, ResumeContinuesTheSameTrajectoryBitForBit) {
     EXPECT_TRUE(
         torch::equal(a.optimizer().momentum_buffers()[i], c.optimizer().momentum_buffers()[i]));
   }
-  const auto sa = a.reducer().state();
-  const auto sc = c.reducer().state();
+  const auto sa = a.sync().state();
+  const auto sc = c.sync().state();
   ASSERT_EQ(sa.size(), sc.size());
   ASSERT_FALSE(sa.empty());
   for (std::size_t i = 0; i < sa.size(); ++i) {

@@ -1,5 +1,5 @@
-// What the trainer tests share: a reducer factory for one process (LocalReducer), a
-// synthetic train/test split, and a fresh per-process scratch directory.
+// What the trainer tests share: a gradient sync for one process (a LocalReducer after
+// backward), a synthetic train/test split, and a fresh per-process scratch directory.
 #pragma once
 
 #include <unistd.h>
@@ -16,10 +16,10 @@
 
 namespace gradcomp::train::test {
 
-inline ReducerFactory local(std::string spec) {
-  return [spec](std::span<const BucketShape> shapes) {
+inline SyncFactory local(std::string spec) {
+  return reducer_sync([spec](std::span<const BucketShape> shapes) {
     return std::make_unique<LocalReducer>(builtin_registry(), spec, shapes);
-  };
+  });
 }
 
 struct Data {

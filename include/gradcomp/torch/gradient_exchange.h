@@ -15,7 +15,9 @@
 // gradcomp's layout rules (gradcomp/layout.h: matrices one per bucket, or fused up to
 // bucket_mb; 1-D and small tensors, and the smallest within dense_share, in one dense
 // bucket), numbered in reverse parameter order, the order backward produces them. A
-// gradient hook on every parameter copies its gradient into its bucket; when a bucket is
+// post hook on every parameter's gradient accumulator (DDP's way: it runs once per
+// backward, after autograd has written .grad, after any tensor hook of the user's)
+// copies the gradient into its bucket; when a bucket is
 // complete it is handed to gradcomp's Exchanger, which encodes and exchanges it on a
 // thread of its own while backward goes on. Buckets are handed over strictly in index
 // order (a bucket that is complete early waits for the ones before it), so every rank
@@ -57,6 +59,32 @@ struct ExchangeOptions {
   float momentum = 0.0f;
   bool nesterov = false;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  // Look for NaN and infinity in every gradient as its hook copies it (one extra read of
+  // memory that is in cache): a non-finite gradient throws NonFiniteGradient out of
+  // backward() before its bucket reaches a codec or another rank.
+  bool check_finite = true;
+};
+
+// A gradient held a NaN or an infinity (ExchangeOptions::check_finite). Thrown by the
+// gradient hook, so out of backward(); buckets handed over before it are still in
+// flight. Like a communication failure it ends the exchange: stop the run (every rank
+// does, as the others lose this one), lower the learning rate, resume from a checkpoint.
+class NonFiniteGradient : public InvalidArgument {
+ public:
+  NonFiniteGradient(std::string parameter, std::size_t index, std::size_t element, float value,
+                    std::int64_t step);
+  const std::string& parameter() const { return parameter_; }  // its name, e.g. "fc1.weight"
+  std::size_t index() const { return index_; }                 // among the exchanged parameters
+  std::size_t element() const { return element_; }             // flat index in the parameter
+  float value() const { return value_; }                       // NaN, +inf or -inf
+  std::int64_t step() const { return step_; }
+
+ private:
+  std::string parameter_;
+  std::size_t index_;
+  std::size_t element_;
+  float value_;
+  std::int64_t step_;
 };
 
 // What the exchanges cost since the previous take_stats().
@@ -87,7 +115,8 @@ class GradientExchange {
   void set_learning_rate(float lr);
 
   // Waits for this step's exchanges and writes the mean gradients into .grad. Throws
-  // gradcomp::CommError (a peer failed or timed out) or InvalidArgument; afterwards the
+  // gradcomp::CommError (a peer failed or timed out) or InvalidArgument (a codec could
+  // not encode a bucket: the message names the bucket's tensors); afterwards the
   // exchange is unusable, as after any communication failure.
   void finish();
 

@@ -1,0 +1,151 @@
+#include "train/gradient_sync.h"
+
+#include <chrono>
+#include <optional>
+#include <utility>
+
+#include "gradcomp/error.h"
+#include "train/layout.h"
+#include "train/trainer.h"
+
+namespace gradcomp::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The allreduce topology: the public GradientExchange, hooks and all.
+class ExchangeSync final : public GradientSync {
+ public:
+  ExchangeSync(const SyncSetup& setup, dist::Communicator& comm, ExchangeOptions options)
+      : exchange_(setup.named_parameters, comm, std::move(options)) {}
+
+  void begin_step(const StepInfo& step) override {
+    exchange_.set_step(step.step);
+    exchange_.set_learning_rate(step.lr);
+  }
+  void finish_step() override { exchange_.finish(); }
+  bool momentum_in_memory() const override { return exchange_.momentum_in_memory(); }
+  const std::vector<BucketPlan>& buckets() const override { return exchange_.buckets(); }
+  ExchangeStats take_stats() override { return exchange_.take_stats(); }
+  std::vector<StateBuffer> state() override { return exchange_.state(); }
+  std::string describe() const override { return exchange_.describe(); }
+
+ private:
+  GradientExchange exchange_;
+};
+
+// Parameter servers and single-process tests: one Reducer call after backward.
+class ReducerSync final : public GradientSync {
+ public:
+  ReducerSync(const SyncSetup& setup, const ReducerFactory& make_reducer) : config_(setup.config) {
+    std::vector<torch::Tensor> params;
+    for (const auto& item : setup.named_parameters) {
+      names_.push_back(item.key());
+      params.push_back(item.value());
+    }
+    std::vector<ParamInfo> infos;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const torch::Tensor& p = params[i];
+      infos.push_back({names_[i], p.numel(), p.dim(), p.dim() > 0 ? p.size(0) : 0});
+    }
+    std::vector<BucketPlan> plan = plan_buckets(infos, config_.layout);
+    const std::vector<BucketShape> shapes = bucket_shapes(plan);
+    buffers_ = std::make_unique<GradientBuffers>(std::move(params), std::move(plan));
+    reducer_ = make_reducer(shapes);
+    if (!reducer_) throw InvalidArgument("trainer: the reducer factory returned nothing");
+    ctx_.seed = config_.seed;
+    ctx_.rank = static_cast<std::uint32_t>(config_.rank);
+    ctx_.world = static_cast<std::uint32_t>(config_.world);
+    ctx_.steps_per_epoch = static_cast<std::uint64_t>(setup.steps_per_epoch);
+    ctx_.momentum = static_cast<float>(config_.sgd.momentum);
+    ctx_.nesterov = config_.sgd.nesterov;
+  }
+
+  void begin_step(const StepInfo& step) override {
+    ctx_.step = static_cast<std::uint64_t>(step.step);
+    ctx_.lr = step.lr;
+    compress_ = step.compress;
+  }
+
+  void finish_step() override {
+    const auto t0 = Clock::now();
+    buffers_->gather();
+    if (const std::optional<NonFiniteElement> bad_at = buffers_->find_non_finite()) {
+      throw gradcomp::NonFiniteGradient(names_.at(bad_at->param), bad_at->param, bad_at->element,
+                                        bad_at->value, static_cast<std::int64_t>(ctx_.step));
+    }
+    try {
+      if (reducer_->owns_weights()) {
+        reducer_->exchange_weights(buffers_->refs(compress_), buffers_->weights(), ctx_);
+      } else {
+        reducer_->reduce(buffers_->refs(compress_), ctx_);
+      }
+    } catch (const EncodeError& e) {
+      throw InvalidArgument("step " + std::to_string(ctx_.step) + ": " + e.what() + " [bucket " +
+                            std::to_string(e.bucket()) + " is " + bucket_name(e.bucket()) + "]");
+    }
+    if (reducer_->owns_weights()) {
+      buffers_->scatter_weights();
+    } else {
+      buffers_->scatter();
+    }
+    exposed_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  bool owns_weights() const override { return reducer_->owns_weights(); }
+  bool momentum_in_memory() const override { return reducer_->momentum_in_memory(); }
+  const std::vector<BucketPlan>& buckets() const override { return buffers_->plan(); }
+  ExchangeStats take_stats() override {
+    ExchangeStats s;
+    s.reduce = reducer_->take_stats();
+    s.exposed_seconds = std::exchange(exposed_seconds_, 0.0);
+    return s;
+  }
+  std::vector<StateBuffer> state() override { return reducer_->state(); }
+  std::string describe() const override { return reducer_->describe(); }
+
+ private:
+  std::string bucket_name(std::uint32_t id) const {
+    for (const BucketPlan& b : buffers_->plan()) {
+      if (b.id == id) return b.name;
+    }
+    return "unknown";
+  }
+
+  const TrainConfig& config_;
+  std::vector<std::string> names_;
+  std::unique_ptr<GradientBuffers> buffers_;
+  std::unique_ptr<Reducer> reducer_;
+  StepContext ctx_;
+  bool compress_ = true;
+  double exposed_seconds_ = 0;
+};
+
+}  // namespace
+
+SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, std::string reducer) {
+  return [&comm, compressor = std::move(compressor),
+          reducer = std::move(reducer)](const SyncSetup& setup) -> std::unique_ptr<GradientSync> {
+    const TrainConfig& c = setup.config;
+    ExchangeOptions o;
+    o.compressor = compressor;
+    o.reducer = reducer;
+    o.layout = c.layout;
+    o.dense_steps = c.dense_steps;
+    o.seed = c.seed;
+    o.steps_per_epoch = static_cast<std::uint64_t>(setup.steps_per_epoch);
+    o.momentum = static_cast<float>(c.sgd.momentum);
+    o.nesterov = c.sgd.nesterov;
+    return std::make_unique<ExchangeSync>(setup, comm, std::move(o));
+  };
+}
+
+SyncFactory reducer_sync(ReducerFactory make_reducer) {
+  return [make_reducer =
+              std::move(make_reducer)](const SyncSetup& setup) -> std::unique_ptr<GradientSync> {
+    return std::make_unique<ReducerSync>(setup, make_reducer);
+  };
+}
+
+}  // namespace gradcomp::train

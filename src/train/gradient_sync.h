@@ -1,0 +1,86 @@
+// How a worker's gradients meet the other workers' in each training step. Two ways,
+// chosen by the topology:
+//
+//  - exchange_sync (allreduce topology: every compressor, reducer and multi-round
+//    scheme): gradcomp's public GradientExchange, the class a LibTorch user drives. Its
+//    gradient hooks start each bucket's encode and collective while backward is still
+//    producing the next ones; finish_step() waits for what is left. The CLI trainer has
+//    no exchange of its own.
+//  - reducer_sync (parameter-server topologies, and single-process tests with a
+//    LocalReducer): after backward the gradients are gathered into flat bucket buffers
+//    and handed to a Reducer in one call. A parameter-server worker pushes and pulls
+//    whole steps, and in the asynchronous mode the servers own the weights (there is no
+//    optimizer step on the worker), which hooks that overlap buckets cannot express.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradcomp/layout.h"
+#include "gradcomp/reducer.h"
+#include "gradcomp/torch/gradient_exchange.h"
+
+namespace gradcomp::dist {
+class Communicator;
+}
+
+namespace gradcomp::train {
+
+struct TrainConfig;
+
+// What a step's exchange needs to know.
+struct StepInfo {
+  std::int64_t step = 0;
+  float lr = 0;
+  // false during the dense warm-up (--dense-steps): every bucket goes dense.
+  bool compress = true;
+};
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  // Before forward and backward of a step.
+  virtual void begin_step(const StepInfo& step) = 0;
+  // After backward: every parameter's .grad holds the mean over the workers, or, when
+  // owns_weights(), the parameters hold the servers' latest weights. Throws
+  // NonFiniteGradient for a NaN or infinite gradient (before it reaches a codec or a
+  // peer), InvalidArgument naming the tensor when a codec fails, CommError.
+  virtual void finish_step() = 0;
+  // Asynchronous parameter server: the servers apply the updates, the worker does not.
+  virtual bool owns_weights() const { return false; }
+  // The compressor applies the optimizer's momentum in its memories (efm, dgc, ...).
+  virtual bool momentum_in_memory() const = 0;
+  virtual const std::vector<BucketPlan>& buckets() const = 0;
+  // Since the previous call: bytes, encode/communicate/decode seconds, and how long the
+  // trainer waited for the exchange after backward (exposed_seconds).
+  virtual ExchangeStats take_stats() = 0;
+  // Every memory's state, named "bucket<id>.<name>", writable (checkpoints).
+  virtual std::vector<StateBuffer> state() = 0;
+  virtual std::string describe() const = 0;
+};
+
+// What a GradientSync is built from: the model's parameters (in model order) and the
+// run's configuration, once the trainer knows its steps per epoch.
+struct SyncSetup {
+  torch::OrderedDict<std::string, torch::Tensor> named_parameters;
+  const TrainConfig& config;
+  std::int64_t steps_per_epoch = 0;
+};
+using SyncFactory = std::function<std::unique_ptr<GradientSync>(const SyncSetup&)>;
+
+// The allreduce topology: GradientExchange over comm (which must outlive the trainer),
+// with the compressor and reducer ("auto", "dense", "allreduce", "allgather").
+SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, std::string reducer);
+
+// Builds the Reducer once the bucket layout is known (a parameter-server worker, a
+// LocalReducer).
+using ReducerFactory = std::function<std::unique_ptr<Reducer>(std::span<const BucketShape>)>;
+SyncFactory reducer_sync(ReducerFactory make_reducer);
+
+}  // namespace gradcomp::train
