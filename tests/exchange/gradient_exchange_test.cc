@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "../dist/dist_test_support.h"
+#include "../distributed/dist_test_support.h"
 #include "gradcomp/dist/reducers.h"
 #include "gradcomp/error.h"
 #include "gradcomp/torch/gradient_exchange.h"

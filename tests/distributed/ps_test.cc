@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/dist/ps/protocol.h"
+#include "../../src/distributed/ps/protocol.h"
 #include "dist_test_support.h"
 #include "gradcomp/dist/ps.h"
 #include "gradcomp/dist/reducers.h"

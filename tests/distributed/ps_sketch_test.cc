@@ -1,4 +1,4 @@
-// Sketched-SGD through the parameter server (src/dist/ps/sketch_plan.h): the same
+// Sketched-SGD through the parameter server (src/distributed/ps/sketch_plan.h): the same
 // updates as the allreduce scheme (integer-valued gradients, momentum 1/2 and W a power
 // of two, so every sum is exact in any order and the two must agree bit for bit);
 // split keys conserve the gradient; the records' readers reject what they must.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/dist/ps/sketch_plan.h"
+#include "../../src/distributed/ps/sketch_plan.h"
 #include "dist_test_support.h"
 #include "gradcomp/dist/ps.h"
 #include "gradcomp/dist/reducers.h"

@@ -11,7 +11,7 @@
 //   server:  sums <- sum of the W vectors v[C] (worker order) ;
 //            Delta <- the k largest |sums| ; reply Delta / W        (kSparse)
 //   worker:  grad <- Delta / W ; u[supp Delta] <- 0 ; v[supp Delta] <- 0
-// This is the allreduce scheme's arithmetic (src/dist/sketched_sgd.cc) with the
+// This is the allreduce scheme's arithmetic (src/distributed/sketched_sgd.cc) with the
 // server's sums in worker order in place of Gloo's; the hashes are the scheme's, keyed
 // by (seed, step, the key's context bucket), so an unsplit bucket is sketched exactly
 // as the allreduce scheme sketches it. A bucket split across servers is sketched, and
