@@ -15,8 +15,9 @@
 
 namespace gradcomp::cli {
 
-void add_list_command(CLI::App& app);   // list.cc
-void add_codec_command(CLI::App& app);  // codec_cmd.cc
+void add_list_command(CLI::App& app);    // list.cc
+void add_codec_command(CLI::App& app);   // codec_cmd.cc
+void add_advise_command(CLI::App& app);  // advise_cmd.cc
 
 // LibTorch's rows of `bench codec --torch` for a thread count: gradcomp-torch passes
 // them; the torch-free gradcomp passes none (it hands `--torch` to gradcomp-torch).

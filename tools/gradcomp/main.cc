@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   gradcomp::cli::add_list_command(app);
   gradcomp::cli::add_codec_command(app);
   gradcomp::cli::add_bench_command(app);
+  gradcomp::cli::add_advise_command(app);
   // Listed in --help; never parsed here (needs_torch() sent them on above).
   app.add_subcommand("train", gradcomp::cli::kTrainSummary)->allow_extras();
   app.add_subcommand("eval", gradcomp::cli::kEvalSummary)->allow_extras();
