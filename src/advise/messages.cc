@@ -59,9 +59,10 @@ MethodPlan plan_dense(std::string_view spec, std::size_t total) {
   m.spec = std::string(spec);
   m.canonical = "none";
   m.family = "dense";
-  m.gradient_bytes = kF32 * total;
-  m.rounds.push_back({"fp32 gradient", Collective::kAllreduce, kF32 * total});
-  m.ps_rounds.push_back({"fp32 push, fp32 mean", kF32 * total, kF32 * total});
+  m.gradient_bytes = kF32 * static_cast<double>(total);
+  m.rounds.push_back({"fp32 gradient", Collective::kAllreduce, kF32 * static_cast<double>(total)});
+  m.ps_rounds.push_back({"fp32 push, fp32 mean", kF32 * static_cast<double>(total),
+                         kF32 * static_cast<double>(total)});
   return m;
 }
 
@@ -72,7 +73,7 @@ MethodPlan plan_scheme(std::string_view spec, const dist::SchemeDescription& inf
   m.spec = std::string(spec);
   m.canonical = dist::canonical_scheme_spec(info, node);
   m.family = info.name;
-  m.gradient_bytes = kF32 * total;
+  m.gradient_bytes = kF32 * static_cast<double>(total);
   const Params p = resolve_params(info.name, info.params, node);
   double dense = 0.0;  // elements sent as fp32 in the first round
   if (info.name == "powersgd") {
@@ -131,7 +132,7 @@ MethodPlan plan_codec(std::string_view spec, const CodecRegistry& registry,
                       std::span<const BucketPlan> buckets, std::size_t total) {
   MethodPlan m;
   m.spec = std::string(spec);
-  m.gradient_bytes = kF32 * total;
+  m.gradient_bytes = kF32 * static_cast<double>(total);
   const std::shared_ptr<const Codec> codec = registry.make_codec_of(spec);
   m.canonical = registry.make_memory(spec, 0)->spec();
   const bool linear = codec->traits().linear;
@@ -148,7 +149,8 @@ MethodPlan plan_codec(std::string_view spec, const CodecRegistry& registry,
     messages += bytes;
     if (linear) {
       const LinearRegion r = codec->linear_region(b.numel);
-      (r.dtype == WireDType::kFloat16 ? f16 : f32) += dtype_bytes(r.dtype) * r.count;
+      (r.dtype == WireDType::kFloat16 ? f16 : f32) +=
+          dtype_bytes(r.dtype) * static_cast<double>(r.count);
     }
   }
   m.message_bytes = messages;

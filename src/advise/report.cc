@@ -150,7 +150,7 @@ std::string svg_plot(const std::vector<Panel>& panels, const std::string& title)
   std::size_t n_series = 0;
   for (const Panel& p : panels) n_series = std::max(n_series, p.series.size());
   const double legend_h = 18.0 * static_cast<double>((n_series + 1) / 2) + 10;
-  const double W = ml + panels.size() * (pw + gap) + 10;
+  const double W = ml + static_cast<double>(panels.size()) * (pw + gap) + 10;
   const double H = mt + ph + 50 + legend_h;
   std::string o = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" ", W) +
                   fmt("height=\"%.0f\" font-family=\"sans-serif\" font-size=\"11\">\n", H);
@@ -159,7 +159,7 @@ std::string svg_plot(const std::vector<Panel>& panels, const std::string& title)
        xml_escape(title) + "</text>\n";
   for (std::size_t k = 0; k < panels.size(); ++k) {
     const Panel& P = panels[k];
-    const double x0 = ml + k * (pw + gap), y0 = mt;
+    const double x0 = ml + static_cast<double>(k) * (pw + gap), y0 = mt;
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
     auto ok = [&](double x, double y) {
       return std::isfinite(x) && std::isfinite(y) && (!P.log_x || x > 0) && (!P.log_y || y > 0);
@@ -226,7 +226,8 @@ std::string svg_plot(const std::vector<Panel>& panels, const std::string& title)
   if (!panels.empty()) {
     const auto& series = panels.front().series;
     for (std::size_t i = 0; i < series.size(); ++i) {
-      const double lx = ml + (i % 2) * (W / 2), ly = mt + ph + 50 + 18.0 * (i / 2);
+      const double lx = ml + static_cast<double>(i % 2) * (W / 2);
+      const double ly = mt + ph + 50 + 18.0 * static_cast<double>(i / 2);
       o += fmt("<line x1=\"%.1f\" ", lx) + fmt("x2=\"%.1f\" ", lx + 20) + fmt("y1=\"%.1f\" ", ly) +
            fmt("y2=\"%.1f\" stroke-width=\"2\" stroke=\"", ly) + colors[i % 10] + "\"/>\n";
       o += fmt("<text x=\"%.1f\" ", lx + 26) + fmt("y=\"%.1f\">", ly + 4) +
