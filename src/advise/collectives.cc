@@ -4,6 +4,10 @@
 
 namespace gradcomp::advise {
 
+namespace {
+double rate(const Link& link) { return link.bandwidth * link.efficiency; }
+}  // namespace
+
 double ring_allreduce_bytes(double bytes, int workers) {
   if (workers <= 1 || bytes <= 0) return 0.0;
   const double w = workers;
@@ -13,7 +17,7 @@ double ring_allreduce_bytes(double bytes, int workers) {
 double ring_allreduce_seconds(double bytes, int workers, const Link& link) {
   if (workers <= 1 || bytes <= 0) return 0.0;
   const double w = workers;
-  return ring_allreduce_bytes(bytes, workers) / link.bandwidth + 2.0 * (w - 1.0) * link.latency +
+  return ring_allreduce_bytes(bytes, workers) / rate(link) + 2.0 * (w - 1.0) * link.latency +
          link.collective_overhead;
 }
 
@@ -24,7 +28,7 @@ double ring_allgather_bytes(double max_message_bytes, int workers) {
 
 double ring_allgather_seconds(double max_message_bytes, int workers, const Link& link) {
   if (workers <= 1 || max_message_bytes <= 0) return 0.0;
-  return ring_allgather_bytes(max_message_bytes, workers) / link.bandwidth +
+  return ring_allgather_bytes(max_message_bytes, workers) / rate(link) +
          (workers - 1.0) * link.latency + link.collective_overhead;
 }
 
@@ -32,7 +36,7 @@ double ps_seconds(double push_bytes, double pull_bytes, int workers, int servers
                   const Link& link) {
   if (push_bytes <= 0 && pull_bytes <= 0) return 0.0;
   const double fan_in = std::max(1.0, static_cast<double>(workers) / std::max(1, servers));
-  return fan_in * (push_bytes + pull_bytes) / link.bandwidth + 2.0 * link.latency +
+  return fan_in * (push_bytes + pull_bytes) / rate(link) + 2.0 * link.latency +
          link.collective_overhead;
 }
 

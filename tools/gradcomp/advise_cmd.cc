@@ -50,6 +50,7 @@ struct AdviseFlags {
   double overlap = 0.0;
   int cores = 0;
   double overhead_ms = kGlooCollectiveOverhead * 1e3;
+  double efficiency = kLinkEfficiency;
   std::string codec_speeds;
   std::size_t bench_size = std::size_t{1} << 20;
   std::string methods = kDefaultMethods;
@@ -140,6 +141,7 @@ void run_advise(const AdviseFlags& f) {
   s.link.bandwidth = parse_bandwidth(f.bandwidth);
   s.link.latency = parse_latency(f.latency);
   s.link.collective_overhead = f.overhead_ms * 1e-3;
+  s.link.efficiency = f.efficiency;
   if (f.topology == "allreduce") {
     s.topology = Topology::kAllreduce;
   } else if (f.topology == "ps-sync") {
@@ -281,6 +283,10 @@ void add_advise_command(CLI::App& app) {
                 "Gloo over TCP: constant cost per collective")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  a->add_option("--link-efficiency", f->efficiency,
+                "Share of the nominal bandwidth bulk transfers get (TCP/IP, shaping)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1.0));
   a->add_option("--codec-speeds", f->codec_speeds,
                 "Output of `gradcomp bench codec --json` (else measured now)");
   a->add_option("--bench-size", f->bench_size, "Elements of the on-the-spot codec bench")

@@ -10,6 +10,9 @@ struct Link {
   double bandwidth = 125e6;          // bytes per second, each direction (1 Gbit/s)
   double latency = 0.0;              // alpha: seconds, one way
   double collective_overhead = 0.0;  // seconds per collective, added once
+  // Share of the nominal bandwidth a bulk transfer gets (TCP/IP headers, shaping, Gloo's
+  // gaps between chunks): every B/beta below is B / (efficiency * bandwidth).
+  double efficiency = 1.0;
 };
 
 // Ring allreduce of a B-byte buffer: reduce-scatter then allgather, 2(W-1) steps of B/W:
