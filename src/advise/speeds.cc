@@ -71,7 +71,9 @@ SpeedTable parse_bench_json(std::string_view text) {
       throw InvalidArgument("codec speeds: line " + std::to_string(line_no) +
                             " is a codec row without numeric n, encode_ms and decode_ms");
     }
-    const CodecSpeed s{enc * 1e-3 / n, dec * 1e-3 / n, "file"};
+    double bytes = 0;
+    if (!number(field(line, "message_bytes"), bytes)) bytes = 0;
+    const CodecSpeed s{enc * 1e-3 / n, dec * 1e-3 / n, "file", n, bytes};
     t.set(std::string(field(line, "spec")), s);
     const std::string_view memory = field(line, "memory");
     if (!memory.empty()) t.set(std::string(memory), s);
@@ -96,6 +98,17 @@ CodecSpeed speed_of(const MethodPlan& plan, const SpeedTable& table) {
   if (const CodecSpeed* s = table.find(plan.spec)) return *s;
   if (const CodecSpeed* s = table.find(plan.canonical)) return *s;
   return {};
+}
+
+CodecSpeed steady_state_decode(const CodecSpeed& speed, const std::string& spec,
+                               const CodecRegistry& registry) {
+  if (!(speed.bench_n >= 1) || !(speed.bench_message_bytes > 0)) return speed;
+  if (registry.find_memory(parse_spec(spec).name) == nullptr) return speed;
+  const auto n = static_cast<std::size_t>(speed.bench_n);
+  CodecSpeed out = speed;
+  out.decode *= static_cast<double>(encoded_bytes(registry, spec, n)) / speed.bench_message_bytes;
+  out.bench_message_bytes = static_cast<double>(encoded_bytes(registry, spec, n));
+  return out;
 }
 
 }  // namespace gradcomp::advise

@@ -128,15 +128,27 @@ std::string format_sweep(const std::vector<SweepCell>& cells, const std::string&
     std::snprintf(buf, sizeof buf, " | %.2f× | %.2f× |\n", r.speedup_at_min, r.speedup_at_max);
     o += buf;
   }
-  const std::vector<Overtake> ov = overtakes(cells);
+  // Per link and allgathered method: the smallest W at which an allreduce-able method
+  // that was slower at the grid's smallest W is faster, and which ones are by then.
+  std::map<std::pair<double, std::string>, std::pair<int, std::string>> first;
+  for (const Overtake& t : overtakes(cells)) {
+    auto [it, fresh] =
+        first.try_emplace({t.bandwidth, t.allgathered}, t.from_workers, "`" + t.overtaken_by + "`");
+    if (fresh) continue;
+    if (t.from_workers < it->second.first) {
+      it->second = {t.from_workers, "`" + t.overtaken_by + "`"};
+    } else if (t.from_workers == it->second.first) {
+      it->second.second += ", `" + t.overtaken_by + "`";
+    }
+  }
   o += "\n## " + model + ": allgathered methods overtaken by allreduce-able ones\n\n";
-  if (ov.empty()) {
+  if (first.empty()) {
     o += "(none in the grid)\n";
   } else {
-    o += "| link | allgathered | overtaken by | from W |\n|---|---|---|---|\n";
-    for (const Overtake& t : ov) {
-      o += "| " + format_rate(t.bandwidth) + " | `" + t.allgathered + "` | `" + t.overtaken_by +
-           "` | " + std::to_string(t.from_workers) + " |\n";
+    o += "| link | allgathered | from W | first overtaken by |\n|---|---|---|---|\n";
+    for (const auto& [key, v] : first) {
+      o += "| " + format_rate(key.first) + " | `" + key.second + "` | " + std::to_string(v.first) +
+           " | " + v.second + " |\n";
     }
   }
   // Fastest method per cell.

@@ -191,14 +191,15 @@ void run_advise(const AdviseFlags& f) {
     }
     const bench::BenchRow r = bench::bench_spec(builtin_registry(), m.spec, input, bo);
     const double n = static_cast<double>(r.n);
-    double decode_ms = r.decode_ms;
-    // A named memory (dgc): the bench decodes its codec's largest (warm-up) message;
-    // scale to the steady-state message, sparse decodes costing in proportion to it.
-    if (builtin_registry().find_memory(parse_spec(m.spec).name) != nullptr && r.message_bytes > 0) {
-      decode_ms *= static_cast<double>(encoded_bytes(builtin_registry(), m.spec, r.n)) /
-                   static_cast<double>(r.message_bytes);
-    }
-    speeds.set(m.spec, {r.encode_ms * 1e-3 / n, decode_ms * 1e-3 / n, "bench"});
+    speeds.set(m.spec, {r.encode_ms * 1e-3 / n, r.decode_ms * 1e-3 / n, "bench", n,
+                        static_cast<double>(r.message_bytes)});
+  }
+  // Named memories: the bench decoded their warm-up message; use the steady state's.
+  for (const MethodPlan& m : plans) {
+    if (m.family != "allreduce" && m.family != "allgather") continue;
+    const CodecSpeed* sp = speeds.find(m.spec);
+    if (sp == nullptr) sp = speeds.find(m.canonical);
+    if (sp != nullptr) speeds.set(m.spec, steady_state_decode(*sp, m.spec));
   }
 
   if (f.sweep) {

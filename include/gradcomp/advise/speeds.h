@@ -17,6 +17,9 @@ struct CodecSpeed {
   double encode = 0.0;  // seconds per gradient element (error feedback included)
   double decode = 0.0;  // seconds per gradient element, one message decoded
   std::string source;   // "bench", "file", "lab constant", ...
+  // The bench's input size and the message it decoded (0: unknown).
+  double bench_n = 0.0;
+  double bench_message_bytes = 0.0;
 };
 
 class SpeedTable {
@@ -39,5 +42,12 @@ SpeedTable parse_bench_json(std::string_view text);
 // the lab constants for a scheme, zero for dense. nullptr-like (source empty) when a
 // codec spec is missing from the table.
 CodecSpeed speed_of(const MethodPlan& plan, const SpeedTable& table);
+
+// `gradcomp bench codec` decodes the message of the spec's codec alone; for a named
+// memory (dgc) that is the codec of its largest, warm-up density. Scales such a
+// speed's decode to the steady-state message of `spec` (sparse decodes cost in
+// proportion to the message). Other specs are returned unchanged.
+CodecSpeed steady_state_decode(const CodecSpeed& speed, const std::string& spec,
+                               const CodecRegistry& registry = builtin_registry());
 
 }  // namespace gradcomp::advise
