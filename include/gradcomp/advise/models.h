@@ -2,10 +2,9 @@
 // shapes (torch-free copies of src/train/models.cc's MLP, LeNet-5 and ResNet-20, plus
 // torchvision's ResNet-50 for planning), or shapes the user gives.
 //
-// Keep in step with src/train/models.cc: tests/advise/advise_test.cc pins each built-in
-// model's parameter count (ResNet-20's against tests/train/models_test.cc's 269,722 for 3
-// input channels). Nothing yet builds both and compares them tensor by tensor: a change
-// to models.cc must be made here too (docs/cost-model.md says so).
+// Keep in step with src/train/models.cc: tests/train/models_test.cc
+// (Models.AdvisorsCopiesMatch) compares mlp, lenet5 and resnet20 tensor by tensor with the
+// LibTorch models, and tests/advise/advise_test.cc pins every model's parameter count.
 #pragma once
 
 #include <cstdint>
