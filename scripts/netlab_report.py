@@ -19,10 +19,12 @@ build/bin/gradcomp beside this script's repository; without it the column is lef
 Codec speeds are measured by advise on the spot, or read from $GRADCOMP_CODEC_SPEEDS (the
 output of `gradcomp bench codec --json`).
 
-    netlab_report.py --predict OUT_DIR
+    netlab_report.py [--dense-share X] --predict OUT_DIR
 
 re-reports an existing OUT_DIR/results.json (no runs/ needed) with the predictions beside
-the measured rows, printing the table and writing nothing.
+the measured rows, printing the table and writing nothing. --dense-share: the runs'
+gradcomp train --dense-share when meta.json does not record it (default 0.01, train's
+default since commit 6f1b9dc; the committed run in docs/measurements/netlab used 0).
 """
 
 import glob
@@ -132,12 +134,13 @@ def delay_seconds(s):
     return 0.0
 
 
-def add_predictions(meta, rows, floor_ms, gradcomp=None):
+def add_predictions(meta, rows, floor_ms, gradcomp=None, dense_share=None):
     """Sets row["predicted_ms"] and row["predicted_error"] (predicted / measured - 1) for
     every gradcomp row the cost model can predict; returns a note when it cannot."""
     for r in rows:
         r["predicted_ms"] = None
         r["predicted_error"] = None
+        r["predicted_bytes"] = None
     gradcomp = gradcomp or gradcomp_binary()
     if not os.access(gradcomp, os.X_OK):
         return "no prediction: %s is not built" % gradcomp
@@ -154,6 +157,10 @@ def add_predictions(meta, rows, floor_ms, gradcomp=None):
     # scripts/netlab.sh: netem at both ends of a rank's link, so a packet between two
     # ranks is delayed 2 x delay one way (alpha).
     latency_ms = 1e3 * 2 * delay_seconds(meta.get("delay"))
+    # gradcomp train's --dense-share of the runs: the meta's, else the caller's, else
+    # today's default (0.01; runs before commit 6f1b9dc, 2026-11-25, used 0).
+    if dense_share is None:
+        dense_share = meta.get("dense_share", 0.01)
     for bw in sorted({r["bandwidth"] for r in rows if r["bandwidth"] != "-"}):
         methods = sorted({r["method"] for r in rows if r["bandwidth"] == bw
                           and r["system"] == "gradcomp" and r["method"] != "compute floor"})
@@ -161,7 +168,8 @@ def add_predictions(meta, rows, floor_ms, gradcomp=None):
             continue
         cmd = [gradcomp, "advise", "--json", "--workers", str(workers), "--bandwidth", bw,
                "--latency", "%gms" % latency_ms, "--cores", str(cores),
-               "--compute-ms", "%g" % compute_ms, "--methods", " ".join(methods)]
+               "--compute-ms", "%g" % compute_ms, "--dense-share", "%g" % dense_share,
+               "--methods", " ".join(methods)]
         if os.environ.get("GRADCOMP_CODEC_SPEEDS"):  # else measured by advise on the spot
             cmd += ["--codec-speeds", os.environ["GRADCOMP_CODEC_SPEEDS"]]
         try:
@@ -173,15 +181,15 @@ def add_predictions(meta, rows, floor_ms, gradcomp=None):
         for line in out.splitlines():
             o = json.loads(line)
             if o.get("available"):
-                predicted[o["spec"]] = o["step_ms"]
+                predicted[o["spec"]] = (o["step_ms"], o["bytes_per_worker_step"])
         for r in rows:
             if r["bandwidth"] == bw and r["system"] == "gradcomp" and r["method"] in predicted:
-                r["predicted_ms"] = predicted[r["method"]]
+                r["predicted_ms"], r["predicted_bytes"] = predicted[r["method"]]
                 if r["status"] == "ok" and r["step_ms"]:
                     r["predicted_error"] = r["predicted_ms"] / r["step_ms"] - 1.0
-    return ("predicted: gradcomp advise --workers %d --cores %d --compute-ms %.1f (floor / %g)%s"
-            % (workers, cores, compute_ms, oversub,
-               ", --latency %gms" % latency_ms if latency_ms else ""))
+    return ("predicted: gradcomp advise --workers %d --cores %d --compute-ms %.1f (floor / %g) "
+            "--dense-share %g%s" % (workers, cores, compute_ms, oversub, dense_share,
+                                    " --latency %gms" % latency_ms if latency_ms else ""))
 
 
 def fmt_err(v):
@@ -254,9 +262,10 @@ def render_table(meta, rows, bandwidths, floor, targets, prediction_note=""):
     lines.append("")
     head = ("| link | method | step ms | × floor | vs gradcomp dense | vs DDP+PowerSGD "
             "| MB/worker/step (model) | MB/worker/step (wire) | test acc "
-            "| compute / encode / comm / decode (ms/step) | predicted ms | error |")
+            "| compute / encode / comm / decode (ms/step) | predicted ms | error "
+            "| predicted MB/worker/step |")
     lines.append(head)
-    lines.append("|" + "---|" * 12)
+    lines.append("|" + "---|" * 13)
     ordered = []
     if floor:
         ordered.append(floor)
@@ -266,16 +275,16 @@ def render_table(meta, rows, bandwidths, floor, targets, prediction_note=""):
                 and r is not floor]
     for r in ordered:
         if r["status"] != "ok":
-            lines.append("| %s | %s | %s | | | | | | | | | |" % (r["bandwidth"], label(r),
+            lines.append("| %s | %s | %s | | | | | | | | | | |" % (r["bandwidth"], label(r),
                                                          r["status"] + (": " + r["note"] if r["note"] else "")))
             continue
         split = "—" if not r["split_ms"] else " / ".join("%.1f" % v for v in r["split_ms"])
-        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["bandwidth"] if r["method"] != "compute floor" else "(none)", label(r),
             fmt_ms(r["step_ms"]), fmt_x(r["over_floor"]), fmt_x(r["vs_dense"]),
             fmt_x(r["vs_ddp_powersgd"]), fmt_mb(r["model_bytes"]), fmt_mb(r["wire_bytes"]),
             fmt_acc(r["accuracy"]), split, fmt_ms(r.get("predicted_ms")),
-            fmt_err(r.get("predicted_error"))))
+            fmt_err(r.get("predicted_error")), fmt_mb(r.get("predicted_bytes"))))
     lines.append("")
     if prediction_note:
         lines.append(prediction_note + ".")
@@ -382,25 +391,32 @@ def render_svg(meta, rows, bandwidths, floor_ms):
     return "\n".join(out) + "\n"
 
 
-def repredict(out):
+def repredict(out, dense_share=None):
     """--predict: an existing results.json with the cost model's predictions; writes nothing."""
     with open(os.path.join(out, "results.json")) as f:
         result = json.load(f)
     meta, rows, targets = result["meta"], result["rows"], result.get("targets", [])
     floor = next((r for r in rows if r["method"] == "compute floor" and r["step_ms"]), None)
-    note = add_predictions(meta, rows, floor["step_ms"] if floor else None)
+    note = add_predictions(meta, rows, floor["step_ms"] if floor else None,
+                           dense_share=dense_share)
     bandwidths = sorted({r["bandwidth"] for r in rows if r["bandwidth"] != "-"},
                         key=rate_bps, reverse=True)
     return render_table(meta, rows, bandwidths, floor, targets, note)
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--predict":
-        print(repredict(sys.argv[2]))
+    args = sys.argv[1:]
+    dense_share = None
+    if len(args) >= 2 and args[0] == "--dense-share":
+        dense_share = float(args[1])
+        args = args[2:]
+    if len(args) == 2 and args[0] == "--predict":
+        print(repredict(args[1], dense_share))
         return
-    if len(sys.argv) != 2:
-        sys.exit("usage: netlab_report.py OUT_DIR | netlab_report.py --predict OUT_DIR")
-    print(build(sys.argv[1]))
+    if len(args) != 1 or dense_share is not None:
+        sys.exit("usage: netlab_report.py OUT_DIR | "
+                 "netlab_report.py [--dense-share X] --predict OUT_DIR")
+    print(build(args[0]))
 
 
 if __name__ == "__main__":
