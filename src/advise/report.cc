@@ -134,6 +134,15 @@ std::string format_json(const std::vector<Prediction>& rows, const std::string& 
         .add("step_ms", p.step_s * 1e3)
         .add("speedup", p.speedup)
         .add("speed_source", p.speed_source);
+    std::vector<JsonObject> rounds;
+    for (const RoundCost& r : p.rounds) {
+      rounds.push_back(JsonObject()
+                           .add("what", r.what)
+                           .add("collective", r.collective)
+                           .add("bytes", r.bytes)
+                           .add("ms", r.seconds * 1e3));
+    }
+    o.add("rounds", rounds);
     if (p.accuracy_points)
       o.add("accuracy_points", *p.accuracy_points);
     else

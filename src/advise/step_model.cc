@@ -55,7 +55,9 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
       return p;
     }
     for (const PsRound& r : plan.ps_rounds) {
-      p.comm_s += ps_seconds(r.push_bytes, r.pull_bytes, s.workers, s.servers, link);
+      const double t = ps_seconds(r.push_bytes, r.pull_bytes, s.workers, s.servers, link);
+      p.rounds.push_back({r.what, "ps", r.push_bytes + r.pull_bytes, t});
+      p.comm_s += t;
       p.bytes_sent += r.push_bytes;
       ++p.collectives;
     }
@@ -67,6 +69,8 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
     bool all_allreduce = true;
     for (const Round& r : plan.rounds) {
       const double t = round_seconds(r, s, link);
+      p.rounds.push_back(
+          {r.what, r.kind == Collective::kAllreduce ? "allreduce" : "allgather", r.bytes, t});
       p.comm_s += t;
       p.bytes_sent += round_bytes(r, s.workers);
       if (t > 0) ++p.collectives;

@@ -47,6 +47,14 @@ struct Scenario {
   int cores = 0;         // > 0: the W workers share this many cores
 };
 
+// One collective (or parameter-server exchange) of a prediction.
+struct RoundCost {
+  std::string what;
+  std::string collective;  // "allreduce", "allgather" or "ps"
+  double bytes = 0.0;      // the buffer, the largest message, or push + pull
+  double seconds = 0.0;
+};
+
 struct Prediction {
   std::string spec;
   std::string family;
@@ -60,6 +68,7 @@ struct Prediction {
   double speedup = 0.0;                   // dense's step / step
   std::optional<double> accuracy_points;  // vs dense, from docs/measurements/accuracy.md
   std::string speed_source;
+  std::vector<RoundCost> rounds;
   int rank = 0;  // 1 = fastest
 };
 
