@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -224,6 +226,34 @@ TEST(AdviseInputs, BadInputsRefused) {
   EXPECT_THROW(predict(plans()[1], s, speeds()), InvalidArgument);
   // A codec without a speed is refused, not silently free.
   EXPECT_THROW(predict(plan_method("2bit", m.params), scenario(1e6), speeds()), InvalidArgument);
+}
+
+// The accuracy column is the project's table: every row of docs/measurements/accuracy.md
+// (spec in backticks, points vs dense in the fourth column, U+2212 as the minus sign) is
+// known to accuracy_cost() with the same value, and nothing else is.
+TEST(AdviseAccuracy, MatchesTheAccuracyTable) {
+  std::ifstream in(std::string(GRADCOMP_DOCS_DIR) + "/measurements/accuracy.md");
+  ASSERT_TRUE(in) << "docs/measurements/accuracy.md";
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cols;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, '|');) cols.push_back(c);
+    if (cols.size() < 5 || line.rfind("| ", 0) != 0) continue;
+    const std::size_t a = cols[2].find('`'), b = cols[2].rfind('`');
+    if (a == std::string::npos || b <= a) continue;
+    const std::string spec = cols[2].substr(a + 1, b - a - 1);
+    std::string pts = cols[4];
+    const std::string minus = "\u2212";
+    if (auto m = pts.find(minus); m != std::string::npos) pts.replace(m, minus.size(), "-");
+    const double expected = pts.find_first_not_of(' ') == std::string::npos ? 0.0 : std::stod(pts);
+    const auto got = accuracy_cost(spec);
+    ASSERT_TRUE(got.has_value()) << spec << " is in accuracy.md but not in accuracy_cost()";
+    EXPECT_DOUBLE_EQ(*got, expected) << spec;
+    ++rows;
+  }
+  EXPECT_GE(rows, 10);
+  EXPECT_FALSE(accuracy_cost("topk:ratio=0.5").has_value());
 }
 
 }  // namespace
