@@ -11,13 +11,13 @@ namespace gradcomp::advise {
 namespace {
 
 double round_seconds(const Round& r, const Scenario& s, const Link& link) {
-  return r.kind == Collective::kAllreduce ? ring_allreduce_seconds(r.bytes, s.workers, link)
-                                          : ring_allgather_seconds(r.bytes, s.workers, link);
+  return r.kind == Collective::kAllreduce ? allreduce_seconds(r.bytes, s.workers, link)
+                                          : allgather_seconds(r.bytes, s.workers, link);
 }
 
 double round_bytes(const Round& r, int workers) {
-  return r.kind == Collective::kAllreduce ? ring_allreduce_bytes(r.bytes, workers)
-                                          : ring_allgather_bytes(r.bytes, workers);
+  return r.kind == Collective::kAllreduce ? allreduce_bytes(r.bytes, workers)
+                                          : allgather_bytes(r.bytes, workers);
 }
 
 }  // namespace

@@ -26,23 +26,33 @@ namespace {
 TEST(AdviseCollectives, ClosedForms) {
   const Link link{.bandwidth = 1e6, .latency = 1e-3, .collective_overhead = 0.0};
   // 2(W-1)/W * B/beta + 2(W-1) alpha
-  EXPECT_DOUBLE_EQ(ring_allreduce_seconds(1e6, 4, link), 2.0 * 3 / 4 * 1.0 + 6 * 1e-3);
-  EXPECT_DOUBLE_EQ(ring_allreduce_bytes(1e6, 4), 1.5e6);
-  EXPECT_DOUBLE_EQ(ring_allreduce_seconds(8e5, 2, link), 0.8 + 2e-3);
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, link), 2.0 * 3 / 4 * 1.0 + 6 * 1e-3);
+  EXPECT_DOUBLE_EQ(allreduce_bytes(1e6, 4), 1.5e6);
+  EXPECT_DOUBLE_EQ(allreduce_seconds(8e5, 2, link), 0.8 + 2e-3);
   // (W-1) m/beta + (W-1) alpha
-  EXPECT_DOUBLE_EQ(ring_allgather_seconds(1e5, 8, link), 7 * 0.1 + 7 * 1e-3);
-  EXPECT_DOUBLE_EQ(ring_allgather_bytes(1e5, 8), 7e5);
+  EXPECT_DOUBLE_EQ(allgather_seconds(1e5, 8, link), 7 * 0.1 + 7 * 1e-3);
+  EXPECT_DOUBLE_EQ(allgather_bytes(1e5, 8), 7e5);
   // PS: max(1, W/S) * (push + pull)/beta + 2 alpha
   EXPECT_DOUBLE_EQ(ps_seconds(1e6, 1e6, 8, 2, link), 4 * 2.0 + 2e-3);
   EXPECT_DOUBLE_EQ(ps_seconds(1e6, 1e6, 2, 4, link), 2.0 + 2e-3);
   // One worker, or nothing to send: free, overhead included.
   const Link costly{.bandwidth = 1e6, .latency = 1e-3, .collective_overhead = 5e-3};
-  EXPECT_EQ(ring_allreduce_seconds(1e6, 1, costly), 0.0);
-  EXPECT_EQ(ring_allgather_seconds(0.0, 4, costly), 0.0);
-  EXPECT_DOUBLE_EQ(ring_allreduce_seconds(1e6, 4, costly), 1.5 + 6e-3 + 5e-3);
+  EXPECT_EQ(allreduce_seconds(1e6, 1, costly), 0.0);
+  EXPECT_EQ(allgather_seconds(0.0, 4, costly), 0.0);
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, costly), 1.5 + 6e-3 + 5e-3);
+  // Halving-doubling: the same bytes, ceil(log2 W) latency steps per phase.
+  Link hd = link;
+  hd.algorithm = Algorithm::kHalvingDoubling;
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 8, hd), 2.0 * 7 / 8 * 1.0 + 2 * 3 * 1e-3);
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 6, hd), 2.0 * 5 / 6 * 1.0 + 2 * 3 * 1e-3);
+  EXPECT_DOUBLE_EQ(allgather_seconds(1e5, 1024, hd), 1023 * 0.1 + 10 * 1e-3);
+  // Efficiency divides the bandwidth.
+  Link slow = link;
+  slow.efficiency = 0.5;
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, slow), 2.0 * 1.5 + 6e-3);
   // Allgathered bytes grow with W, allreduced ones stay under 2B.
-  EXPECT_GT(ring_allgather_bytes(1e5, 1024), 100 * ring_allgather_bytes(1e5, 8));
-  EXPECT_LT(ring_allreduce_bytes(1e6, 1024), 2e6);
+  EXPECT_GT(allgather_bytes(1e5, 1024), 100 * allgather_bytes(1e5, 8));
+  EXPECT_LT(allreduce_bytes(1e6, 1024), 2e6);
 }
 
 // The bytes of an independent encode: a fresh memory, a different input (sizes of these

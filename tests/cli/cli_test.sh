@@ -226,6 +226,7 @@ grep -q 'fastest method' out.txt && pass "advise --sweep tables" || { fail "advi
 run_err "advise bad bandwidth" "not a rate" "$GRADCOMP" advise --bandwidth fast
 run_err "advise bad latency" "not a time" "$GRADCOMP" advise --latency 5parsecs
 run_err "advise bad topology" "allreduce or ps-sync" "$GRADCOMP" advise --topology ring
+run_err "advise bad algorithm" "ring or halving-doubling" "$GRADCOMP" advise --algorithm tree
 run_err "advise unknown model" "unknown model" "$GRADCOMP" advise --model vgg
 run_err "advise bad sizes" "not a shape" "$GRADCOMP" advise --sizes 12x0 --compute-ms 1
 run_err "advise bad method" "out of range" "$GRADCOMP" advise --methods "topk:ratio=3"

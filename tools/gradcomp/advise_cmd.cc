@@ -44,6 +44,7 @@ struct AdviseFlags {
   std::string bandwidth = "1gbit";
   std::string latency = "0";
   std::string topology = "allreduce";
+  std::string algorithm = "ring";
   int servers = 1;
   std::optional<double> compute_ms;
   double backward_share = 2.0 / 3.0;
@@ -142,6 +143,13 @@ void run_advise(const AdviseFlags& f) {
   s.link.latency = parse_latency(f.latency);
   s.link.collective_overhead = f.overhead_ms * 1e-3;
   s.link.efficiency = f.efficiency;
+  if (f.algorithm == "ring") {
+    s.link.algorithm = Algorithm::kRing;
+  } else if (f.algorithm == "halving-doubling") {
+    s.link.algorithm = Algorithm::kHalvingDoubling;
+  } else {
+    throw InvalidArgument("--algorithm: '" + f.algorithm + "' is not ring or halving-doubling");
+  }
   if (f.topology == "allreduce") {
     s.topology = Topology::kAllreduce;
   } else if (f.topology == "ps-sync") {
@@ -261,6 +269,10 @@ void add_advise_command(CLI::App& app) {
   a->add_option("--latency", f->latency, "One-way latency alpha (5ms, 100us)")
       ->capture_default_str();
   a->add_option("--topology", f->topology, "allreduce or ps-sync")->capture_default_str();
+  a->add_option("--algorithm", f->algorithm,
+                "Collectives: ring (Gloo's) or halving-doubling (log2 W latency steps, as MPI "
+                "and NCCL-like stacks for small messages)")
+      ->capture_default_str();
   a->add_option("--servers", f->servers, "Parameter servers S (ps-sync)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
