@@ -158,12 +158,13 @@ void run_advise(const AdviseFlags& f) {
     throw InvalidArgument("--topology: '" + f.topology + "' is not allreduce or ps-sync");
   }
   s.servers = f.servers;
-  s.compute_s =
-      (f.compute_ms
-           ? *f.compute_ms
-           : (f.sizes.empty() ? default_compute_ms(f.model)
-                              : throw InvalidArgument("--compute-ms is needed with --sizes"))) *
-      1e-3;
+  if (f.compute_ms) {
+    s.compute_s = *f.compute_ms * 1e-3;
+  } else if (f.sizes.empty()) {
+    s.compute_s = default_compute_ms(f.model) * 1e-3;
+  } else {
+    throw InvalidArgument("--compute-ms is needed with --sizes");
+  }
   s.backward_share = f.backward_share;
   s.overlap = f.overlap;
   s.cores = f.cores;
