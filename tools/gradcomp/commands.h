@@ -1,7 +1,7 @@
 // The CLI's commands, one file each. Each adds its subcommand to the app with a
 // callback that turns flags into library calls; errors propagate to run_app().
 //
-// The CLI is two binaries in one directory (see main.cc): `gradcomp`, torch-free (list,
+// The CLI is two binaries in one directory (see main.cc): `gradcomp`, torch-free (list, advise,
 // codec, bench codec), and `gradcomp-torch` (train, eval, bench codec --torch), to which
 // `gradcomp` hands those commands with exec.
 #pragma once

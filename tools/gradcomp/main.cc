@@ -1,4 +1,4 @@
-// gradcomp: the command-line front end, without LibTorch. It runs list, codec and
+// gradcomp: the command-line front end, without LibTorch. It runs list, codec, advise and
 // bench codec itself and starts in milliseconds; the commands that need LibTorch
 // (train, eval, bench codec --torch) it hands to gradcomp-torch, the binary beside it,
 // by exec: same argv, same process, so exit status and signals are that program's own.
