@@ -12,13 +12,27 @@ no-communication run); speedup over gradcomp dense and over DDP + PowerSGD at th
 bandwidth (> 1: faster); bytes per worker per step as the ring/allgather model counts
 them and as measured on the rank's interface (TCP/IP headers included); test accuracy;
 and gradcomp's split of a step into compute / encode / communicate / decode (ms/step), and
-the time it waited for the exchange after backward (the rest ran hidden behind backward).
+the time it waited for the exchange after backward (the rest ran hidden behind backward);
+and the cost model's prediction of each gradcomp row (`gradcomp advise --json` with the
+lab's workers, bandwidth, delay, cores and the measured compute floor; docs/cost-model.md)
+with its error against the measured median. The gradcomp binary is $GRADCOMP, else
+build/bin/gradcomp beside this script's repository; without it the column is left empty.
+Codec speeds are measured by advise on the spot, or read from $GRADCOMP_CODEC_SPEEDS (the
+output of `gradcomp bench codec --json`).
+
+    netlab_report.py [--dense-share X] --predict OUT_DIR
+
+re-reports an existing OUT_DIR/results.json (no runs/ needed) with the predictions beside
+the measured rows, printing the table and writing nothing. --dense-share: the runs'
+gradcomp train --dense-share when meta.json does not record it (default 0.01, train's
+default since commit 6f1b9dc; the committed run in docs/measurements/netlab used 0).
 """
 
 import glob
 import json
 import math
 import os
+import subprocess
 import sys
 
 DENSE = "none"  # gradcomp's dense allreduce
@@ -105,12 +119,95 @@ def fmt_acc(v):
     return "—" if v is None else "%.2f%%" % (100 * v)
 
 
+MLP_PREFIX = "MLP 784-1536,1536-10"
+
+
+def gradcomp_binary():
+    g = os.environ.get("GRADCOMP")
+    if g:
+        return g
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(root, "build", "bin", "gradcomp")
+
+
+def delay_seconds(s):
+    """netem delay as bench-net.sh passes it ("5ms", "100us"); 0 when empty."""
+    s = (s or "").strip().lower()
+    for unit, mult in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+        if s.endswith(unit):
+            return float(s[: -len(unit)]) * mult
+    return 0.0
+
+
+def add_predictions(meta, rows, floor_ms, gradcomp=None, dense_share=None):
+    """Sets row["predicted_ms"] and row["predicted_error"] (predicted / measured - 1) for
+    every gradcomp row the cost model can predict; returns a note when it cannot."""
+    for r in rows:
+        r["predicted_ms"] = None
+        r["predicted_error"] = None
+        r["predicted_bytes"] = None
+    gradcomp = gradcomp or gradcomp_binary()
+    if not os.access(gradcomp, os.X_OK):
+        return "no prediction: %s is not built" % gradcomp
+    if not str(meta.get("model", "")).startswith(MLP_PREFIX):
+        return "no prediction: the advisor knows the lab's MLP only (model %r)" % meta.get("model")
+    if not floor_ms:
+        return "no prediction: no compute floor"
+    workers = int(meta["workers"])
+    cores = int(meta.get("cores") or 0)
+    oversub = max(1.0, workers / cores) if cores else 1.0
+    # The floor ran W workers on the machine's cores at once; advise scales a one-core
+    # compute figure by the same max(1, W/C).
+    compute_ms = floor_ms / oversub
+    # scripts/netlab.sh: netem at both ends of a rank's link, so a packet between two
+    # ranks is delayed 2 x delay one way (alpha).
+    latency_ms = 1e3 * 2 * delay_seconds(meta.get("delay"))
+    # gradcomp train's --dense-share of the runs: the meta's, else the caller's, else
+    # today's default (0.01; runs before commit 6f1b9dc, 2026-11-25, used 0).
+    if dense_share is None:
+        dense_share = meta.get("dense_share", 0.01)
+    for bw in sorted({r["bandwidth"] for r in rows if r["bandwidth"] != "-"}):
+        methods = sorted({r["method"] for r in rows if r["bandwidth"] == bw
+                          and r["system"] == "gradcomp" and r["method"] != "compute floor"})
+        if not methods:
+            continue
+        cmd = [gradcomp, "advise", "--json", "--workers", str(workers), "--bandwidth", bw,
+               "--latency", "%gms" % latency_ms, "--cores", str(cores),
+               "--compute-ms", "%g" % compute_ms, "--dense-share", "%g" % dense_share,
+               "--methods", " ".join(methods)]
+        if os.environ.get("GRADCOMP_CODEC_SPEEDS"):  # else measured by advise on the spot
+            cmd += ["--codec-speeds", os.environ["GRADCOMP_CODEC_SPEEDS"]]
+        try:
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            err = getattr(e, "stderr", "") or str(e)
+            return "no prediction: %s" % err.strip()
+        predicted = {}
+        for line in out.splitlines():
+            o = json.loads(line)
+            if o.get("available"):
+                predicted[o["spec"]] = (o["step_ms"], o["bytes_per_worker_step"])
+        for r in rows:
+            if r["bandwidth"] == bw and r["system"] == "gradcomp" and r["method"] in predicted:
+                r["predicted_ms"], r["predicted_bytes"] = predicted[r["method"]]
+                if r["status"] == "ok" and r["step_ms"]:
+                    r["predicted_error"] = r["predicted_ms"] / r["step_ms"] - 1.0
+    return ("predicted: gradcomp advise --workers %d --cores %d --compute-ms %.1f (floor / %g) "
+            "--dense-share %g%s" % (workers, cores, compute_ms, oversub, dense_share,
+                                    " --latency %gms" % latency_ms if latency_ms else ""))
+
+
+def fmt_err(v):
+    return "—" if v is None else "%+.1f%%" % (100 * v)
+
+
 def build(out):
     with open(os.path.join(out, "meta.json")) as f:
         meta = json.load(f)
     rows = [row_of(r) for r in load_runs(out)]
     floor = next((r for r in rows if r["method"] == "compute floor" and r["step_ms"]), None)
     floor_ms = floor["step_ms"] if floor else None
+    prediction_note = add_predictions(meta, rows, floor_ms)
     bandwidths = sorted({r["bandwidth"] for r in rows if r["bandwidth"] != "-"},
                         key=rate_bps, reverse=True)
     for r in rows:
@@ -145,10 +242,10 @@ def build(out):
             "vs_dense": best["vs_dense"], "target_vs_dense": 4.0,
             "vs_ddp_powersgd": best["vs_ddp_powersgd"], "target_vs_ddp_powersgd": 2.0,
         })
-    result = {"meta": meta, "rows": rows, "targets": targets}
+    result = {"meta": meta, "rows": rows, "targets": targets, "prediction": prediction_note}
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(result, f, indent=1)
-    table = render_table(meta, rows, bandwidths, floor, targets)
+    table = render_table(meta, rows, bandwidths, floor, targets, prediction_note)
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write(table)
     with open(os.path.join(out, "step-time.svg"), "w") as f:
@@ -156,7 +253,7 @@ def build(out):
     return table
 
 
-def render_table(meta, rows, bandwidths, floor, targets):
+def render_table(meta, rows, bandwidths, floor, targets, prediction_note=""):
     lines = []
     lines.append("Network lab: %s workers, %s, batch %s/worker, %s; links %s%s."
                  % (meta["workers"], meta["model"], meta["batch"], meta["length"],
@@ -170,9 +267,10 @@ def render_table(meta, rows, bandwidths, floor, targets):
     lines.append("")
     head = ("| link | method | step ms | × floor | vs gradcomp dense | vs DDP+PowerSGD "
             "| MB/worker/step (model) | MB/worker/step (wire) | test acc "
-            "| compute / encode / comm / decode / waited (ms/step) |")
+            "| compute / encode / comm / decode / waited (ms/step) | predicted ms | error "
+            "| predicted MB/worker/step |")
     lines.append(head)
-    lines.append("|" + "---|" * 10)
+    lines.append("|" + "---|" * 13)
     ordered = []
     if floor:
         ordered.append(floor)
@@ -182,17 +280,21 @@ def render_table(meta, rows, bandwidths, floor, targets):
                 and r is not floor]
     for r in ordered:
         if r["status"] != "ok":
-            lines.append("| %s | %s | %s | | | | | | | |" % (r["bandwidth"], label(r),
+            lines.append("| %s | %s | %s | | | | | | | | | | |" % (r["bandwidth"], label(r),
                                                          r["status"] + (": " + r["note"] if r["note"] else "")))
             continue
         split = "—" if not r["split_ms"] else " / ".join(
             "—" if v is None else "%.1f" % v for v in r["split_ms"])
-        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["bandwidth"] if r["method"] != "compute floor" else "(none)", label(r),
             fmt_ms(r["step_ms"]), fmt_x(r["over_floor"]), fmt_x(r["vs_dense"]),
             fmt_x(r["vs_ddp_powersgd"]), fmt_mb(r["model_bytes"]), fmt_mb(r["wire_bytes"]),
-            fmt_acc(r["accuracy"]), split))
+            fmt_acc(r["accuracy"]), split, fmt_ms(r.get("predicted_ms")),
+            fmt_err(r.get("predicted_error")), fmt_mb(r.get("predicted_bytes"))))
     lines.append("")
+    if prediction_note:
+        lines.append(prediction_note + ".")
+        lines.append("")
     for t in targets:
         def mark(v, want, higher):
             if v is None:
@@ -295,10 +397,32 @@ def render_svg(meta, rows, bandwidths, floor_ms):
     return "\n".join(out) + "\n"
 
 
+def repredict(out, dense_share=None):
+    """--predict: an existing results.json with the cost model's predictions; writes nothing."""
+    with open(os.path.join(out, "results.json")) as f:
+        result = json.load(f)
+    meta, rows, targets = result["meta"], result["rows"], result.get("targets", [])
+    floor = next((r for r in rows if r["method"] == "compute floor" and r["step_ms"]), None)
+    note = add_predictions(meta, rows, floor["step_ms"] if floor else None,
+                           dense_share=dense_share)
+    bandwidths = sorted({r["bandwidth"] for r in rows if r["bandwidth"] != "-"},
+                        key=rate_bps, reverse=True)
+    return render_table(meta, rows, bandwidths, floor, targets, note)
+
+
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: netlab_report.py OUT_DIR")
-    print(build(sys.argv[1]))
+    args = sys.argv[1:]
+    dense_share = None
+    if len(args) >= 2 and args[0] == "--dense-share":
+        dense_share = float(args[1])
+        args = args[2:]
+    if len(args) == 2 and args[0] == "--predict":
+        print(repredict(args[1], dense_share))
+        return
+    if len(args) != 1 or dense_share is not None:
+        sys.exit("usage: netlab_report.py OUT_DIR | "
+                 "netlab_report.py [--dense-share X] --predict OUT_DIR")
+    print(build(args[0]))
 
 
 if __name__ == "__main__":

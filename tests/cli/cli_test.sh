@@ -6,6 +6,7 @@
 set -uo pipefail
 
 GRADCOMP=${1:?usage: cli_test.sh /path/to/gradcomp}
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gradcomp-cli.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
@@ -208,6 +209,45 @@ run_ok "bench codec table" "$GRADCOMP" bench codec --size 5000 --repeats 1 --spe
 grep -q '^memcpy' out.txt && grep -q '^ef(none)' out.txt && ! grep -qi 'torch' out.txt \
   && pass "bench table rows, no LibTorch row without --torch" || { fail "bench table"; cat out.txt; }
 run_err "bench with an unknown spec" "unknown codec" "$GRADCOMP" bench codec --size 1000 --spec nosuch --no-torch
+
+# advise: the cost model's table, JSON, SVG and sweep; every bad flag one line, exit 1.
+run_ok "advise table" "$GRADCOMP" advise --workers 4 --bandwidth 1gbit --bench-size 20000 \
+  --methods "none powersgd:rank=2 topk:ratio=0.01"
+grep -q 'powersgd:rank=2' out.txt && grep -qE '^ +[0-9]+ +none ' out.txt \
+  && pass "advise table rows" || { fail "advise table"; cat out.txt; }
+run_ok "advise --json --svg" "$GRADCOMP" advise --json --svg plot.svg --bench-size 20000 \
+  --sizes 1000,784x1536 --compute-ms 10 --methods "none qsgd"
+[ "$(grep -c '"spec":' out.txt)" -eq 2 ] && grep -q '<polyline' plot.svg \
+  && pass "advise JSON lines and SVG" || { fail "advise --json/--svg"; cat out.txt; }
+bench_json() { "$GRADCOMP" bench codec --json --size 20000 --repeats 1 --spec qsgd > speeds.jsonl; }
+bench_json && run_ok "advise --codec-speeds" "$GRADCOMP" advise --codec-speeds speeds.jsonl \
+  --methods "none qsgd" --sweep
+grep -q 'fastest method' out.txt && pass "advise --sweep tables" || { fail "advise --sweep"; cat out.txt; }
+run_err "advise bad bandwidth" "not a rate" "$GRADCOMP" advise --bandwidth fast
+run_err "advise bad latency" "not a time" "$GRADCOMP" advise --latency 5parsecs
+run_err "advise bad topology" "allreduce or ps-sync" "$GRADCOMP" advise --topology ring
+run_err "advise bad algorithm" "ring or halving-doubling" "$GRADCOMP" advise --algorithm tree
+run_err "advise unknown model" "unknown model" "$GRADCOMP" advise --model vgg
+run_err "advise bad sizes" "not a shape" "$GRADCOMP" advise --sizes 12x0 --compute-ms 1
+run_err "advise bad method" "out of range" "$GRADCOMP" advise --methods "topk:ratio=3"
+run_err "advise zero workers" "workers" "$GRADCOMP" advise --workers 0
+run_err "advise speeds without codec rows" "no codec rows" "$GRADCOMP" advise --codec-speeds /dev/null
+# The lab report's predictions beside the measured rows of the committed lab run: every
+# gradcomp row predicted, within 15% (issue 13's bar). The committed codec speeds, so that
+# a busy machine's bench does not move the figures.
+if GRADCOMP="$GRADCOMP" GRADCOMP_CODEC_SPEEDS="$REPO/docs/cost-model/codec-speeds.jsonl" python3 "$REPO/scripts/netlab_report.py" --dense-share 0 --predict \
+    "$REPO/docs/measurements/netlab" > out.txt 2> err.txt; then
+  if python3 - out.txt <<'PY'
+import re, sys
+rows = [l for l in open(sys.argv[1]) if re.match(r"\| (1gbit|100mbit) \| gradcomp ", l)]
+errs = [l.rstrip().rstrip("|").split("|")[-2].strip() for l in rows]  # "error"
+assert len(rows) >= 10, rows
+bad = [e for e in errs if e == "—" or abs(float(e.rstrip("%"))) > 15]
+assert not bad, bad
+PY
+  then pass "netlab_report --predict: every gradcomp row within 15%"
+  else fail "netlab_report --predict"; cat out.txt; fi
+else fail "netlab_report --predict (exit $?)"; cat err.txt; fi
 
 if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all CLI tests passed"

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "gradcomp/advise/models.h"
 #include "gradcomp/error.h"
 #include "train/models.h"
 
@@ -45,6 +46,27 @@ TEST(Models, ResNet20HasTwentyWeightLayers) {
   }
   EXPECT_EQ(weighted, 20);
   EXPECT_EQ(count, 269722);  // He et al. report 0.27M (counted by hand, BN included)
+}
+
+// `gradcomp advise` plans with torch-free copies of these models (src/advise/models.cc):
+// the same tensors, in the same order, for the trainer's default data (Fashion-MNIST).
+TEST(Models, AdvisorsCopiesMatch) {
+  for (const char* name : {"mlp", "lenet5", "resnet20"}) {
+    ModelConfig cfg;  // defaults: 1 x 28 x 28, 10 classes, MLP 1536-1536
+    cfg.name = name;
+    auto m = make_model(cfg);
+    const advise::ModelSizes copy = advise::builtin_model(name);
+    const auto params = m->named_parameters();
+    ASSERT_EQ(params.size(), copy.params.size()) << name;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto& p = params[i];
+      const ParamInfo& c = copy.params[i];
+      EXPECT_EQ(p.key(), c.name) << name;
+      EXPECT_EQ(p.value().numel(), c.numel) << name << " " << p.key();
+      EXPECT_EQ(p.value().dim(), c.dim) << name << " " << p.key();
+      EXPECT_EQ(p.value().dim() > 0 ? p.value().size(0) : 0, c.rows) << name << " " << p.key();
+    }
+  }
 }
 
 TEST(Models, RejectsBadConfigs) {

@@ -1,7 +1,7 @@
 // The CLI's commands, one file each. Each adds its subcommand to the app with a
 // callback that turns flags into library calls; errors propagate to run_app().
 //
-// The CLI is two binaries in one directory (see main.cc): `gradcomp`, torch-free (list,
+// The CLI is two binaries in one directory (see main.cc): `gradcomp`, torch-free (list, advise,
 // codec, bench codec), and `gradcomp-torch` (train, eval, bench codec --torch), to which
 // `gradcomp` hands those commands with exec.
 #pragma once
@@ -15,8 +15,9 @@
 
 namespace gradcomp::cli {
 
-void add_list_command(CLI::App& app);   // list.cc
-void add_codec_command(CLI::App& app);  // codec_cmd.cc
+void add_list_command(CLI::App& app);    // list.cc
+void add_codec_command(CLI::App& app);   // codec_cmd.cc
+void add_advise_command(CLI::App& app);  // advise_cmd.cc
 
 // LibTorch's rows of `bench codec --torch` for a thread count: gradcomp-torch passes
 // them; the torch-free gradcomp passes none (it hands `--torch` to gradcomp-torch).

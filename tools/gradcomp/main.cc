@@ -1,4 +1,4 @@
-// gradcomp: the command-line front end, without LibTorch. It runs list, codec and
+// gradcomp: the command-line front end, without LibTorch. It runs list, codec, advise and
 // bench codec itself and starts in milliseconds; the commands that need LibTorch
 // (train, eval, bench codec --torch) it hands to gradcomp-torch, the binary beside it,
 // by exec: same argv, same process, so exit status and signals are that program's own.
@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   gradcomp::cli::add_list_command(app);
   gradcomp::cli::add_codec_command(app);
   gradcomp::cli::add_bench_command(app);
+  gradcomp::cli::add_advise_command(app);
   // Listed in --help; never parsed here (needs_torch() sent them on above).
   app.add_subcommand("train", gradcomp::cli::kTrainSummary)->allow_extras();
   app.add_subcommand("eval", gradcomp::cli::kEvalSummary)->allow_extras();

@@ -1,0 +1,45 @@
+// The cost of one collective on an alpha-beta link (docs/cost-model.md): W workers, each
+// with its own link of `bandwidth` bytes/s in each direction and `latency` seconds one
+// way, plus a constant per collective for Gloo over TCP (scheduling, the size exchange,
+// waking the peer threads), fit from the network lab. Torch-free.
+#pragma once
+
+namespace gradcomp::advise {
+
+// The collectives' algorithm. Gloo (c10d's CPU backend, what gradcomp runs on) uses the
+// ring: gloo/allreduce.cc runs it when no algorithm is given, and c10d gives none.
+// Halving-doubling (Rabenseifner's allreduce, recursive-doubling allgather) is what MPI and
+// NCCL-like stacks use for small messages: the same bytes, log2(W) latency steps.
+enum class Algorithm { kRing, kHalvingDoubling };
+
+struct Link {
+  double bandwidth = 125e6;          // bytes per second, each direction (1 Gbit/s)
+  double latency = 0.0;              // alpha: seconds, one way
+  double collective_overhead = 0.0;  // seconds per collective, added once
+  // Share of the nominal bandwidth a bulk transfer gets (TCP/IP headers, shaping, Gloo's
+  // gaps between chunks): every B/beta below is B / (efficiency * bandwidth).
+  double efficiency = 1.0;
+  Algorithm algorithm = Algorithm::kRing;
+};
+
+// Ring allreduce of a B-byte buffer: reduce-scatter then allgather, 2(W-1) steps of B/W:
+//   2(W-1)/W * B/beta + 2(W-1) alpha (+ overhead). 0 for W = 1 or B = 0.
+// Halving-doubling: the same bytes, 2 ceil(log2 W) alpha.
+double allreduce_seconds(double bytes, int workers, const Link& link);
+// Bytes one worker sends in it: 2(W-1)/W * B.
+double allreduce_bytes(double bytes, int workers);
+
+// Ring allgather of messages of at most m bytes (Gloo pads to the largest):
+//   (W-1) * m/beta + (W-1) alpha (+ overhead). Recursive doubling: ceil(log2 W) alpha.
+double allgather_seconds(double max_message_bytes, int workers, const Link& link);
+// Bytes one worker sends in it: (W-1) m.
+double allgather_bytes(double max_message_bytes, int workers);
+
+// Synchronous parameter server with S servers on links like the workers': each worker
+// pushes `push_bytes` (push_bytes/S to each server) and pulls `pull_bytes`; a server's
+// link carries W * push_bytes / S in and W * pull_bytes / S out, so each direction costs
+// max(worker link, server link):
+//   max(1, W/S) * (push + pull) / beta + 2 alpha (+ overhead).
+double ps_seconds(double push_bytes, double pull_bytes, int workers, int servers, const Link& link);
+
+}  // namespace gradcomp::advise

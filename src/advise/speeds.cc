@@ -1,0 +1,114 @@
+// Codec and scheme speeds; see speeds.h.
+#include "gradcomp/advise/speeds.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "gradcomp/error.h"
+
+namespace gradcomp::advise {
+
+namespace {
+
+// Per element, one core. Network lab (docs/measurements/network-lab.md), MLP at 1 Gbit/s,
+// 4 workers on 2 cores (so each figure is halved for one core), 3.56 M compressed
+// elements: powersgd:rank=2 encode 4.3 ms, decode 2.6 ms; fetchsgd encode 37.9 ms,
+// decode 71.4 ms. PowerSGD's products scale with the rank. Sketched-SGD was not in the
+// lab: it builds the same count sketch, so it borrows FetchSGD's figures.
+constexpr double kLabElements = 3.56e6;
+constexpr double kLabOversubscription = 2.0;
+constexpr double kPowerSgdEncode = 4.3e-3 / kLabOversubscription / kLabElements;  // rank 2
+constexpr double kPowerSgdDecode = 2.6e-3 / kLabOversubscription / kLabElements;
+constexpr double kSketchEncode = 37.9e-3 / kLabOversubscription / kLabElements;
+constexpr double kSketchDecode = 71.4e-3 / kLabOversubscription / kLabElements;
+
+// The value after "key": in a flat JSON object line, as text ("" when absent).
+std::string_view field(std::string_view line, std::string_view key) {
+  const std::string quoted = "\"" + std::string(key) + "\"";
+  std::size_t at = line.find(quoted);
+  if (at == std::string_view::npos) return {};
+  at = line.find(':', at + quoted.size());
+  if (at == std::string_view::npos) return {};
+  ++at;
+  while (at < line.size() && line[at] == ' ') ++at;
+  if (at < line.size() && line[at] == '"') {
+    const std::size_t end = line.find('"', at + 1);
+    return end == std::string_view::npos ? std::string_view{} : line.substr(at + 1, end - at - 1);
+  }
+  std::size_t end = at;
+  while (end < line.size() && line[end] != ',' && line[end] != '}') ++end;
+  return line.substr(at, end - at);
+}
+
+bool number(std::string_view s, double& out) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size() && std::isfinite(out);
+}
+
+}  // namespace
+
+void SpeedTable::set(const std::string& spec, CodecSpeed speed) { by_spec_[spec] = speed; }
+
+const CodecSpeed* SpeedTable::find(std::string_view spec) const {
+  auto it = by_spec_.find(spec);
+  return it == by_spec_.end() ? nullptr : &it->second;
+}
+
+SpeedTable parse_bench_json(std::string_view text) {
+  SpeedTable t;
+  int rows = 0, line_no = 0;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (field(line, "kind") != "codec") continue;
+    double n = 0, enc = 0, dec = 0;
+    if (!number(field(line, "n"), n) || n < 1 || !number(field(line, "encode_ms"), enc) ||
+        !number(field(line, "decode_ms"), dec)) {
+      throw InvalidArgument("codec speeds: line " + std::to_string(line_no) +
+                            " is a codec row without numeric n, encode_ms and decode_ms");
+    }
+    double bytes = 0;
+    if (!number(field(line, "message_bytes"), bytes)) bytes = 0;
+    const CodecSpeed s{enc * 1e-3 / n, dec * 1e-3 / n, "file", n, bytes};
+    t.set(std::string(field(line, "spec")), s);
+    const std::string_view memory = field(line, "memory");
+    if (!memory.empty()) t.set(std::string(memory), s);
+    ++rows;
+  }
+  if (rows == 0) {
+    throw InvalidArgument(
+        "codec speeds: no codec rows (expected the output of gradcomp bench codec --json)");
+  }
+  return t;
+}
+
+CodecSpeed speed_of(const MethodPlan& plan, const SpeedTable& table) {
+  if (plan.family == "dense") return {0.0, 0.0, "none"};
+  if (plan.family == "powersgd") {
+    const double r = plan.rank / 2.0;
+    return {kPowerSgdEncode * r, kPowerSgdDecode * r, "lab constant"};
+  }
+  if (plan.family == "fetchsgd") return {kSketchEncode, kSketchDecode, "lab constant"};
+  if (plan.family == "sketched-sgd")
+    return {kSketchEncode, kSketchDecode, "fetchsgd's lab constant"};
+  if (const CodecSpeed* s = table.find(plan.spec)) return *s;
+  if (const CodecSpeed* s = table.find(plan.canonical)) return *s;
+  return {};
+}
+
+CodecSpeed steady_state_decode(const CodecSpeed& speed, const std::string& spec,
+                               const CodecRegistry& registry) {
+  if (!(speed.bench_n >= 1) || !(speed.bench_message_bytes > 0)) return speed;
+  if (registry.find_memory(parse_spec(spec).name) == nullptr) return speed;
+  const auto n = static_cast<std::size_t>(speed.bench_n);
+  CodecSpeed out = speed;
+  out.decode *= static_cast<double>(encoded_bytes(registry, spec, n)) / speed.bench_message_bytes;
+  out.bench_message_bytes = static_cast<double>(encoded_bytes(registry, spec, n));
+  return out;
+}
+
+}  // namespace gradcomp::advise

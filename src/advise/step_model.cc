@@ -1,0 +1,143 @@
+// The step model and the ranking; see step_model.h.
+#include "gradcomp/advise/step_model.h"
+
+#include <algorithm>
+#include <map>
+
+#include "gradcomp/error.h"
+
+namespace gradcomp::advise {
+
+namespace {
+
+double round_seconds(const Round& r, const Scenario& s, const Link& link) {
+  return r.kind == Collective::kAllreduce ? allreduce_seconds(r.bytes, s.workers, link)
+                                          : allgather_seconds(r.bytes, s.workers, link);
+}
+
+double round_bytes(const Round& r, int workers) {
+  return r.kind == Collective::kAllreduce ? allreduce_bytes(r.bytes, workers)
+                                          : allgather_bytes(r.bytes, workers);
+}
+
+}  // namespace
+
+double oversubscription(const Scenario& s) {
+  if (s.cores <= 0) return 1.0;
+  return std::max(1.0, static_cast<double>(s.workers) / s.cores);
+}
+
+Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& speeds) {
+  if (s.workers < 1) throw InvalidArgument("workers must be >= 1");
+  if (!(s.link.bandwidth > 0)) throw InvalidArgument("bandwidth must be > 0");
+  Prediction p;
+  p.spec = plan.spec;
+  p.family = plan.family;
+  p.accuracy_points = accuracy_cost(plan.spec);
+  const double f = oversubscription(s);
+  Link link = s.link;
+  link.collective_overhead *= f;
+  p.compute_s = f * s.compute_s;
+
+  const CodecSpeed speed = speed_of(plan, speeds);
+  if (plan.family != "dense" && speed.source.empty()) {
+    throw InvalidArgument("no codec speed for '" + plan.spec +
+                          "' (measure it: drop --codec-speeds, or add it to the bench file)");
+  }
+  p.speed_source = speed.source;
+  const double elems = static_cast<double>(plan.compressed_elements);
+  p.encode_s = f * speed.encode * elems;
+
+  if (s.topology == Topology::kPsSync) {
+    if (plan.ps_rounds.empty()) {
+      p.available = false;
+      p.note = plan.ps_note;
+      return p;
+    }
+    for (const PsRound& r : plan.ps_rounds) {
+      const double t = ps_seconds(r.push_bytes, r.pull_bytes, s.workers, s.servers, link);
+      p.rounds.push_back({r.what, "ps", r.push_bytes + r.pull_bytes, t});
+      p.comm_s += t;
+      p.bytes_sent += r.push_bytes;
+      ++p.collectives;
+    }
+    // The servers decode every worker's messages (W / S each) before they can reply.
+    const double per_server = std::max(1.0, static_cast<double>(s.workers) / s.servers);
+    p.decode_s = plan.family == "dense" ? 0.0 : f * speed.decode * elems * per_server;
+    p.exposed_s = p.comm_s;
+  } else {
+    bool all_allreduce = true;
+    for (const Round& r : plan.rounds) {
+      const double t = round_seconds(r, s, link);
+      p.rounds.push_back(
+          {r.what, r.kind == Collective::kAllreduce ? "allreduce" : "allgather", r.bytes, t});
+      p.comm_s += t;
+      p.bytes_sent += round_bytes(r, s.workers);
+      if (t > 0) ++p.collectives;
+      if (r.kind != Collective::kAllreduce) all_allreduce = false;
+    }
+    const double decodes = plan.decode_per_peer ? static_cast<double>(s.workers) : 1.0;
+    p.decode_s = f * speed.decode * elems * decodes;
+    const bool overlappable =
+        all_allreduce && (plan.family == "dense" || plan.family == "allreduce");
+    const double hidden = overlappable ? s.overlap * s.backward_share * p.compute_s : 0.0;
+    p.exposed_s = std::max(0.0, p.comm_s - hidden);
+  }
+  p.step_s = p.compute_s + p.encode_s + p.decode_s + p.exposed_s;
+  return p;
+}
+
+std::vector<Prediction> predict_all(const std::vector<MethodPlan>& plans, const Scenario& s,
+                                    const SpeedTable& speeds) {
+  MethodPlan dense;
+  dense.spec = "none";
+  dense.canonical = "none";
+  dense.family = "dense";
+  if (!plans.empty()) {
+    dense.gradient_bytes = plans.front().gradient_bytes;
+    dense.rounds.push_back({"fp32 gradient", Collective::kAllreduce, dense.gradient_bytes});
+    dense.ps_rounds.push_back({"fp32", dense.gradient_bytes, dense.gradient_bytes});
+  }
+  const Prediction base = predict(dense, s, speeds);
+  std::vector<Prediction> out;
+  for (const MethodPlan& m : plans) {
+    Prediction p = predict(m, s, speeds);
+    p.ratio = p.bytes_sent > 0 ? base.bytes_sent / p.bytes_sent : 0.0;
+    p.speedup = p.available && p.step_s > 0 ? base.step_s / p.step_s : 0.0;
+    out.push_back(std::move(p));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
+    if (a.available != b.available) return a.available;
+    if (a.step_s != b.step_s) return a.step_s < b.step_s;
+    return a.bytes_sent < b.bytes_sent;
+  });
+  int r = 0;
+  for (Prediction& p : out) p.rank = p.available ? ++r : 0;
+  return out;
+}
+
+std::optional<double> accuracy_cost(const std::string& spec) {
+  // docs/measurements/accuracy.md, column "vs dense (points)". Update both together.
+  static const std::map<std::string, double, std::less<>> table = {
+      {"none", 0.0},
+      {"dgc:density=0.001,warmup_epochs=0.25", -0.49},
+      {"ef(topk:ratio=0.01)", -0.97},
+      {"efm(topk:ratio=0.01)", -0.37},
+      {"2bit", -4.56},
+      {"2bit:threshold=0.003", -1.14},
+      {"qsgd", -0.11},
+      {"terngrad", -0.12},
+      {"efsign", -1.37},
+      {"efsign:block=256", -0.47},
+      {"efm(efsign)", -0.21},
+      {"sketched-sgd", -2.40},
+      {"fetchsgd", -3.93},
+      {"atomo:budget=3", -0.70},
+      {"powersgd:rank=2", -0.70},
+  };
+  auto it = table.find(spec);
+  if (it == table.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace gradcomp::advise

@@ -1,0 +1,270 @@
+// The cost model (src/advise): collective formulas against their closed forms, message
+// sizes against the codecs' real encodes, the ranking's two ends, bad inputs refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gradcomp/advise/collectives.h"
+#include "gradcomp/advise/messages.h"
+#include "gradcomp/advise/models.h"
+#include "gradcomp/advise/report.h"
+#include "gradcomp/advise/speeds.h"
+#include "gradcomp/advise/step_model.h"
+#include "gradcomp/advise/sweep.h"
+#include "gradcomp/error.h"
+#include "gradcomp/memory.h"
+#include "gradcomp/registry.h"
+
+namespace gradcomp::advise {
+namespace {
+
+TEST(AdviseCollectives, ClosedForms) {
+  const Link link{.bandwidth = 1e6, .latency = 1e-3, .collective_overhead = 0.0};
+  // 2(W-1)/W * B/beta + 2(W-1) alpha
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, link), 2.0 * 3 / 4 * 1.0 + 6 * 1e-3);
+  EXPECT_DOUBLE_EQ(allreduce_bytes(1e6, 4), 1.5e6);
+  EXPECT_DOUBLE_EQ(allreduce_seconds(8e5, 2, link), 0.8 + 2e-3);
+  // (W-1) m/beta + (W-1) alpha
+  EXPECT_DOUBLE_EQ(allgather_seconds(1e5, 8, link), 7 * 0.1 + 7 * 1e-3);
+  EXPECT_DOUBLE_EQ(allgather_bytes(1e5, 8), 7e5);
+  // PS: max(1, W/S) * (push + pull)/beta + 2 alpha
+  EXPECT_DOUBLE_EQ(ps_seconds(1e6, 1e6, 8, 2, link), 4 * 2.0 + 2e-3);
+  EXPECT_DOUBLE_EQ(ps_seconds(1e6, 1e6, 2, 4, link), 2.0 + 2e-3);
+  // One worker, or nothing to send: free, overhead included.
+  const Link costly{.bandwidth = 1e6, .latency = 1e-3, .collective_overhead = 5e-3};
+  EXPECT_EQ(allreduce_seconds(1e6, 1, costly), 0.0);
+  EXPECT_EQ(allgather_seconds(0.0, 4, costly), 0.0);
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, costly), 1.5 + 6e-3 + 5e-3);
+  // Halving-doubling: the same bytes, ceil(log2 W) latency steps per phase.
+  Link hd = link;
+  hd.algorithm = Algorithm::kHalvingDoubling;
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 8, hd), 2.0 * 7 / 8 * 1.0 + 2 * 3 * 1e-3);
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 6, hd), 2.0 * 5 / 6 * 1.0 + 2 * 3 * 1e-3);
+  EXPECT_DOUBLE_EQ(allgather_seconds(1e5, 1024, hd), 1023 * 0.1 + 10 * 1e-3);
+  // Efficiency divides the bandwidth.
+  Link slow = link;
+  slow.efficiency = 0.5;
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, slow), 2.0 * 1.5 + 6e-3);
+  // Allgathered bytes grow with W, allreduced ones stay under 2B.
+  EXPECT_GT(allgather_bytes(1e5, 1024), 100 * allgather_bytes(1e5, 8));
+  EXPECT_LT(allreduce_bytes(1e6, 1024), 2e6);
+}
+
+// The bytes of an independent encode: a fresh memory, a different input (sizes of these
+// specs do not depend on the values).
+std::size_t real_encode(const std::string& spec, std::size_t n) {
+  const auto memory = builtin_registry().make_memory(spec, n);
+  std::vector<float> g(n);
+  for (std::size_t i = 0; i < n; ++i) g[i] = std::sin(0.37f * static_cast<float>(i)) - 0.1f;
+  std::vector<std::byte> out(memory->codec().max_encoded_bytes(n));
+  StepContext ctx;
+  ctx.seed = 99;
+  return memory->compress(g, ctx, out);
+}
+
+TEST(AdviseMessages, SizesAreTheCodecsRealEncodes) {
+  const std::vector<std::string> specs = {
+      "topk:ratio=0.01",    "ef(topk:ratio=0.001)", "qsgd", "2bit", "efsign", "terngrad", "fp16",
+      "randomk:ratio=0.05", "dgc:density=0.001"};
+  for (const std::string& spec : specs) {
+    for (std::size_t n : {0u, 1u, 2u, 7u, 511u, 1023u, 1025u, 4097u, 100003u}) {
+      EXPECT_EQ(encoded_bytes(builtin_registry(), spec, n), real_encode(spec, n))
+          << spec << " n=" << n;
+    }
+  }
+  // Through a plan: one compressible tensor, nothing dense.
+  PlanOptions po;
+  po.layout.min_elements = 0;
+  po.layout.dense_share = 0.0;
+  for (std::size_t n : {1u, 3u, 1025u, 99999u}) {
+    const std::vector<ParamInfo> one = {
+        {"w", static_cast<std::int64_t>(n), 2, static_cast<std::int64_t>(n)}};
+    const MethodPlan topk = plan_method("topk:ratio=0.01", one, po);
+    ASSERT_EQ(topk.family, "allgather");
+    EXPECT_EQ(topk.rounds.back().bytes, static_cast<double>(real_encode("topk:ratio=0.01", n)));
+    const MethodPlan rk = plan_method("randomk:ratio=0.05", one, po);
+    ASSERT_EQ(rk.family, "allreduce");
+    const auto codec = builtin_registry().make_codec_of("randomk:ratio=0.05");
+    EXPECT_EQ(rk.rounds.front().bytes, 4.0 * static_cast<double>(codec->linear_region(n).count));
+  }
+}
+
+TEST(AdviseMessages, SchemesFromTheirParameters) {
+  PlanOptions po;
+  po.layout.min_elements = 0;
+  po.layout.dense_share = 0.0;
+  // A 1536 x 784 matrix and a bias of 10 (dense: dim 1).
+  const std::vector<ParamInfo> ps = {{"w", 1536 * 784, 2, 1536}, {"b", 10, 1, 10}};
+  const MethodPlan p = plan_method("powersgd:rank=4", ps, po);
+  ASSERT_EQ(p.rounds.size(), 2u);
+  EXPECT_EQ(p.rounds[0].bytes, 4.0 * (1536 * 4 + 10));  // P and the dense bias
+  EXPECT_EQ(p.rounds[1].bytes, 4.0 * (784 * 4));        // Q
+  EXPECT_TRUE(p.ps_rounds.empty());
+  const MethodPlan s = plan_method("sketched-sgd:rows=5,cols=1000,k=50,p2=4", ps, po);
+  ASSERT_EQ(s.rounds.size(), 2u);
+  EXPECT_EQ(s.rounds[0].bytes, 4.0 * (5 * 1000 + 10));
+  EXPECT_EQ(s.rounds[1].bytes, 4.0 * 200);
+  const MethodPlan f = plan_method("fetchsgd:rows=5,cols=1000,k=50", ps, po);
+  ASSERT_EQ(f.rounds.size(), 1u);
+  EXPECT_EQ(f.rounds[0].bytes, 4.0 * (5 * 1000 + 10));
+  const MethodPlan d = plan_method("none", ps, po);
+  EXPECT_EQ(d.rounds[0].bytes, 4.0 * (1536 * 784 + 10));
+}
+
+TEST(AdviseModels, ParameterCounts) {
+  EXPECT_EQ(builtin_model("mlp").numel(), 3'581'962);
+  EXPECT_EQ(builtin_model("lenet5").numel(), 61'706);
+  // tests/train/models_test.cc: 269,722 with 3 input channels; 1 channel: 2 * 16 * 9 fewer.
+  EXPECT_EQ(builtin_model("resnet20").numel(), 269'722 - 288);
+  EXPECT_EQ(builtin_model("resnet50").numel(), 25'557'032);  // torchvision's
+  EXPECT_EQ(builtin_model("resnet50").params.size(), 161u);
+  const ModelSizes s = parse_sizes("1000, 784x1536\n# a comment\n64x3x7x7");
+  ASSERT_EQ(s.params.size(), 3u);
+  EXPECT_EQ(s.params[1].numel, 784 * 1536);
+  EXPECT_EQ(s.params[1].rows, 784);
+  EXPECT_EQ(s.params[2].dim, 4);
+}
+
+Scenario scenario(double bandwidth) {
+  Scenario s;
+  s.workers = 8;
+  s.link = {.bandwidth = bandwidth, .latency = 0.0, .collective_overhead = 0.0};
+  s.compute_s = 0.03;
+  return s;
+}
+
+std::vector<MethodPlan> plans() {
+  const ModelSizes m = builtin_model("mlp");
+  std::vector<MethodPlan> out;
+  for (const char* spec : {"topk:ratio=0.01", "none", "powersgd:rank=2", "qsgd"}) {
+    out.push_back(plan_method(spec, m.params));
+  }
+  return out;
+}
+
+SpeedTable speeds() {
+  SpeedTable t;
+  t.set("topk:ratio=0.01", {2e-9, 1e-10, "test"});
+  t.set("qsgd", {1e-9, 2e-9, "test"});
+  return t;
+}
+
+TEST(AdviseRanking, DenseFirstOnAHugeLinkACompressorOnATinyOne) {
+  const auto fast = predict_all(plans(), scenario(1e13), speeds());
+  EXPECT_EQ(fast.front().spec, "none");
+  EXPECT_EQ(fast.front().rank, 1);
+  EXPECT_DOUBLE_EQ(fast.front().speedup, 1.0);
+  const auto slow = predict_all(plans(), scenario(1e6), speeds());
+  EXPECT_NE(slow.front().spec, "none");
+  EXPECT_EQ(slow.back().spec, "none");
+  EXPECT_GT(slow.front().speedup, 10.0);
+  for (std::size_t i = 1; i < slow.size(); ++i) EXPECT_LE(slow[i - 1].step_s, slow[i].step_s);
+}
+
+TEST(AdviseStepModel, OversubscriptionOverlapAndPs) {
+  const auto ps = plans();
+  Scenario s = scenario(125e6);
+  const Prediction alone = predict(ps[1], s, speeds());
+  s.cores = 2;  // 8 workers on 2 cores: compute x4
+  const Prediction shared = predict(ps[1], s, speeds());
+  EXPECT_DOUBLE_EQ(shared.compute_s, 4 * alone.compute_s);
+  s.cores = 0;
+  s.overlap = 1.0;
+  const Prediction hidden = predict(ps[1], s, speeds());
+  EXPECT_DOUBLE_EQ(hidden.exposed_s, std::max(0.0, alone.comm_s - s.backward_share * s.compute_s));
+  // Allgathered messages are not overlapped.
+  EXPECT_DOUBLE_EQ(predict(ps[0], s, speeds()).exposed_s, predict(ps[0], s, speeds()).comm_s);
+  s.overlap = 0.0;
+  s.topology = Topology::kPsSync;
+  s.servers = 8;
+  const Prediction dense_ps = predict(ps[1], s, speeds());
+  EXPECT_DOUBLE_EQ(dense_ps.comm_s, 2 * ps[1].gradient_bytes / 125e6);
+  EXPECT_FALSE(predict(ps[2], s, speeds()).available);  // powersgd: allreduce only
+}
+
+TEST(AdviseSweep, AllgatherFallsBehindAllreduceAsWGrows) {
+  SweepGrid g;
+  g.workers = {2, 8, 64, 512};
+  g.bandwidths = {125e6};
+  const auto cells = run_sweep(plans(), scenario(125e6), speeds(), g);
+  ASSERT_EQ(cells.size(), 4u);
+  const auto ov = overtakes(cells);
+  bool topk_by_powersgd = false;
+  for (const Overtake& o : ov) {
+    if (o.allgathered == "topk:ratio=0.01" && o.overtaken_by == "powersgd:rank=2") {
+      topk_by_powersgd = true;
+    }
+  }
+  // PowerSGD's bytes stay flat in W, top-k's grow: past some W it must win.
+  EXPECT_TRUE(topk_by_powersgd || cells.front().ranked.front().spec == "powersgd:rank=2");
+  const Prediction* at512 = nullptr;
+  for (const Prediction& p : cells.back().ranked) {
+    if (p.spec == "topk:ratio=0.01") at512 = &p;
+  }
+  ASSERT_NE(at512, nullptr);
+  EXPECT_LT(at512->speedup, 1.0);  // 511 top-k messages of 1/50: more than dense's ring
+  EXPECT_NE(sweep_svg(cells, "t", {125e6}, 8).find("<polyline"), std::string::npos);
+}
+
+TEST(AdviseInputs, BadInputsRefused) {
+  EXPECT_THROW(builtin_model("vgg"), InvalidArgument);
+  EXPECT_THROW(parse_sizes(""), InvalidArgument);
+  EXPECT_THROW(parse_sizes("12y3"), InvalidArgument);
+  EXPECT_THROW(parse_sizes("0"), InvalidArgument);
+  EXPECT_THROW(parse_sizes("784x"), InvalidArgument);
+  EXPECT_THROW(parse_sizes("-5"), InvalidArgument);
+  const ModelSizes m = builtin_model("lenet5");
+  EXPECT_THROW(plan_method("topk:ratio=2", m.params), InvalidArgument);
+  EXPECT_THROW(plan_method("nosuch", m.params), InvalidArgument);
+  EXPECT_THROW(plan_method("powersgd:rank=0", m.params), InvalidArgument);
+  EXPECT_THROW(parse_bench_json(""), InvalidArgument);
+  EXPECT_THROW(parse_bench_json("{\"kind\": \"codec\", \"spec\": \"qsgd\", \"n\": 10}"),
+               InvalidArgument);
+  const SpeedTable t = parse_bench_json(
+      "{\"kind\": \"reference\", \"spec\": \"memcpy\", \"n\": 10, \"encode_ms\": 1}\n"
+      "{\"kind\": \"codec\", \"spec\": \"qsgd\", \"memory\": \"qsgd:levels=16,bucket=512\", "
+      "\"n\": 1000, \"encode_ms\": 2, \"decode_ms\": 0.5}\n");
+  ASSERT_NE(t.find("qsgd:levels=16,bucket=512"), nullptr);
+  EXPECT_DOUBLE_EQ(t.find("qsgd")->encode, 2e-6);
+  Scenario s = scenario(1e6);
+  s.workers = 0;
+  EXPECT_THROW(predict(plans()[1], s, speeds()), InvalidArgument);
+  // A codec without a speed is refused, not silently free.
+  EXPECT_THROW(predict(plan_method("2bit", m.params), scenario(1e6), speeds()), InvalidArgument);
+}
+
+// The accuracy column is the project's table: every row of docs/measurements/accuracy.md
+// (spec in backticks, points vs dense in the fourth column, U+2212 as the minus sign) is
+// known to accuracy_cost() with the same value, and nothing else is.
+TEST(AdviseAccuracy, MatchesTheAccuracyTable) {
+  std::ifstream in(std::string(GRADCOMP_DOCS_DIR) + "/measurements/accuracy.md");
+  ASSERT_TRUE(in) << "docs/measurements/accuracy.md";
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cols;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, '|');) cols.push_back(c);
+    if (cols.size() < 5 || line.rfind("| ", 0) != 0) continue;
+    const std::size_t a = cols[2].find('`'), b = cols[2].rfind('`');
+    if (a == std::string::npos || b <= a) continue;
+    const std::string spec = cols[2].substr(a + 1, b - a - 1);
+    std::string pts = cols[4];
+    const std::string minus = "\u2212";
+    if (auto m = pts.find(minus); m != std::string::npos) pts.replace(m, minus.size(), "-");
+    const double expected = pts.find_first_not_of(' ') == std::string::npos ? 0.0 : std::stod(pts);
+    const auto got = accuracy_cost(spec);
+    ASSERT_TRUE(got.has_value()) << spec << " is in accuracy.md but not in accuracy_cost()";
+    EXPECT_DOUBLE_EQ(*got, expected) << spec;
+    ++rows;
+  }
+  EXPECT_GE(rows, 10);
+  EXPECT_FALSE(accuracy_cost("topk:ratio=0.5").has_value());
+}
+
+}  // namespace
+}  // namespace gradcomp::advise
