@@ -5,7 +5,8 @@
 #   target_link_libraries(app PRIVATE gradcomp::core)    # the codecs alone, torch-free
 # Targets: gradcomp::core (codecs, memories, registry, layout; no LibTorch),
 # gradcomp::dist (Communicator, reducers, schemes, Exchanger; c10d/Gloo), gradcomp::torch
-# (GradientExchange). Static libraries, position-independent. examples/cpp is such a
+# (GradientExchange), gradcomp::advise (the cost model; its byte counts decide the
+# reducers' dense fallback). Static libraries, position-independent. examples/cpp is such a
 # project; tests/cli/install_test.sh builds and runs it against an installed tree.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -18,8 +19,9 @@ if(TARGET gradcomp_exchange)
   set_target_properties(gradcomp_scheme_descriptions PROPERTIES EXPORT_NAME scheme_descriptions)
   set_target_properties(gradcomp_exchange PROPERTIES EXPORT_NAME torch)
   set_target_properties(gradcomp_torch PROPERTIES EXPORT_NAME libtorch)
+  set_target_properties(gradcomp_advise PROPERTIES EXPORT_NAME advise)
   list(APPEND gradcomp_export_targets gradcomp_dist gradcomp_scheme_descriptions gradcomp_exchange
-       gradcomp_torch)
+       gradcomp_torch gradcomp_advise)
   set(GRADCOMP_PACKAGE_HAS_TORCH ON)
 else()
   set(GRADCOMP_PACKAGE_HAS_TORCH OFF)

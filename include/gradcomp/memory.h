@@ -45,6 +45,24 @@ class Memory {
   virtual bool carries_momentum() const { return false; }
 
   std::size_t max_encoded_bytes() const { return codec().max_encoded_bytes(size()); }
+
+  // The dense fallback: a reducer that gathers messages sends a bucket as part of its
+  // dense fp32 allreduce instead, for one step, when the message would cost more bytes
+  // on the wire than that allreduce (DGC's warm-up densities, or any codec at a world
+  // size where (W-1) messages outweigh 2(W-1)/W of the gradient; docs/cost-model.md).
+  //
+  // The largest message compress() can write at this step (at most max_encoded_bytes();
+  // the same on every rank, so that every rank takes the same decision).
+  virtual std::size_t step_max_encoded_bytes(const StepContext& /*ctx*/) const {
+    return max_encoded_bytes();
+  }
+  // The step without compression: the state is updated as if the codec had selected and
+  // sent every element exactly, and `out` receives what would have been sent (error
+  // feedback: out = g + e, e = 0; momentum correction first updates its momentum; DGC
+  // sends its whole accumulator and masks all of its momentum). grad and out may be
+  // the same span.
+  virtual void compress_dense(std::span<const float> grad, const StepContext& ctx,
+                              std::span<float> out) = 0;
 };
 
 // No state: compress() is codec().encode().

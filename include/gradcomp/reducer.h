@@ -46,6 +46,10 @@ struct ReduceStats {
   double comm_seconds = 0;           // time inside collectives
   double decode_seconds = 0;         // decode_add and averaging
   std::uint64_t steps = 0;
+  // Compressed buckets sent dense instead, one count per bucket and step, because their
+  // gathered messages would have cost more bytes than the dense allreduce (Memory's
+  // dense fallback).
+  std::uint64_t dense_fallbacks = 0;
 };
 
 class Reducer {

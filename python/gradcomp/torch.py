@@ -108,7 +108,7 @@ class CompressionState:
         self._compressed_last_step = False
         self._totals = dict(
             steps=0, bytes_sent=0, bytes_received=0, encode_seconds=0.0, comm_seconds=0.0,
-            decode_seconds=0.0,
+            decode_seconds=0.0, dense_fallbacks=0,
         )
 
     # ---- what the hook does -------------------------------------------------------------
@@ -267,7 +267,9 @@ class CompressionState:
         exactly); ``dense_bytes_per_step`` (what a dense fp32 ring allreduce sends);
         ``compression_ratio`` (dense / sent; None when nothing is sent, e.g. one rank);
         ``encode_seconds_per_step``, ``comm_seconds_per_step``, ``decode_seconds_per_step``
-        (time on the exchange thread; communication overlaps the backward pass).
+        (time on the exchange thread; communication overlaps the backward pass);
+        ``dense_fallbacks`` (tensor-steps sent in the dense allreduce because their gathered
+        messages would have cost more bytes, e.g. DGC's warm-up on many ranks).
         """
         self._exchanger.drain()
         for k, v in self._exchanger.take_stats().items():
@@ -287,6 +289,7 @@ class CompressionState:
             encode_seconds_per_step=t["encode_seconds"] / steps,
             comm_seconds_per_step=t["comm_seconds"] / steps,
             decode_seconds_per_step=t["decode_seconds"] / steps,
+            dense_fallbacks=t["dense_fallbacks"],
         )
 
     def state_dict(self) -> Dict[str, Any]:

@@ -120,7 +120,8 @@ class PyExchanger {
     return py::dict(
         py::arg("bytes_sent") = s.bytes_sent, py::arg("bytes_received") = s.bytes_received,
         py::arg("encode_seconds") = s.encode_seconds, py::arg("comm_seconds") = s.comm_seconds,
-        py::arg("decode_seconds") = s.decode_seconds, py::arg("steps") = s.steps);
+        py::arg("decode_seconds") = s.decode_seconds, py::arg("steps") = s.steps,
+        py::arg("dense_fallbacks") = s.dense_fallbacks);
   }
 
   // Copies of the group's memory state, in the reducer's fixed order.

@@ -173,6 +173,7 @@ void Exchanger::book(const ReduceStats& s, std::uint64_t step) {
   stats_.encode_seconds += s.encode_seconds;
   stats_.comm_seconds += s.comm_seconds;
   stats_.decode_seconds += s.decode_seconds;
+  stats_.dense_fallbacks += s.dense_fallbacks;
   if (!have_step_ || step != last_step_) {
     ++stats_.steps;
     have_step_ = true;

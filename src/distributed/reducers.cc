@@ -9,6 +9,10 @@
 //   pack     uncompressed buckets and fp32/bf16 linear regions into one fp32 buffer,
 //            fp16 linear regions into one u16 buffer;
 //   comm     allreduce fp32, allreduce fp16, then (allgather mode) the message allgather;
+//   fallback (allgather mode) a compressed bucket whose message at this step would cost
+//            more bytes gathered, (W-1) m, than the dense allreduce's 2(W-1)/W * 4n
+//            goes into the fp32 allreduce instead, through Memory::compress_dense (its
+//            memory sends everything it holds): no spec makes a step dearer than none;
 //   decode   dense slices * 1/W back into their buckets; summed regions back into the
 //            messages, then grad = decode(summed message) / W; gathered messages: grad =
 //            sum over ranks r = 0..W-1 of decode(msg_r) / W, in rank order on every rank,
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "detail/half.h"
+#include "gradcomp/advise/collectives.h"
 #include "gradcomp/dist/reducers.h"
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
@@ -37,9 +42,12 @@ enum class Mode { kDense, kAllreduce, kAllgather };
 
 class FusedReducer final : public Reducer {
  public:
-  FusedReducer(Mode mode, const std::string& compressor_spec, Communicator& comm,
-               std::span<const BucketShape> shapes, const CodecRegistry& registry)
-      : mode_(mode), comm_(comm) {
+  // dense_fallback: with kAllgather, send a bucket dense for a step where its gathered
+  // message would cost more bytes (dense_is_cheaper).
+  FusedReducer(Mode mode, bool dense_fallback, const std::string& compressor_spec,
+               Communicator& comm, std::span<const BucketShape> shapes,
+               const CodecRegistry& registry)
+      : mode_(mode), dense_fallback_(dense_fallback && mode == Mode::kAllgather), comm_(comm) {
     for (const BucketShape& s : shapes) {
       ids_.push_back(s.id);
       sizes_.push_back(s.numel);
@@ -89,6 +97,10 @@ class FusedReducer final : public Reducer {
     // ---- encode
     std::size_t send_len = 0;
     std::size_t n_messages = 0;
+    dense_now_.resize(buckets.size());
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      dense_now_[b] = mode_ == Mode::kDense || !buckets[b].compressed;
+    }
     if (mode_ != Mode::kDense) {
       for (std::size_t b = 0; b < buckets.size(); ++b) {
         const BucketRef& bk = buckets[b];
@@ -98,6 +110,12 @@ class FusedReducer final : public Reducer {
         c.world = static_cast<std::uint32_t>(comm_.world_size());
         c.bucket = bk.id;
         c.rows = rows_[b];
+        if (dense_fallback_ && dense_is_cheaper(b, c)) {
+          memories_[b]->compress_dense(bk.grad, c, bk.grad);
+          dense_now_[b] = 1;
+          ++stats_.dense_fallbacks;
+          continue;
+        }
         if (mode_ == Mode::kAllreduce) {
           message_lengths_[b] = memories_[b]->compress(bk.grad, c, messages_[b]);
           const LinearRegion& r = regions_[b];
@@ -120,7 +138,7 @@ class FusedReducer final : public Reducer {
     std::size_t n16 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
-      if (mode_ == Mode::kDense || !bk.compressed) {
+      if (dense_now_[b]) {
         copy_floats(fused32_.data() + n32, bk.grad.data(), bk.grad.size());
         n32 += bk.grad.size();
       } else if (mode_ == Mode::kAllreduce) {
@@ -153,7 +171,7 @@ class FusedReducer final : public Reducer {
     n16 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
-      if (mode_ == Mode::kDense || !bk.compressed) {
+      if (dense_now_[b]) {
         float* g = bk.grad.data();
         const float* s = fused32_.data() + n32;
         for (std::size_t i = 0; i < bk.grad.size(); ++i) g[i] = s[i] * inv_w;
@@ -230,6 +248,19 @@ class FusedReducer final : public Reducer {
     }
   }
 
+  // Whether bucket b's message at this step, gathered from every rank, would put more
+  // bytes on this rank's wire than the bucket in the dense fp32 ring allreduce (the
+  // cost model's byte counts, gradcomp/advise/collectives.h). The bound is a function of
+  // the spec, the bucket's size and the step, so every rank decides alike.
+  bool dense_is_cheaper(std::size_t b, const StepContext& c) const {
+    const int w = comm_.world_size();
+    if (w < 2) return false;
+    const double gathered =
+        advise::allgather_bytes(static_cast<double>(memories_[b]->step_max_encoded_bytes(c)), w);
+    const double dense = advise::allreduce_bytes(4.0 * static_cast<double>(sizes_[b]), w);
+    return gathered > dense;
+  }
+
   // Splits each rank's segment into its n_messages messages (framing checked here,
   // contents by decode_add), then decodes bucket by bucket in rank order.
   void decode_gathered(std::span<const BucketRef> buckets, std::size_t n_messages, float inv_w) {
@@ -259,8 +290,9 @@ class FusedReducer final : public Reducer {
       }
     }
     std::size_t j = 0;
-    for (const BucketRef& bk : buckets) {
-      if (!bk.compressed) continue;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const BucketRef& bk = buckets[b];
+      if (dense_now_[b]) continue;
       std::fill(bk.grad.begin(), bk.grad.end(), 0.0f);
       for (std::size_t r = 0; r < w; ++r)
         codec_->decode_add(spans_[r * n_messages + j], bk.grad, inv_w);
@@ -269,6 +301,7 @@ class FusedReducer final : public Reducer {
   }
 
   Mode mode_;
+  bool dense_fallback_;
   Communicator& comm_;
   std::vector<std::uint32_t> ids_;
   std::vector<std::size_t> sizes_;
@@ -279,6 +312,7 @@ class FusedReducer final : public Reducer {
   std::vector<LinearRegion> regions_;              // allreduce: per bucket
   std::vector<std::vector<std::byte>> messages_;   // allreduce: per bucket
   std::vector<std::size_t> message_lengths_;
+  std::vector<char> dense_now_;  // per bucket, this step: in the fp32 allreduce
   std::vector<float> fused32_;
   std::vector<std::uint16_t> fused16_;
   std::vector<std::byte> send_;      // allgather: this rank's messages, back to back
@@ -358,7 +392,8 @@ std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, Reduce
       mode = Mode::kAllgather;
       break;
   }
-  return std::make_unique<FusedReducer>(mode, compressor_spec, comm, buckets, registry);
+  return std::make_unique<FusedReducer>(mode, kind == ReducerKind::kAuto, compressor_spec, comm,
+                                        buckets, registry);
 }
 
 }  // namespace gradcomp::dist

@@ -477,6 +477,10 @@ void print_report(std::ostream& out, const TrainSummary& s, const JobOptions& o,
     exposed += num(" (%.0f%% of the exchange hidden behind backward)", 100.0 * hidden);
   }
   row("time: waited for exchange", exposed);
+  if (s.dense_fallbacks > 0) {
+    row("sent dense instead", std::to_string(s.dense_fallbacks) +
+                                  " bucket-steps (their messages would have cost more bytes)");
+  }
   row("elapsed", num("%.1f s", s.elapsed_seconds));
   row("BLAS", s.blas);
 }

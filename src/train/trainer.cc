@@ -33,6 +33,7 @@ void accumulate(ReduceStats& into, const ReduceStats& s) {
   into.comm_seconds += s.comm_seconds;
   into.decode_seconds += s.decode_seconds;
   into.steps += s.steps;
+  into.dense_fallbacks += s.dense_fallbacks;
 }
 
 std::string format_bytes(double b) {
@@ -446,6 +447,7 @@ TrainSummary Trainer::run() {
   s.comm_seconds = totals_.comm_seconds;
   s.decode_seconds = totals_.decode_seconds;
   s.exposed_seconds = exposed_seconds_;
+  s.dense_fallbacks = totals_.dense_fallbacks;
   s.elapsed_seconds = seconds(start, Clock::now());
   s.blas = blas;
   s.reducer = sync_->describe();
@@ -469,6 +471,7 @@ TrainSummary Trainer::run() {
         .add("comm_seconds", s.comm_seconds)
         .add("decode_seconds", s.decode_seconds)
         .add("exposed_seconds", s.exposed_seconds)
+        .add("dense_fallbacks", s.dense_fallbacks)
         .add("elapsed_seconds", s.elapsed_seconds)
         .add("threads", config_.threads)
         .add("rank", config_.rank)

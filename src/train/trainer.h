@@ -91,6 +91,8 @@ struct TrainSummary {
   double decode_seconds = 0;
   // What the step waited for the exchange after backward: the part not hidden.
   double exposed_seconds = 0;
+  // Bucket-steps sent dense because the compressed message would have cost more bytes.
+  std::uint64_t dense_fallbacks = 0;
   double elapsed_seconds = 0;
   std::string blas;
   std::string reducer;

@@ -55,9 +55,11 @@ const std::vector<Case> kCases = {
     {"fp16", ReducerKind::kAuto, "allreduce(", false, 4e-3f, false},
     {"ef(fp16)", ReducerKind::kAllreduce, "allreduce(", false, 4e-3f, true},
     {"fp16:format=bf16", ReducerKind::kAuto, "allreduce(", false, 2e-2f, false},
-    {"topk:ratio=0.1", ReducerKind::kAuto, "allgather(", true, 0, true},
-    {"2bit", ReducerKind::kAuto, "allgather(", true, 0, true},
-    {"qsgd", ReducerKind::kAuto, "allgather(", true, 0, false},
+    // Forced allgather: the simulation gathers every message (kAuto may send a bucket
+    // dense for a step; DenseFallback below).
+    {"topk:ratio=0.1", ReducerKind::kAllgather, "allgather(", true, 0, true},
+    {"2bit", ReducerKind::kAllgather, "allgather(", true, 0, true},
+    {"qsgd", ReducerKind::kAllgather, "allgather(", true, 0, false},
     {"randomk:ratio=0.25", ReducerKind::kAllgather, "allgather(", true, 0, true},
 };
 
@@ -217,6 +219,59 @@ TEST(DistReducer, AllCompressedBucketsEmpty) {
     reducer->reduce(refs, {});
     // topk messages of n = 0 still have a header, so there is a data round.
     EXPECT_EQ(reducer->take_stats().steps, 1u);
+  });
+}
+
+// kAuto's dense fallback: a bucket whose gathered messages would outweigh the dense
+// allreduce goes into it instead, through its memory's compress_dense (error feedback:
+// g + e, with e emptied), on every rank alike; a bucket whose messages are small is
+// gathered. At W = 2, (W-1) m > 2(W-1)/W * 4n means m > 4n bytes.
+TEST(DistReducer, DenseFallbackWhenGatheringCostsMoreBytes) {
+  run_ranks(2, [&](Communicator& comm) {
+    const std::vector<std::size_t> sizes = {1000, 2000};
+    // ratio 0.9: 8 bytes per kept entry, 7.2n > 4n; ratio 0.01 on the second: 0.08n.
+    for (const auto& [spec, fallbacks] :
+         {std::pair<std::string, std::uint64_t>{"ef(topk:ratio=0.9,select=exact)", 2},
+          {"ef(topk:ratio=0.01,select=exact)", 0}}) {
+      const auto reducer = make_reducer(spec, ReducerKind::kAuto, comm, sizes);
+      const auto forced = make_reducer(spec, ReducerKind::kAllgather, comm, sizes);
+      for (int step = 0; step < 2; ++step) {
+        std::vector<std::vector<float>> mine, copy;
+        std::vector<BucketRef> refs, forced_refs;
+        for (std::size_t b = 0; b < sizes.size(); ++b) {
+          mine.push_back(gradcomp::test::integer_gradient(sizes[b], 100 * comm.rank() + b, 8));
+        }
+        copy = mine;
+        for (std::size_t b = 0; b < sizes.size(); ++b) {
+          refs.push_back({static_cast<std::uint32_t>(b), mine[b], true});
+          forced_refs.push_back({static_cast<std::uint32_t>(b), copy[b], true});
+        }
+        StepContext ctx;
+        ctx.step = static_cast<std::uint64_t>(step);
+        reducer->reduce(refs, ctx);
+        forced->reduce(forced_refs, ctx);
+        const ReduceStats stats = reducer->take_stats();
+        EXPECT_EQ(stats.dense_fallbacks, fallbacks) << spec;
+        EXPECT_EQ(forced->take_stats().dense_fallbacks, 0u) << spec;
+        if (fallbacks == 0) {
+          for (std::size_t b = 0; b < sizes.size(); ++b) EXPECT_EQ(mine[b], copy[b]) << spec;
+          continue;
+        }
+        // Integer gradients and an empty residual (every element was sent last step):
+        // the dense mean is exact.
+        for (std::size_t b = 0; b < sizes.size(); ++b) {
+          std::vector<float> want(sizes[b]);
+          const auto a = gradcomp::test::integer_gradient(sizes[b], b, 8);
+          const auto c = gradcomp::test::integer_gradient(sizes[b], 100 + b, 8);
+          for (std::size_t i = 0; i < sizes[b]; ++i) want[i] = (a[i] + c[i]) * 0.5f;
+          EXPECT_EQ(mine[b], want) << spec << " bucket " << b << " step " << step;
+        }
+        for (const StateBuffer& st : reducer->state()) {
+          EXPECT_TRUE(std::all_of(st.data.begin(), st.data.end(), [](float v) { return v == 0; }))
+              << st.name << ": compress_dense empties the residual";
+        }
+      }
+    }
   });
 }
 

@@ -34,8 +34,11 @@ const char* to_string(ReducerKind kind);
 // One Memory per bucket comes from registry.make_memory(compressor_spec, size) (the
 // dense reducer has none); a bucket passed with compressed == false that step is
 // averaged densely instead and its memory is left untouched.
-// kAuto picks dense for "none", allreduce for a linear codec, allgather otherwise.
-// Forcing allreduce on a non-linear codec throws InvalidArgument. The communicator
+// kAuto picks dense for "none", allreduce for a linear codec, allgather otherwise, and
+// with allgather sends a bucket in the dense allreduce for any step where its gathered
+// message would put more bytes on the wire (Memory::compress_dense; counted in
+// ReduceStats::dense_fallbacks). kAllgather gathers every compressed bucket, whatever
+// it costs. Forcing allreduce on a non-linear codec throws InvalidArgument. The communicator
 // must outlive the reducer.
 std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
                                       Communicator& comm, std::span<const BucketShape> buckets,

@@ -187,6 +187,39 @@ class Dgc final : public Memory {
     return kHeaderBytes + payload;
   }
 
+  // This step's density: the sampled selection's largest count of fp32 entries.
+  std::size_t step_max_encoded_bytes(const StepContext& ctx) const override {
+    const double density =
+        detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step, ctx.steps_per_epoch);
+    const std::size_t k = detail::count_for_fraction(density, n_);
+    const std::size_t count =
+        std::min(n_, o_.select == Select::kSampled ? detail::sampled_max_count(k) : k);
+    return std::min(max_encoded_bytes(), kHeaderBytes + detail::sparse_payload_bytes(
+                                                            count, detail::SparseValues::kFp32));
+  }
+
+  // DGC selecting everything: clip, accumulate, send all of v, clear it, and (masking)
+  // clear the momentum of every sent entry, i.e. all of it.
+  void compress_dense(std::span<const float> grad, const StepContext& ctx,
+                      std::span<float> out) override {
+    if (grad.size() != n_ || out.size() != n_) {
+      throw InvalidArgument(std::string(kOp) + " compress_dense: gradient of " +
+                            std::to_string(grad.size()) + " and output of " +
+                            std::to_string(out.size()) + " elements, memory holds " +
+                            std::to_string(n_));
+    }
+    const float s = clip_scale(grad, ctx.world);
+    if (s != 1.0f) {
+      const auto clipped = detail::scratch<float>(1, n_);
+      for (std::size_t i = 0; i < n_; ++i) clipped[i] = s * grad[i];
+      grad = clipped;
+    }
+    accumulate(grad);
+    std::copy(v_.begin(), v_.end(), out.begin());
+    std::fill(v_.begin(), v_.end(), 0.0f);
+    if (o_.correction && o_.masking) std::fill(u_.begin(), u_.end(), 0.0f);
+  }
+
   std::vector<StateBuffer> state() override {
     std::vector<StateBuffer> out;
     if (o_.correction) out.push_back({"momentum", u_});

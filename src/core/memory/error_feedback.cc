@@ -17,6 +17,15 @@ namespace gradcomp {
 
 namespace {
 
+void check_sizes(const char* op, std::span<const float> grad, std::span<float> out, std::size_t n) {
+  if (grad.size() != n || out.size() != n) {
+    throw InvalidArgument(std::string(op) + " compress_dense: gradient of " +
+                          std::to_string(grad.size()) + " and output of " +
+                          std::to_string(out.size()) + " elements, memory holds " +
+                          std::to_string(n));
+  }
+}
+
 class ErrorFeedback final : public Memory {
  public:
   ErrorFeedback(std::shared_ptr<const Codec> codec, std::size_t n)
@@ -37,6 +46,16 @@ class ErrorFeedback final : public Memory {
     const std::size_t n = residual_.size();
     for (std::size_t i = 0; i < n; ++i) e[i] += g[i];
     return codec_->encode_feedback(residual_, ctx, out);
+  }
+
+  void compress_dense(std::span<const float> grad, const StepContext& /*ctx*/,
+                      std::span<float> out) override {
+    check_sizes("ef", grad, out, residual_.size());
+    float* e = residual_.data();
+    for (std::size_t i = 0; i < residual_.size(); ++i) {
+      out[i] = e[i] + grad[i];
+      e[i] = 0.0f;
+    }
   }
 
   std::vector<StateBuffer> state() override { return {{"residual", residual_}}; }
@@ -62,6 +81,28 @@ class MomentumErrorFeedback final : public Memory {
       throw InvalidArgument("efm compress: gradient of " + std::to_string(grad.size()) +
                             " elements, memory holds " + std::to_string(residual_.size()));
     }
+    accumulate(grad, ctx);
+    return codec_->encode_feedback(residual_, ctx, out);
+  }
+
+  void compress_dense(std::span<const float> grad, const StepContext& ctx,
+                      std::span<float> out) override {
+    check_sizes("efm", grad, out, residual_.size());
+    accumulate(grad, ctx);  // reads grad before out (which may alias it) is written
+    float* e = residual_.data();
+    for (std::size_t i = 0; i < residual_.size(); ++i) {
+      out[i] = e[i];
+      e[i] = 0.0f;
+    }
+  }
+
+  std::vector<StateBuffer> state() override {
+    return {{"momentum", momentum_}, {"residual", residual_}};
+  }
+
+ private:
+  // u <- m*u + g ; e <- e + u (Nesterov: u <- m*(u + g) ; e <- e + u + g).
+  void accumulate(std::span<const float> grad, const StepContext& ctx) {
     if (!(ctx.momentum >= 0.0f && ctx.momentum < 1.0f)) {
       throw InvalidArgument("efm compress: momentum " + std::to_string(ctx.momentum) +
                             " outside [0, 1)");
@@ -82,14 +123,8 @@ class MomentumErrorFeedback final : public Memory {
         e[i] += u[i];
       }
     }
-    return codec_->encode_feedback(residual_, ctx, out);
   }
 
-  std::vector<StateBuffer> state() override {
-    return {{"momentum", momentum_}, {"residual", residual_}};
-  }
-
- private:
   std::shared_ptr<const Codec> codec_;
   std::vector<float> momentum_;
   std::vector<float> residual_;

@@ -1,6 +1,9 @@
 // The stateless Memory: compress() is the codec's encode.
+
+#include <algorithm>
 #include <utility>
 
+#include "gradcomp/error.h"
 #include "gradcomp/memory.h"
 
 namespace gradcomp {
@@ -21,6 +24,16 @@ class PassThrough final : public Memory {
   std::size_t compress(std::span<const float> grad, const StepContext& ctx,
                        std::span<std::byte> out) override {
     return codec_->encode(grad, ctx, out);
+  }
+
+  void compress_dense(std::span<const float> grad, const StepContext& /*ctx*/,
+                      std::span<float> out) override {
+    if (grad.size() != n_ || out.size() != n_) {
+      throw InvalidArgument("compress_dense: gradient of " + std::to_string(grad.size()) +
+                            " and output of " + std::to_string(out.size()) +
+                            " elements, memory holds " + std::to_string(n_));
+    }
+    if (out.data() != grad.data()) std::copy(grad.begin(), grad.end(), out.begin());
   }
 
   std::vector<StateBuffer> state() override { return {}; }
