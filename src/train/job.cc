@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "gradcomp/dist/config_check.h"
+#include "gradcomp/dist/run_checks.h"
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"
@@ -300,6 +301,61 @@ void write_ps_metrics(const JobOptions& o, const dist::PsConfig& pc,
   m.write(j);
 }
 
+// The reducer the trainer gets: the real one, with what the job knows about the run
+// added on the way. It sets StepContext::total_steps (the run's epochs * steps per
+// epoch, for DGC's warm-up cap: the trainer leaves it 0) and, on rank 0, runs the fixed
+// 2-bit threshold check once (gradcomp/dist/run_checks.h) and prints its warning.
+// Everything else is forwarded.
+class RunReducer final : public Reducer {
+ public:
+  RunReducer(std::unique_ptr<Reducer> inner, std::string spec, std::uint64_t total_steps,
+             std::ostream* out)
+      : inner_(std::move(inner)),
+        spec_(std::move(spec)),
+        total_steps_(total_steps),
+        out_(out),
+        check_due_(out != nullptr && dist::fixed_2bit_threshold(spec_) > 0.0) {}
+
+  void reduce(std::span<const BucketRef> buckets, const StepContext& ctx) override {
+    check(buckets, ctx);
+    inner_->reduce(buckets, with_total(ctx));
+  }
+  ReduceStats take_stats() override { return inner_->take_stats(); }
+  std::vector<StateBuffer> state() override { return inner_->state(); }
+  std::string describe() const override { return inner_->describe(); }
+  bool momentum_in_memory() const override { return inner_->momentum_in_memory(); }
+  bool owns_weights() const override { return inner_->owns_weights(); }
+  void exchange_weights(std::span<const BucketRef> grads, std::span<const std::span<float>> weights,
+                        const StepContext& ctx) override {
+    check(grads, ctx);
+    inner_->exchange_weights(grads, weights, with_total(ctx));
+  }
+
+ private:
+  StepContext with_total(const StepContext& ctx) const {
+    StepContext c = ctx;
+    if (c.total_steps == 0) c.total_steps = total_steps_;
+    return c;
+  }
+
+  void check(std::span<const BucketRef> buckets, const StepContext& ctx) {
+    if (!check_due_ || ctx.step < dist::kThresholdCheckStep) return;
+    std::vector<std::span<const float>> grads;
+    for (const BucketRef& b : buckets) {
+      if (b.compressed) grads.emplace_back(b.grad);
+    }
+    if (grads.empty()) return;  // still dense (--dense-steps)
+    check_due_ = false;
+    if (auto w = dist::threshold_warning(spec_, grads, ctx.step)) *out_ << *w << "\n";
+  }
+
+  std::unique_ptr<Reducer> inner_;
+  std::string spec_;
+  std::uint64_t total_steps_;
+  std::ostream* out_;
+  bool check_due_;
+};
+
 int run_worker(const JobOptions& o, std::ostream& out) {
   launch::die_with_launcher();
   const dist::RendezvousConfig rc = dist::rendezvous_from_env(o.rendezvous);
@@ -332,10 +388,25 @@ int run_worker(const JobOptions& o, std::ostream& out) {
   // The fields of the start-up check need the model's shapes and buckets before the
   // trainer builds its own (from the same options, so the same ones).
   ConfigFields fields;
+  // The run as the trainer will count it: steps_per_epoch = shard / batch, epochs of it.
+  dist::RunShape run;
+  run.steps_per_epoch =
+      cfg.batch_size > 0 ? static_cast<std::uint64_t>(train_set.n / cfg.batch_size) : 0;
+  run.total_steps =
+      static_cast<std::uint64_t>(std::max<std::int64_t>(cfg.epochs, 0)) * run.steps_per_epoch;
   {
     const std::shared_ptr<Model> model = make_model(job_model_config(o, train_set));
-    fields = job_config_fields(o, rc.world_size, *model,
-                               plan_buckets(describe_parameters(*model), cfg.layout));
+    std::vector<BucketPlan> plan = plan_buckets(describe_parameters(*model), cfg.layout);
+    for (const BucketPlan& b : plan) {
+      if (b.compressible) run.compressed_sizes.push_back(b.numel);
+    }
+    fields = job_config_fields(o, rc.world_size, *model, plan);
+  }
+  // The compressor's schedule in this run and what its settings cannot do, once.
+  if (rc.rank == 0) {
+    const std::string schedule = dist::describe_schedule(o.compressor, run);
+    if (!schedule.empty()) out << schedule << "\n";
+    for (const std::string& w : dist::start_warnings(o.compressor, run)) out << w << "\n";
   }
   dist::Communicator comm = connect(rc);
   // Before any other collective (the resume agreement included): ranks started with
@@ -346,12 +417,16 @@ int run_worker(const JobOptions& o, std::ostream& out) {
   dist::PsWorker* ps_worker = nullptr;
   const ReducerFactory factory =
       [&](std::span<const BucketShape> shapes) -> std::unique_ptr<Reducer> {
+    std::unique_ptr<Reducer> r;
     if (pc) {
       auto w = dist::make_ps_worker(*pc, comm, shapes, builtin_registry());
       ps_worker = w.get();
-      return w;
+      r = std::move(w);
+    } else {
+      r = dist::make_reducer(o.compressor, o.reducer, comm, shapes, builtin_registry());
     }
-    return dist::make_reducer(o.compressor, o.reducer, comm, shapes, builtin_registry());
+    return std::make_unique<RunReducer>(std::move(r), o.compressor, run.total_steps,
+                                        rc.rank == 0 ? &out : nullptr);
   };
   Trainer trainer(cfg, std::move(train_set), std::move(test_set), factory);
   const TrainSummary summary = trainer.run();
