@@ -23,6 +23,9 @@ std::string num(double v, int digits = 4) {
   return buf;
 }
 
+// A ratio: whole numbers from 100 on ("1024x", not "1.02e+03x").
+std::string ratio_text(double r) { return r >= 100 ? num(std::round(r), 15) : num(r, 3); }
+
 std::string steps_text(double steps) {
   return std::abs(steps - std::round(steps)) < 1e-9 ? num(steps, 12) : num(steps, 4);
 }
@@ -172,9 +175,9 @@ std::optional<std::string> threshold_warning(std::string_view spec,
     if (std::isfinite(mean)) scale = std::max(scale, mean);
   }
   if (!(scale > 0.0) || !(tau > kThresholdFarAbove * scale)) return std::nullopt;
-  return "warning: 2bit: threshold=" + num(tau) + " is " + num(tau / scale, 3) +
+  return "warning: 2bit: threshold=" + num(tau) + " is " + ratio_text(tau / scale) +
          "x the gradients' mean |g| (" + num(scale, 3) + " at step " + std::to_string(step) +
-         "): a typical entry waits ~" + num(tau / scale, 3) +
+         "): a typical entry waits ~" + ratio_text(tau / scale) +
          " steps in the residual before it is sent; the default 2bit (no threshold=) scales "
          "tau to the residual";
 }
