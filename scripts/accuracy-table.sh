@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
 # The accuracy table (docs/measurements/accuracy.md): every method trained the same
 # way -- 4 local workers, Fashion-MNIST, the default MLP (784-1536-1536-10), 3 epochs,
-# seed 42, the trainer's default optimizer and schedule -- one row per method with the
-# test accuracy, bytes per worker per step, the compression ratio and the accuracy gap
-# to the dense row. A method the binary does not know is listed as "not available".
+# seeds 42 43 44, the trainer's default optimizer and schedule -- one row per method
+# with the test accuracy's mean over the seeds and its spread (sample standard
+# deviation, min..max), bytes per worker per step, the compression ratio and the gap
+# of the mean to the dense row's mean. A method the binary does not know, or a seed
+# that fails, is listed as "not available" with the reason.
 #
-#   usage: scripts/accuracy-table.sh [--epochs N] [--out DIR] [-- extra train flags]
+#   usage: scripts/accuracy-table.sh [--epochs N] [--seeds "42 43 44"] [--out DIR]
+#                                    [-- extra train flags]
 #   env:   GRADCOMP (default build/bin/gradcomp), METHODS (space-separated
 #          "label=spec" pairs overriding the default list)
+#   a quick check of the script itself: METHODS="dense=none 2bit=2bit" \
+#          scripts/accuracy-table.sh --out /tmp/t -- --steps 3
 #
-# Writes DIR/<label>.log and .jsonl per row, DIR/table.md and DIR/table.json; prints the
-# markdown table. Runs rows one after the other (each uses every core): ~30 minutes
-# for the full list on a quiet 2-core machine.
+# Writes DIR/<label>-s<seed>.log and .jsonl per run, DIR/table.md and DIR/table.json;
+# prints the markdown table. Runs one after the other (each uses every core): ~30
+# minutes per seed for the full list on a quiet 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 epochs=3
+seeds="42 43 44"
 out=accuracy-table
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --epochs) epochs=${2:?--epochs needs a value}; shift 2 ;;
+    --seeds) seeds=${2:?--seeds needs a value}; shift 2 ;;
     --out) out=${2:?--out needs a value}; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "accuracy-table: unknown argument '$1'" >&2; exit 2 ;;
@@ -30,8 +37,9 @@ gradcomp=${GRADCOMP:-build/bin/gradcomp}
 [ -x "$gradcomp" ] || { echo "accuracy-table: $gradcomp not found (run scripts/build.sh)" >&2; exit 1; }
 
 # The rows of docs/measurements/accuracy.md, measured with `-- --dense-share 0.01`.
-default_methods="dense=none dgc=dgc:density=0.001,warmup_epochs=0.25 topk=ef(topk:ratio=0.01)
-topk-efm=efm(topk:ratio=0.01) 2bit=2bit 2bit-tau0.003=2bit:threshold=0.003 qsgd=qsgd
+default_methods="dense=none dgc=dgc:density=0.001 topk=ef(topk:ratio=0.01)
+topk-efm=efm(topk:ratio=0.01) 2bit=2bit 2bit-efm=efm(2bit) 2bit-mxnet=2bit:threshold=0.5
+2bit-tau0.003=2bit:threshold=0.003 qsgd=qsgd
 terngrad=terngrad efsign=efsign efsign-block256=efsign:block=256 efsign-efm=efm(efsign)
 sketched-sgd=sketched-sgd fetchsgd=fetchsgd atomo=atomo:budget=3 powersgd=powersgd:rank=2"
 methods=${METHODS:-$default_methods}
@@ -41,18 +49,23 @@ json_rows=()
 for pair in $methods; do
   label=${pair%%=*}
   spec=${pair#*=}
-  log="$out/$label.log"
-  metrics="$out/$label.jsonl"
-  rm -f "$metrics"
-  echo "== $label ($spec)" >&2
-  if "$gradcomp" train --workers 4 --epochs "$epochs" --seed 42 --compressor "$spec" \
-       --metrics "$metrics" "${extra[@]}" > "$log" 2>&1; then
-    summary=$(grep '"type":"summary"' "$metrics" | tail -n 1)
-    json_rows+=("{\"label\":\"$label\",\"spec\":\"$spec\",\"available\":true,\"summary\":$summary}")
-  else
-    reason=$(tail -n 1 "$log" | sed 's/"/\\"/g')
-    json_rows+=("{\"label\":\"$label\",\"spec\":\"$spec\",\"available\":false,\"error\":\"$reason\"}")
-  fi
+  runs=()
+  for seed in $seeds; do
+    log="$out/$label-s$seed.log"
+    metrics="$out/$label-s$seed.jsonl"
+    rm -f "$metrics"
+    echo "== $label ($spec), seed $seed" >&2
+    if "$gradcomp" train --workers 4 --epochs "$epochs" --seed "$seed" --compressor "$spec" \
+         --metrics "$metrics" "${extra[@]}" > "$log" 2>&1; then
+      summary=$(grep '"type":"summary"' "$metrics" | tail -n 1)
+      runs+=("{\"seed\":$seed,\"available\":true,\"summary\":$summary}")
+    else
+      reason=$(tail -n 1 "$log" | sed 's/\\/\\\\/g; s/"/\\"/g')
+      runs+=("{\"seed\":$seed,\"available\":false,\"error\":\"$reason\"}")
+    fi
+  done
+  joined=$(IFS=,; echo "${runs[*]}")
+  json_rows+=("{\"label\":\"$label\",\"spec\":\"$spec\",\"runs\":[$joined]}")
 done
 
 {
@@ -63,23 +76,37 @@ done
   printf ']\n'
 } > "$out/table.json"
 
-/usr/bin/python3 - "$out/table.json" "$epochs" > "$out/table.md" <<'PY'
-import json, sys
+/usr/bin/python3 - "$out/table.json" > "$out/table.md" <<'PY'
+import json, statistics, sys
 rows = json.load(open(sys.argv[1]))
-dense = next((r["summary"]["test_accuracy"] for r in rows
-              if r["available"] and r["label"] == "dense"), None)
+def ok(r):
+    return r["runs"] and all(x["available"] for x in r["runs"])
+def accs(r):
+    return [x["summary"]["test_accuracy"] for x in r["runs"]]
+def mean(v):
+    return sum(v) / len(v)
+dense = next((mean(accs(r)) for r in rows if ok(r) and r["label"] == "dense"), None)
 def size(b):
     return f"{b/1e6:.2f} MB" if b >= 1e6 else f"{b/1e3:.1f} kB"
-print(f"| method | spec | test accuracy | vs dense | sent per worker per step | compression | step ms (median) |")
-print("|---|---|---|---|---|---|---|")
+print("| method | spec | seeds | test accuracy (mean) | spread (sd; min..max) | vs dense (mean) "
+      "| sent per worker per step | compression | step ms (median) |")
+print("|---|---|---|---|---|---|---|---|---|")
 for r in rows:
-    if not r["available"]:
-        print(f"| {r['label']} | `{r['spec']}` | not available | | | | {r['error']} |")
+    seeds = " ".join(str(x["seed"]) for x in r["runs"])
+    if not ok(r):
+        bad = next(x for x in r["runs"] if not x["available"])
+        print(f"| {r['label']} | `{r['spec']}` | {seeds} | not available | | | | | "
+              f"seed {bad['seed']}: {bad['error']} |")
         continue
-    s = r["summary"]
-    gap = "" if dense is None or r["label"] == "dense" else f"{(s['test_accuracy'] - dense) * 100:+.2f} pt"
-    print(f"| {r['label']} | `{r['spec']}` | {s['test_accuracy']:.4f} | {gap} | "
-          f"{size(s['bytes_sent_per_worker_per_step'])} | {s['compression_ratio']:.1f}x | "
-          f"{s['step_ms_median']:.1f} |")
+    a = accs(r)
+    s = [x["summary"] for x in r["runs"]]
+    m = mean(a)
+    sd = statistics.stdev(a) if len(a) > 1 else 0.0
+    gap = "" if dense is None or r["label"] == "dense" else f"{(m - dense) * 100:+.2f} pt"
+    print(f"| {r['label']} | `{r['spec']}` | {seeds} | {m:.4f} | {sd * 100:.2f} pt; "
+          f"{min(a):.4f}..{max(a):.4f} | {gap} | "
+          f"{size(mean([x['bytes_sent_per_worker_per_step'] for x in s]))} | "
+          f"{mean([x['compression_ratio'] for x in s]):.1f}x | "
+          f"{statistics.median([x['step_ms_median'] for x in s]):.1f} |")
 PY
 cat "$out/table.md"

@@ -15,6 +15,10 @@ struct StepContext {
   // Steps in one epoch; 0 when unknown (schedules counted in epochs, such as DGC's
   // density warm-up, are then off).
   std::uint64_t steps_per_epoch = 0;
+  // Steps in the whole run (the step the run ends at, e.g. epochs * steps_per_epoch);
+  // 0 when unknown. Schedules bounded by the run's length read it (DGC caps its density
+  // warm-up at a share of the run); 0 keeps them as they are without it.
+  std::uint64_t total_steps = 0;
   // The learning rate this step's update will be applied with. Methods that work in
   // parameter units (FetchSGD's error, EF-signSGD's p = lr*g + e) scale by it.
   float lr = 1.0f;

@@ -22,6 +22,7 @@ are kept per tensor, follow a tensor into DDP's rebuilt buckets, and are saved b
 uninterrupted one.
 """
 import datetime
+import warnings
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -33,6 +34,7 @@ from . import _C
 __all__ = ["CompressionState", "hook", "SGD"]
 
 _FORMAT = "gradcomp.torch.CompressionState/1"
+_THRESHOLD_CHECK_STEP = 10  # gradcomp/dist/run_checks.h kThresholdCheckStep
 
 
 class CompressionState:
@@ -53,6 +55,9 @@ class CompressionState:
         seed: the seed of stochastic codecs; the same on every rank.
         steps_per_epoch: steps in one epoch, for schedules counted in epochs (DGC's
             density warm-up); 0 if unknown (such schedules are then off).
+        total_steps: steps in the whole run (e.g. ``epochs * steps_per_epoch``), for
+            schedules bounded by the run's length: DGC's warm-up is cut to 1/8 of the run
+            when its ``warmup_epochs`` would take more. ``None`` if unknown (no cap).
         timeout: how long one exchange may wait for a peer before raising.
     """
 
@@ -67,6 +72,7 @@ class CompressionState:
         reducer: str = "auto",
         seed: int = 0,
         steps_per_epoch: int = 0,
+        total_steps: Optional[int] = None,
         timeout: datetime.timedelta = datetime.timedelta(minutes=30),
     ) -> None:
         _C.validate_spec(compressor)
@@ -74,6 +80,8 @@ class CompressionState:
             raise ValueError(f"dense_share must be in [0, 1], got {dense_share}")
         if min_elements < 0 or dense_steps < 0 or steps_per_epoch < 0 or seed < 0:
             raise ValueError("min_elements, dense_steps, steps_per_epoch and seed must be >= 0")
+        if total_steps is not None and total_steps < 0:
+            raise ValueError(f"total_steps must be >= 0 or None, got {total_steps}")
         if process_group is None:
             if not dist.is_initialized():
                 raise RuntimeError(
@@ -87,6 +95,7 @@ class CompressionState:
         self.dense_steps = int(dense_steps)
         self.seed = int(seed)
         self.steps_per_epoch = int(steps_per_epoch)
+        self.total_steps = None if total_steps is None else int(total_steps)
         self._exchanger = _C.Exchanger(
             process_group, compressor, reducer, timeout.total_seconds()
         )
@@ -106,6 +115,10 @@ class CompressionState:
         self._floating: Dict[int, Dict[str, torch.Tensor]] = {}
         self._optimizer: Optional[weakref.ReferenceType] = None
         self._compressed_last_step = False
+        # The fixed 2-bit threshold check (gradcomp/dist/run_checks.h): due at the first
+        # compressed step from step 10 on, on that step's compressed gradients.
+        self._threshold_check_due = _C.fixed_2bit_threshold(compressor) > 0
+        self._threshold_grads: List[torch.Tensor] = []
         self._totals = dict(
             steps=0, bytes_sent=0, bytes_received=0, encode_seconds=0.0, comm_seconds=0.0,
             decode_seconds=0.0, dense_fallbacks=0,
@@ -146,6 +159,12 @@ class CompressionState:
                     "state=state) so that it skips momentum on compressed tensors and the "
                     "exchange sees its learning rate and momentum"
                 )
+            if compressed and self._threshold_check_due and self.step >= _THRESHOLD_CHECK_STEP:
+                self._threshold_grads += [
+                    g.detach().clone()
+                    for p, g in zip(params, bucket.gradients())
+                    if not self._dense[self._index[id(p)]]
+                ]
             self._exchanger.submit(key, buffer, slots, compressed, ctx, done)
         if bucket.is_last():
             self._end_step(compressed)
@@ -156,6 +175,7 @@ class CompressionState:
         ctx.seed = self.seed
         ctx.step = self.step
         ctx.steps_per_epoch = self.steps_per_epoch
+        ctx.total_steps = self.total_steps or 0
         opt = self._optimizer_ref()
         if opt is not None:
             group = opt.param_groups[0]
@@ -169,8 +189,24 @@ class CompressionState:
             self._dense = list(
                 _C.dense_tensors(self._params, self.min_elements, self.dense_share)
             )
+            sizes = [p[1] for p, dense in zip(self._params, self._dense) if not dense]
+            for line in _C.start_warnings(
+                self.compressor, self.steps_per_epoch, self.total_steps or 0, sizes
+            ):
+                self._warn(line)
+        if self._threshold_grads:
+            line = _C.threshold_warning(self.compressor, self._threshold_grads, self.step)
+            if line is not None:
+                self._warn(line)
+            self._threshold_check_due = False
+            self._threshold_grads = []
         self._compressed_last_step = compressed
         self.step += 1
+
+    def _warn(self, line: str) -> None:
+        """A warning of gradcomp/dist/run_checks.h, emitted once, on rank 0."""
+        if self._exchanger.rank == 0:
+            warnings.warn(f"gradcomp: {line.removeprefix('warning: ')}", stacklevel=3)
 
     def _index_of(self, p: torch.Tensor) -> int:
         i = self._index.get(id(p))
@@ -253,6 +289,12 @@ class CompressionState:
         return {pid for pid, i in self._index.items() if not self._dense[i]}
 
     # ---- public -------------------------------------------------------------------------
+
+    @property
+    def schedule(self) -> str:
+        """The compressor's effective schedule in this run, one line ('' if it has none):
+        DGC's density warm-up, bounded by ``total_steps``."""
+        return _C.schedule(self.compressor, self.steps_per_epoch, self.total_steps or 0)
 
     @property
     def describe(self) -> str:

@@ -15,6 +15,7 @@
 #include "bindings.h"
 #include "gradcomp/dist/exchanger.h"
 #include "gradcomp/dist/process_group.h"
+#include "gradcomp/dist/run_checks.h"
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/layout.h"
@@ -208,6 +209,7 @@ void bind_exchanger(py::module_& m) {
       .def_readwrite("seed", &StepContext::seed)
       .def_readwrite("step", &StepContext::step)
       .def_readwrite("steps_per_epoch", &StepContext::steps_per_epoch)
+      .def_readwrite("total_steps", &StepContext::total_steps)
       .def_readwrite("lr", &StepContext::lr)
       .def_readwrite("momentum", &StepContext::momentum)
       .def_readwrite("nesterov", &StepContext::nesterov);
@@ -243,6 +245,43 @@ void bind_exchanger(py::module_& m) {
         "For (name, numel, dim, rows) tuples in model order: which tensors stay dense under\n"
         "gradcomp's layout rules (dim <= 1, numel < min_elements, the smallest within\n"
         "dense_share of the model).");
+  // gradcomp/dist/run_checks.h: what gradcomp.torch tells the user at the start of a run.
+  m.def(
+      "schedule",
+      [](const std::string& spec, std::uint64_t steps_per_epoch, std::uint64_t total_steps) {
+        return dist::describe_schedule(spec, {steps_per_epoch, total_steps, {}});
+      },
+      py::arg("spec"), py::arg("steps_per_epoch"), py::arg("total_steps"),
+      "The compressor's effective schedule in this run (DGC's warm-up), one line; '' if none.");
+  m.def(
+      "start_warnings",
+      [](const std::string& spec, std::uint64_t steps_per_epoch, std::uint64_t total_steps,
+         std::vector<std::size_t> compressed_sizes) {
+        return dist::start_warnings(spec,
+                                    {steps_per_epoch, total_steps, std::move(compressed_sizes)});
+      },
+      py::arg("spec"), py::arg("steps_per_epoch"), py::arg("total_steps"),
+      py::arg("compressed_sizes"),
+      "One line per setting of the spec that cannot do what was asked in this run.");
+  m.def(
+      "fixed_2bit_threshold",
+      [](const std::string& spec) { return dist::fixed_2bit_threshold(spec); }, py::arg("spec"),
+      "The spec's fixed 2-bit threshold; 0 when it has none.");
+  m.def(
+      "threshold_warning",
+      [](const std::string& spec, const std::vector<torch::Tensor>& grads,
+         std::uint64_t step) -> std::optional<std::string> {
+        std::vector<torch::Tensor> flat;
+        std::vector<std::span<const float>> spans;
+        for (const torch::Tensor& g : grads) {
+          flat.push_back(g.detach().to(torch::kFloat).contiguous().cpu());
+          spans.emplace_back(flat.back().data_ptr<float>(),
+                             static_cast<std::size_t>(flat.back().numel()));
+        }
+        return dist::threshold_warning(spec, spans, step);
+      },
+      py::arg("spec"), py::arg("grads"), py::arg("step"),
+      "A warning when the spec's fixed 2-bit threshold is far above these gradients' scale.");
   m.def(
       "validate_spec", [](const std::string& spec) { dist::validate_compressor_spec(spec); },
       py::arg("spec"), "Raises ValueError with the registry's message for a bad compressor spec.");

@@ -20,6 +20,7 @@
 #include "gradcomp/dist/exchanger.h"
 #include "gradcomp/dist/process_group.h"
 #include "gradcomp/dist/reducers.h"
+#include "gradcomp/dist/run_checks.h"
 #include "gradcomp/error.h"
 #include "gradcomp/finite.h"
 
@@ -80,6 +81,23 @@ struct GradientExchange::Impl {
   double exposed_seconds = 0;
   double backward_seconds = 0;
 
+  // Warnings not taken yet; the fixed 2-bit threshold check (run_checks.h), due at the
+  // first compressed step from kThresholdCheckStep on, with copies of that step's
+  // compressible gradients (the exchange overwrites the buffers with the means).
+  std::vector<std::string> warnings;
+  bool threshold_check_due = false;
+  std::vector<std::vector<float>> threshold_grads;
+
+  dist::RunShape run_shape() const {
+    dist::RunShape r;
+    r.steps_per_epoch = options.steps_per_epoch;
+    r.total_steps = options.total_steps;
+    for (const BucketPlan& b : plan) {
+      if (b.compressible) r.compressed_sizes.push_back(b.numel);
+    }
+    return r;
+  }
+
   void build(const NamedParameters& named) {
     std::vector<ParamInfo> infos;
     for (const auto& item : named) {
@@ -117,6 +135,8 @@ struct GradientExchange::Impl {
     for (std::size_t b = 0; b < plan.size(); ++b) {
       exchanger->prepare(plan[b].id, std::span<const BucketShape>(&shapes[b], 1));
     }
+    warnings = dist::start_warnings(options.compressor, run_shape());
+    threshold_check_due = dist::fixed_2bit_threshold(options.compressor) > 0.0;
     reset_step();
     for (std::size_t i = 0; i < params.size(); ++i) {
       // A post hook on the parameter's AccumulateGrad node, as DDP's reducer does: it
@@ -185,10 +205,15 @@ struct GradientExchange::Impl {
     ctx.seed = options.seed;
     ctx.step = static_cast<std::uint64_t>(step);
     ctx.steps_per_epoch = options.steps_per_epoch;
+    ctx.total_steps = options.total_steps;
     ctx.lr = lr;
     ctx.momentum = options.momentum;
     ctx.nesterov = options.nesterov;
     const bool compress = step >= options.dense_steps && plan[b].compressible;
+    if (compress && threshold_check_due &&
+        static_cast<std::uint64_t>(step) >= dist::kThresholdCheckStep) {
+      threshold_grads.push_back(buffers[b]);
+    }
     std::promise<void>& promise = done[position];
     pending.push_back(promise.get_future());
     exchanger->submit(plan[b].id, std::span<const BucketShape>(&shapes[b], 1),
@@ -255,6 +280,16 @@ struct GradientExchange::Impl {
                   static_cast<std::size_t>(p.numel()) * sizeof(float));
     }
     compressed_last = step >= options.dense_steps;
+    if (!threshold_grads.empty()) {
+      const std::vector<std::span<const float>> grads(threshold_grads.begin(),
+                                                      threshold_grads.end());
+      if (auto w = dist::threshold_warning(options.compressor, grads,
+                                           static_cast<std::uint64_t>(step))) {
+        warnings.push_back(std::move(*w));
+      }
+      threshold_check_due = false;
+      threshold_grads.clear();
+    }
     ++step;
     reset_step();
   }
@@ -307,6 +342,14 @@ bool GradientExchange::compressed_this_step(std::size_t i) const {
 const std::vector<BucketPlan>& GradientExchange::buckets() const { return impl_->plan; }
 
 std::string GradientExchange::describe() const { return impl_->exchanger->describe(); }
+
+std::string GradientExchange::schedule() const {
+  return dist::describe_schedule(impl_->options.compressor, impl_->run_shape());
+}
+
+std::vector<std::string> GradientExchange::take_warnings() {
+  return std::exchange(impl_->warnings, {});
+}
 
 ExchangeStats GradientExchange::take_stats() {
   ExchangeStats s;

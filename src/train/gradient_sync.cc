@@ -1,9 +1,11 @@
 #include "train/gradient_sync.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <utility>
 
+#include "gradcomp/dist/run_checks.h"
 #include "gradcomp/error.h"
 #include "train/layout.h"
 #include "train/trainer.h"
@@ -13,6 +15,14 @@ namespace gradcomp::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The run's length as the learning-rate schedule counts it (epochs * steps per epoch,
+// not --steps): DGC bounds its warm-up by it, and a run stopped early and resumed must
+// see the same value to stay bit-identical.
+std::uint64_t run_total_steps(const SyncSetup& setup) {
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(setup.config.epochs, 0)) *
+         static_cast<std::uint64_t>(std::max<std::int64_t>(setup.steps_per_epoch, 0));
+}
 
 // The allreduce topology: the public GradientExchange, hooks and all.
 class ExchangeSync final : public GradientSync {
@@ -30,6 +40,7 @@ class ExchangeSync final : public GradientSync {
   ExchangeStats take_stats() override { return exchange_.take_stats(); }
   std::vector<StateBuffer> state() override { return exchange_.state(); }
   std::string describe() const override { return exchange_.describe(); }
+  std::vector<std::string> take_warnings() override { return exchange_.take_warnings(); }
 
  private:
   GradientExchange exchange_;
@@ -38,7 +49,8 @@ class ExchangeSync final : public GradientSync {
 // Parameter servers and single-process tests: one Reducer call after backward.
 class ReducerSync final : public GradientSync {
  public:
-  ReducerSync(const SyncSetup& setup, const ReducerFactory& make_reducer) : config_(setup.config) {
+  ReducerSync(const SyncSetup& setup, const ReducerFactory& make_reducer, std::string compressor)
+      : config_(setup.config), compressor_(std::move(compressor)) {
     std::vector<torch::Tensor> params;
     for (const auto& item : setup.named_parameters) {
       names_.push_back(item.key());
@@ -58,8 +70,17 @@ class ReducerSync final : public GradientSync {
     ctx_.rank = static_cast<std::uint32_t>(config_.rank);
     ctx_.world = static_cast<std::uint32_t>(config_.world);
     ctx_.steps_per_epoch = static_cast<std::uint64_t>(setup.steps_per_epoch);
+    ctx_.total_steps = run_total_steps(setup);
     ctx_.momentum = static_cast<float>(config_.sgd.momentum);
     ctx_.nesterov = config_.sgd.nesterov;
+    dist::RunShape run;
+    run.steps_per_epoch = ctx_.steps_per_epoch;
+    run.total_steps = ctx_.total_steps;
+    for (const BucketPlan& b : buffers_->plan()) {
+      if (b.compressible) run.compressed_sizes.push_back(b.numel);
+    }
+    warnings_ = dist::start_warnings(compressor_, run);
+    threshold_check_due_ = dist::fixed_2bit_threshold(compressor_) > 0.0;
   }
 
   void begin_step(const StepInfo& step) override {
@@ -71,6 +92,7 @@ class ReducerSync final : public GradientSync {
   void finish_step() override {
     const auto t0 = Clock::now();
     buffers_->gather();
+    check_threshold();
     if (const std::optional<NonFiniteElement> bad_at = buffers_->find_non_finite()) {
       throw gradcomp::NonFiniteGradient(names_.at(bad_at->param), bad_at->param, bad_at->element,
                                         bad_at->value, static_cast<std::int64_t>(ctx_.step));
@@ -104,8 +126,22 @@ class ReducerSync final : public GradientSync {
   }
   std::vector<StateBuffer> state() override { return reducer_->state(); }
   std::string describe() const override { return reducer_->describe(); }
+  std::vector<std::string> take_warnings() override { return std::exchange(warnings_, {}); }
 
  private:
+  // A fixed 2-bit threshold far above the gradients' scale, once, after the first steps.
+  void check_threshold() {
+    if (!threshold_check_due_ || !compress_ || ctx_.step < dist::kThresholdCheckStep) return;
+    threshold_check_due_ = false;
+    std::vector<std::span<const float>> grads;
+    for (std::size_t b = 0; b < buffers_->plan().size(); ++b) {
+      if (buffers_->plan()[b].compressible) grads.emplace_back(buffers_->bucket(b));
+    }
+    if (auto w = dist::threshold_warning(compressor_, grads, ctx_.step)) {
+      warnings_.push_back(std::move(*w));
+    }
+  }
+
   std::string bucket_name(std::uint32_t id) const {
     for (const BucketPlan& b : buffers_->plan()) {
       if (b.id == id) return b.name;
@@ -114,6 +150,9 @@ class ReducerSync final : public GradientSync {
   }
 
   const TrainConfig& config_;
+  std::string compressor_;
+  std::vector<std::string> warnings_;
+  bool threshold_check_due_ = false;
   std::vector<std::string> names_;
   std::unique_ptr<GradientBuffers> buffers_;
   std::unique_ptr<Reducer> reducer_;
@@ -135,16 +174,17 @@ SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, std:
     o.dense_steps = c.dense_steps;
     o.seed = c.seed;
     o.steps_per_epoch = static_cast<std::uint64_t>(setup.steps_per_epoch);
+    o.total_steps = run_total_steps(setup);
     o.momentum = static_cast<float>(c.sgd.momentum);
     o.nesterov = c.sgd.nesterov;
     return std::make_unique<ExchangeSync>(setup, comm, std::move(o));
   };
 }
 
-SyncFactory reducer_sync(ReducerFactory make_reducer) {
-  return [make_reducer =
-              std::move(make_reducer)](const SyncSetup& setup) -> std::unique_ptr<GradientSync> {
-    return std::make_unique<ReducerSync>(setup, make_reducer);
+SyncFactory reducer_sync(ReducerFactory make_reducer, std::string compressor) {
+  return [make_reducer = std::move(make_reducer), compressor = std::move(compressor)](
+             const SyncSetup& setup) -> std::unique_ptr<GradientSync> {
+    return std::make_unique<ReducerSync>(setup, make_reducer, compressor);
   };
 }
 

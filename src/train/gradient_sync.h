@@ -63,6 +63,10 @@ class GradientSync {
   // Every memory's state, named "bucket<id>.<name>", writable (checkpoints).
   virtual std::vector<StateBuffer> state() = 0;
   virtual std::string describe() const = 0;
+  // One line each, once: what the compressor's settings cannot do in this run (at
+  // construction: gradcomp/dist/run_checks.h's start warnings; a fixed 2-bit threshold
+  // far above the gradients, after the first steps). The trainer prints them on rank 0.
+  virtual std::vector<std::string> take_warnings() = 0;
 };
 
 // What a GradientSync is built from: the model's parameters (in model order) and the
@@ -81,6 +85,6 @@ SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, std:
 // Builds the Reducer once the bucket layout is known (a parameter-server worker, a
 // LocalReducer).
 using ReducerFactory = std::function<std::unique_ptr<Reducer>(std::span<const BucketShape>)>;
-SyncFactory reducer_sync(ReducerFactory make_reducer);
+SyncFactory reducer_sync(ReducerFactory make_reducer, std::string compressor);
 
 }  // namespace gradcomp::train

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "gradcomp/dist/config_check.h"
+#include "gradcomp/dist/run_checks.h"
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"
@@ -332,10 +333,22 @@ int run_worker(const JobOptions& o, std::ostream& out) {
   // The fields of the start-up check need the model's shapes and buckets before the
   // trainer builds its own (from the same options, so the same ones).
   ConfigFields fields;
+  // The run as the trainer will count it: steps_per_epoch = shard / batch, epochs of it.
+  dist::RunShape run;
+  run.steps_per_epoch =
+      cfg.batch_size > 0 ? static_cast<std::uint64_t>(train_set.n / cfg.batch_size) : 0;
+  run.total_steps =
+      static_cast<std::uint64_t>(std::max<std::int64_t>(cfg.epochs, 0)) * run.steps_per_epoch;
   {
     const std::shared_ptr<Model> model = make_model(job_model_config(o, train_set));
-    fields = job_config_fields(o, rc.world_size, *model,
-                               plan_buckets(describe_parameters(*model), cfg.layout));
+    std::vector<BucketPlan> plan = plan_buckets(describe_parameters(*model), cfg.layout);
+    fields = job_config_fields(o, rc.world_size, *model, plan);
+  }
+  // The compressor's schedule in this run, once (what its settings cannot do in this run
+  // comes from the gradient sync, printed by the trainer on rank 0).
+  if (rc.rank == 0) {
+    const std::string schedule = dist::describe_schedule(o.compressor, run);
+    if (!schedule.empty()) out << schedule << "\n";
   }
   dist::Communicator comm = connect(rc);
   // Before any other collective (the resume agreement included): ranks started with
@@ -347,11 +360,13 @@ int run_worker(const JobOptions& o, std::ostream& out) {
   // parameter-server worker pushes and pulls whole steps after backward.
   dist::PsWorker* ps_worker = nullptr;
   const SyncFactory factory =
-      pc ? reducer_sync([&](std::span<const BucketShape> shapes) -> std::unique_ptr<Reducer> {
-        auto w = dist::make_ps_worker(*pc, comm, shapes, builtin_registry());
-        ps_worker = w.get();
-        return w;
-      })
+      pc ? reducer_sync(
+               [&](std::span<const BucketShape> shapes) -> std::unique_ptr<Reducer> {
+                 auto w = dist::make_ps_worker(*pc, comm, shapes, builtin_registry());
+                 ps_worker = w.get();
+                 return w;
+               },
+               o.compressor)
          : exchange_sync(comm, o.compressor, std::string(dist::to_string(o.reducer)));
   Trainer trainer(cfg, std::move(train_set), std::move(test_set), factory);
   const TrainSummary summary = trainer.run();

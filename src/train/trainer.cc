@@ -219,6 +219,9 @@ double Trainer::train_step() {
   // The asynchronous parameter server's servers apply the update: the worker got their
   // latest weights instead of a mean gradient.
   if (!sync_->owns_weights()) optimizer_->step(schedule_->lr(step_));
+  if (config_.progress) {
+    for (const std::string& w : sync_->take_warnings()) *config_.progress << w << "\n";
+  }
   const double step_seconds = seconds(t0, Clock::now());
 
   const ExchangeStats s = sync_->take_stats();
@@ -341,6 +344,7 @@ TrainSummary Trainer::run() {
                       << sync_->buckets().size() << " buckets, reducer " << sync_->describe()
                       << ", " << config_.threads << " thread(s), BLAS " << blas << "\n";
     *config_.progress << "ISA: " << isa_summary() << "\n";
+    for (const std::string& w : sync_->take_warnings()) *config_.progress << w << "\n";
     const int blas_threads = config_.blas_threads == 0 ? config_.threads : config_.blas_threads;
     if (config_.threads > 1 && blas_threads > 1 && blas.starts_with("OpenBLAS") &&
         std::getenv("OMP_WAIT_POLICY") == nullptr) {

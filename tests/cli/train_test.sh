@@ -180,7 +180,7 @@ if grep -q "received per worker" pss.txt && grep -q '"type":"ps"' ps.jsonl &&
   pass "ps-sync reports bytes up and down"; else fail "ps-sync byte report"; cat pss.txt; fi
 
 # Two servers, compressed downlink; ps-async bounded and unbounded: they run and learn.
-# (2-bit's default threshold 0.5 sends next to nothing in 32 steps of this small run,
+# (MXNet's 2-bit threshold 0.5 sends next to nothing in 32 steps of this small run,
 # with any topology: a smaller one here.)
 for args in "--topology ps-sync --servers 2 --ps-downlink compressed --compressor ef(topk:ratio=0.05)" \
             "--topology ps-sync --servers 2 --compressor sketched-sgd:ratio=0.05,table=0.2" \

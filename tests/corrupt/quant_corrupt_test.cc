@@ -56,8 +56,8 @@ struct TwoBitCase {
 };
 
 TEST(QuantCorrupt, InvalidCode01AtAnyPosition) {
-  for (TwoBitCase tc :
-       {TwoBitCase{"2bit", 0}, TwoBitCase{"terngrad", 4}, TwoBitCase{"terngrad:clip=2.5", 4}}) {
+  for (TwoBitCase tc : {TwoBitCase{"2bit:threshold=0.5", 0}, TwoBitCase{"2bit", 4},
+                        TwoBitCase{"terngrad", 4}, TwoBitCase{"terngrad:clip=2.5", 4}}) {
     auto c = builtin_registry().make_codec(tc.spec);
     for (std::size_t n : {1u, 16u, 37u, 64u, 1000u}) {
       const auto msg = test::encode(*c, test::random_gradient(n, n), {.seed = 1});
@@ -75,7 +75,8 @@ TEST(QuantCorrupt, InvalidCode01AtAnyPosition) {
 }
 
 TEST(QuantCorrupt, NonzeroPaddingBits2Bit) {
-  for (TwoBitCase tc : {TwoBitCase{"2bit", 0}, TwoBitCase{"terngrad", 4}}) {
+  for (TwoBitCase tc :
+       {TwoBitCase{"2bit:threshold=0.5", 0}, TwoBitCase{"2bit", 4}, TwoBitCase{"terngrad", 4}}) {
     auto c = builtin_registry().make_codec(tc.spec);
     for (std::size_t n : {1u, 3u, 15u, 17u, 30u, 33u}) {
       const auto msg = test::encode(*c, test::random_gradient(n, n + 1), {.seed = 2});
@@ -115,7 +116,7 @@ TEST(QuantCorrupt, BadScales) {
                         -1.0f,
                         -0.0f,
                         -std::numeric_limits<float>::denorm_min()};
-  for (const char* spec : {"terngrad", "efsign"}) {
+  for (const char* spec : {"terngrad", "efsign", "2bit"}) {
     auto c = builtin_registry().make_codec(spec);
     const std::size_t n = 100;
     const auto msg = test::encode(*c, test::random_gradient(n, 4), {.seed = 4});
@@ -129,6 +130,18 @@ TEST(QuantCorrupt, BadScales) {
     auto bad = msg;
     store_le<std::uint32_t>(bad.data() + kHeaderBytes, 0xFF800001u);
     expect_rejected(*c, bad, n, "not finite");
+  }
+}
+
+TEST(QuantCorrupt, AdaptiveTwoBitZeroTauWithNonzeroCodes) {
+  auto c = builtin_registry().make_codec("2bit");
+  for (std::size_t n : {1u, 20u, 100u}) {
+    const auto msg = test::encode(*c, std::vector<float>(n, 0.0f));
+    for (unsigned code : {2u, 3u}) {
+      auto bad = msg;
+      set_code(bad.data() + kHeaderBytes + 4, n - 1, code);
+      expect_rejected(*c, bad, n, "tau = 0 with nonzero codes");
+    }
   }
 }
 
@@ -153,7 +166,7 @@ TEST(QuantCorrupt, TernGradZeroScaleWithNonzeroCodes) {
 }
 
 TEST(QuantCorrupt, WrongPayloadLength) {
-  for (const char* spec : {"2bit", "1bit", "terngrad", "signsgd", "efsign"}) {
+  for (const char* spec : {"2bit", "2bit:threshold=0.5", "1bit", "terngrad", "signsgd", "efsign"}) {
     auto c = builtin_registry().make_codec(spec);
     const std::size_t n = 40;
     const auto msg = test::encode(*c, test::random_gradient(n, 6));
@@ -170,7 +183,7 @@ TEST(QuantCorrupt, WrongPayloadLength) {
 
 TEST(QuantCorrupt, ValidMessagesWithEveryCodeStillDecode) {
   // The validators must not reject what an encoder can write: codes 00/10/11 anywhere.
-  auto c = builtin_registry().make_codec("2bit");
+  auto c = builtin_registry().make_codec("2bit:threshold=0.5");
   for (std::size_t n : {1u, 4u, 16u, 17u, 100u}) {
     auto msg = test::encode(*c, std::vector<float>(n, 0.0f));
     for (std::size_t i = 0; i < n; ++i) {

@@ -169,5 +169,43 @@ TEST(GradientExchange, ABadSpecIsRefused) {
   });
 }
 
+// The run's schedule line and warnings (gradcomp/dist/run_checks.h) through the exchange:
+// DGC's warm-up capped by ExchangeOptions::total_steps; a fixed 2-bit threshold far above
+// the gradients reported once, after step 10.
+TEST(GradientExchange, ScheduleAndWarnings) {
+  run_ranks(1, [](Communicator& comm) {
+    Net net;
+    ExchangeOptions o = options_for("dgc:density=0.01");
+    o.steps_per_epoch = 10;
+    o.total_steps = 20;
+    GradientExchange dgc(net.named_parameters(), comm, o);
+    EXPECT_EQ(dgc.schedule().rfind("dgc warm-up: 2.5 steps of 20 (4 epochs capped", 0), 0u)
+        << dgc.schedule();
+    auto w = dgc.take_warnings();
+    ASSERT_EQ(w.size(), 1u);
+    EXPECT_NE(w[0].find("covers the whole run of 20 steps; capped at 2.5 steps"), std::string::npos)
+        << w[0];
+    EXPECT_TRUE(dgc.take_warnings().empty());  // taken
+  });
+  run_ranks(1, [](Communicator& comm) {
+    Net net;
+    GradientExchange exchange(net.named_parameters(), comm, options_for("2bit:threshold=50"));
+    EXPECT_EQ(exchange.schedule(), "");
+    for (int step = 0; step < 12; ++step) {
+      net.zero_grad();
+      loss_of(net, 0, step).backward();
+      exchange.finish();
+      const auto w = exchange.take_warnings();
+      if (step == 10) {
+        ASSERT_EQ(w.size(), 1u) << step;
+        EXPECT_NE(w[0].find("2bit: threshold=50 is"), std::string::npos) << w[0];
+        EXPECT_NE(w[0].find("at step 10"), std::string::npos) << w[0];
+      } else {
+        EXPECT_TRUE(w.empty()) << step << ": " << (w.empty() ? "" : w[0]);
+      }
+    }
+  });
+}
+
 }  // namespace
 }  // namespace gradcomp

@@ -73,3 +73,18 @@ def test_a_killed_peer_makes_the_survivor_raise():
     out = survivor["ok"]
     assert out["raised"] is not None, out
     assert out["after"] < 30, out
+
+
+def test_start_of_run_warnings_on_rank_0():
+    # DGC's 4 warm-up epochs of 10 steps cover a 20-step run: capped at 2.5 steps.
+    (w0, schedule0), (w1, _) = ddp_support.run(workers.run_warnings, 2, "dgc:density=0.01", 3,
+                                                10, 20)
+    assert len(w0) == 1 and "covers the whole run of 20 steps; capped at 2.5 steps" in w0[0], w0
+    assert w1 == []  # rank 0 only
+    assert schedule0.startswith("dgc warm-up: 2.5 steps of 20"), schedule0
+    # A fixed 2-bit threshold far above the gradients: once, after step 10.
+    (w0, schedule0), _ = ddp_support.run(workers.run_warnings, 2, "2bit:threshold=50", 13, 0, None)
+    assert len(w0) == 1 and "2bit: threshold=50 is" in w0[0] and "at step 10" in w0[0], w0
+    assert schedule0 == ""
+    (w0, _), _ = ddp_support.run(workers.run_warnings, 2, "2bit", 12, 0, None)
+    assert w0 == []

@@ -192,3 +192,18 @@ def dead_peer(rank, world, timeout_s):
             return {"raised": type(e).__name__, "message": str(e).splitlines()[0],
                     "after": time.monotonic() - start, "step": step}
     return {"raised": None}
+
+
+def run_warnings(rank, world, spec, steps, steps_per_epoch, total_steps):
+    """The warnings (gradcomp/dist/run_checks.h) a short run emits, and its schedule."""
+    import warnings
+
+    model = ddp(small_model())
+    state = gc.CompressionState(spec, dense_share=0.0, seed=7, steps_per_epoch=steps_per_epoch,
+                                total_steps=total_steps)
+    model.register_comm_hook(state, gc.hook)
+    opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _run_steps(model, opt, rank, 0, steps)
+    return [str(w.message) for w in caught if "gradcomp:" in str(w.message)], state.schedule

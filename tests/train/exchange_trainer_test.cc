@@ -50,11 +50,14 @@ std::vector<std::vector<torch::Tensor>> train_ranks(const std::string& spec, boo
     const int r = comm.rank();
     const test::Data all = synthetic(512, 64, 8);
     const data::Dataset shard = data::shard(all.train, r, kWorld);
-    const SyncFactory sync = hooks ? exchange_sync(comm, spec, "auto")
-                                   : reducer_sync([&](std::span<const BucketShape> shapes) {
-                                       return dist::make_reducer(spec, dist::ReducerKind::kAuto,
-                                                                 comm, shapes, builtin_registry());
-                                     });
+    const SyncFactory sync =
+        hooks ? exchange_sync(comm, spec, "auto")
+              : reducer_sync(
+                    [&](std::span<const BucketShape> shapes) {
+                      return dist::make_reducer(spec, dist::ReducerKind::kAuto, comm, shapes,
+                                                builtin_registry());
+                    },
+                    spec);
     // One at a time: the models draw their initial weights from LibTorch's global
     // generator (seeded by the trainer), which two threads would interleave.
     std::unique_lock init(model_init);

@@ -17,9 +17,11 @@
 namespace gradcomp::train::test {
 
 inline SyncFactory local(std::string spec) {
-  return reducer_sync([spec](std::span<const BucketShape> shapes) {
-    return std::make_unique<LocalReducer>(builtin_registry(), spec, shapes);
-  });
+  return reducer_sync(
+      [spec](std::span<const BucketShape> shapes) {
+        return std::make_unique<LocalReducer>(builtin_registry(), spec, shapes);
+      },
+      spec);
 }
 
 struct Data {

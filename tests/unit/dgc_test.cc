@@ -189,6 +189,27 @@ TEST(DgcSchedule, FourExponentialStagesThenTheTarget) {
   EXPECT_EQ(detail::dgc_max_density(0.5, 1), 0.5);
 }
 
+TEST(DgcSchedule, WarmUpCappedAtAnEighthOfTheRun) {
+  // 4 epochs of 100 steps asked; a run of 800 steps allows 100: stages of 25 steps.
+  EXPECT_EQ(detail::dgc_warmup_steps(4, 100, 800), 100.0);
+  EXPECT_EQ(detail::dgc_warmup_steps(4, 100, 0), 400.0);     // length unknown: no cap
+  EXPECT_EQ(detail::dgc_warmup_steps(4, 100, 3200), 400.0);  // a long run: the paper's 4
+  EXPECT_EQ(detail::dgc_warmup_steps(4, 100, 1'000'000), 400.0);
+  EXPECT_EQ(detail::dgc_warmup_steps(0, 100, 800), 0.0);
+  EXPECT_EQ(detail::dgc_warmup_steps(4, 0, 800), 0.0);
+  const double want[] = {0.25, 0.0625, 0.015625, 0.00390625};
+  for (std::uint64_t s = 0; s < 800; ++s) {
+    const double expect = s < 100 ? want[s / 25] : 0.001;
+    EXPECT_EQ(dgc_density(0.001, 4, s, 100, 800), expect) << s;
+  }
+  // The case: 2 epochs, density 0.001: 7/8 of the steps at 0.001.
+  std::uint64_t at_target = 0;
+  for (std::uint64_t s = 0; s < 468; ++s) at_target += dgc_density(0.001, 4, s, 234, 468) == 0.001;
+  EXPECT_EQ(at_target, 468 - 59);  // steps 0..58 are below T = 58.5
+  // Without the run's length, today's schedule.
+  EXPECT_EQ(dgc_density(0.001, 4, 350, 100, 0), 0.00390625);
+}
+
 // ---- against the simulation -----------------------------------------------------------
 
 struct SimCase {

@@ -4,8 +4,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 #include <vector>
 
+#include "detail/bitpack.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/wire.h"
@@ -30,8 +33,8 @@ const std::vector<float> kHandDecoded = {0.5f, -0.5f, 0.0f, 0.5f, -0.5f, 0.0f, 0
                                          0.0f, 0.0f,  0.0f, 0.5f, 0.0f,  0.0f, -0.5f, 0.5f, -0.5f};
 
 TEST(TwoBit, HandComputedMessage) {
-  auto c = builtin_registry().make_codec("2bit");
-  EXPECT_EQ(c->spec(), "2bit:threshold=0.5");
+  auto c = builtin_registry().make_codec("2bit:threshold=0.5");
+  EXPECT_EQ(c->spec(), "2bit:threshold=0.5,scale=1");
   EXPECT_EQ(c->wire_id(), 7);
   const auto msg = test::encode(*c, kHandInput);
   ASSERT_EQ(msg.size(), kHeaderBytes + 8);
@@ -40,7 +43,7 @@ TEST(TwoBit, HandComputedMessage) {
   EXPECT_EQ(h.codec_id, 7);
   EXPECT_EQ(h.elements, 18u);
   EXPECT_EQ(h.payload_bytes, 8u);
-  EXPECT_EQ(h.config_tag, fnv1a32("2bit:threshold=0.5"));
+  EXPECT_EQ(h.config_tag, fnv1a32("2bit:threshold=0.5,scale=1"));
 
   const auto d = test::decode(*c, msg, kHandInput.size());
   EXPECT_EQ(d, kHandDecoded);
@@ -53,7 +56,7 @@ TEST(TwoBit, HandComputedMessage) {
 }
 
 TEST(TwoBit, FusedFeedbackLeavesTheResidual) {
-  auto c = builtin_registry().make_codec("2bit");
+  auto c = builtin_registry().make_codec("2bit:threshold=0.5");
   auto p = kHandInput;
   std::vector<std::byte> msg(c->max_encoded_bytes(p.size()));
   msg.resize(c->encode_feedback(p, {}, msg));
@@ -87,18 +90,149 @@ TEST(TwoBit, OtherThresholds) {
 
 TEST(TwoBit, ParametersAndTraits) {
   auto c = builtin_registry().make_codec("2bit");
+  EXPECT_EQ(c->spec(), "2bit:threshold=0,scale=1");  // the adaptive default
   EXPECT_TRUE(c->traits().needs_memory);
   EXPECT_FALSE(c->traits().unbiased);
   EXPECT_FALSE(c->traits().linear);
   EXPECT_FALSE(c->traits().stochastic);
-  EXPECT_EQ(builtin_registry().make_memory("2bit", 10)->spec(), "ef(2bit:threshold=0.5)");
-  EXPECT_THROW(builtin_registry().make_codec("2bit:threshold=0"), InvalidArgument);
+  EXPECT_EQ(builtin_registry().make_memory("2bit", 10)->spec(), "ef(2bit:threshold=0,scale=1)");
+  EXPECT_EQ(builtin_registry().make_memory("2bit:threshold=0.5", 10)->spec(),
+            "ef(2bit:threshold=0.5,scale=1)");
   EXPECT_THROW(builtin_registry().make_codec("2bit:threshold=-0.5"), InvalidArgument);
   EXPECT_THROW(builtin_registry().make_codec("2bit:threshold=nan"), InvalidArgument);
+  EXPECT_THROW(builtin_registry().make_codec("2bit:scale=0"), InvalidArgument);
+  EXPECT_THROW(builtin_registry().make_codec("2bit:scale=-1"), InvalidArgument);
   EXPECT_THROW(builtin_registry().make_codec("2bit:tau=0.5"), InvalidArgument);
-  EXPECT_EQ(c->max_encoded_bytes(0), kHeaderBytes);
-  EXPECT_EQ(c->max_encoded_bytes(16), kHeaderBytes + 4);
-  EXPECT_EQ(c->max_encoded_bytes(17), kHeaderBytes + 8);
+  // Adaptive: tau (fp32) before the codes; fixed: the codes alone.
+  EXPECT_EQ(c->max_encoded_bytes(0), kHeaderBytes + 4);
+  EXPECT_EQ(c->max_encoded_bytes(16), kHeaderBytes + 8);
+  EXPECT_EQ(c->max_encoded_bytes(17), kHeaderBytes + 12);
+  auto fixed = builtin_registry().make_codec("2bit:threshold=0.5");
+  EXPECT_EQ(fixed->max_encoded_bytes(0), kHeaderBytes);
+  EXPECT_EQ(fixed->max_encoded_bytes(16), kHeaderBytes + 4);
+  EXPECT_EQ(fixed->max_encoded_bytes(17), kHeaderBytes + 8);
+  // A fixed threshold below fp32's range stays a fixed threshold.
+  auto tiny = builtin_registry().make_codec("2bit:threshold=1e-50");
+  EXPECT_EQ(tiny->max_encoded_bytes(16), kHeaderBytes + 4);
+}
+
+// ---- adaptive tau ---------------------------------------------------------------------
+// The reference: tau = fp32(scale * sum|p| / n) with the sum in double (the order does
+// not matter for these inputs, whose sums are exact), codes as MXNet's with that tau;
+// tau = 0 sends nothing.
+struct RefMessage {
+  float tau = 0;
+  std::vector<std::uint8_t> codes;  // 0, 2 (10) or 3 (11) per element
+  std::vector<float> residual;      // p - decode
+};
+
+RefMessage reference_adaptive(const std::vector<float>& p, double scale) {
+  RefMessage m;
+  double sum = 0;
+  for (const float x : p) sum += std::abs(static_cast<double>(x));
+  m.tau = p.empty() ? 0.0f : static_cast<float>(scale * sum / static_cast<double>(p.size()));
+  m.residual = p;
+  for (float& x : m.residual) {
+    std::uint8_t code = 0;
+    if (m.tau > 0.0f && x >= m.tau) {
+      code = 3;
+      x -= m.tau;
+    } else if (m.tau > 0.0f && x <= -m.tau) {
+      code = 2;
+      x += m.tau;
+    }
+    m.codes.push_back(code);
+  }
+  return m;
+}
+
+std::vector<std::byte> reference_payload(const RefMessage& m) {
+  std::vector<std::byte> out(4 + detail::packed2_bytes(m.codes.size()), std::byte{0});
+  store_le<float>(out.data(), m.tau);
+  detail::pack2_ref(m.codes.data(), m.codes.size(), out.data() + 4);
+  return out;
+}
+
+TEST(TwoBitAdaptive, HandComputedMessage) {
+  auto c = builtin_registry().make_codec("2bit");
+  // mean |p| = (1 + 0.5 + 0.25 + 0.25 + 3 + 0) / 6 = 0.8333...: only 1 and 3 are sent.
+  const std::vector<float> p = {1.0f, -0.5f, 0.25f, -0.25f, 3.0f, 0.0f};
+  const auto msg = test::encode(*c, p);
+  ASSERT_EQ(msg.size(), kHeaderBytes + 8);
+  const float tau = static_cast<float>(5.0 / 6.0);
+  const std::vector<std::byte> payload = payload_of(msg);
+  EXPECT_EQ(load_le<float>(payload.data()), tau);
+  // codes 11 00 00 00 | 11 00 = 0xC0, 0xC0
+  EXPECT_EQ(std::vector<std::byte>(payload.begin() + 4, payload.end()),
+            bytes_of({0xC0, 0xC0, 0x00, 0x00}));
+  EXPECT_EQ(read_header(msg, "test").config_tag, fnv1a32("2bit:threshold=0,scale=1"));
+  EXPECT_EQ(test::decode(*c, msg, p.size()),
+            (std::vector<float>{tau, 0.0f, 0.0f, 0.0f, tau, 0.0f}));
+  // scale=0.25: tau = 0.2083: everything but the zero is sent.
+  auto c4 = builtin_registry().make_codec("2bit:scale=0.25");
+  const auto msg4 = test::encode(*c4, p);
+  const float tau4 = static_cast<float>(0.25 * 5.0 / 6.0);
+  EXPECT_EQ(test::decode(*c4, msg4, p.size()),
+            (std::vector<float>{tau4, -tau4, tau4, -tau4, tau4, 0.0f}));
+  // Another scale is another codec: the config tag rejects it.
+  std::vector<float> out(p.size(), 0.0f);
+  EXPECT_THROW(c->decode_add(msg4, out), CorruptMessage);
+}
+
+TEST(TwoBitAdaptive, MatchesTheReferenceOnEverySize) {
+  for (const double scale : {1.0, 2.0, 0.5}) {
+    auto memory =
+        builtin_registry().make_memory("2bit:scale=" + std::string(scale == 1.0   ? "1"
+                                                                   : scale == 2.0 ? "2"
+                                                                                  : "0.5"),
+                                       1);
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{17},
+                                std::size_t{1003}, std::size_t{70001}}) {
+      SCOPED_TRACE("scale=" + std::to_string(scale) + " n=" + std::to_string(n));
+      auto mem =
+          builtin_registry().make_memory(memory->spec().substr(3, memory->spec().size() - 4), n);
+      const Codec& codec = mem->codec();
+      std::vector<float> residual(n, 0.0f);
+      std::vector<std::byte> msg(mem->max_encoded_bytes());
+      for (std::uint64_t step = 0; step < 6; ++step) {
+        // Dyadic values: every sum is exact, whatever the order.
+        std::vector<float> g(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          g[i] = std::ldexp(
+              static_cast<float>(static_cast<int>((i * 7919 + step * 104729) % 257) - 128), -10);
+        }
+        std::vector<float> p(n);
+        for (std::size_t i = 0; i < n; ++i) p[i] = residual[i] + g[i];
+        const RefMessage ref = reference_adaptive(p, scale);
+        const std::size_t bytes = mem->compress(g, {.seed = 1, .step = step}, msg);
+        ASSERT_EQ(bytes, kHeaderBytes + 4 + detail::packed2_bytes(n));
+        const auto want = reference_payload(ref);
+        ASSERT_EQ(0, std::memcmp(msg.data() + kHeaderBytes, want.data(), want.size()))
+            << "step " << step;
+        residual = ref.residual;
+        ASSERT_TRUE(same_bits(mem->state().at(0).data, residual)) << "step " << step;
+        const auto decoded = test::decode(codec, {msg.data(), bytes}, n);
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(decoded[i], ref.codes[i] == 3   ? ref.tau
+                                : ref.codes[i] == 2 ? -ref.tau
+                                                    : 0.0f)
+              << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(TwoBitAdaptive, ZeroGradientSendsNothingAndNonFiniteIsRejected) {
+  auto c = builtin_registry().make_codec("2bit");
+  const std::vector<float> zeros(5, 0.0f);
+  const auto msg = test::encode(*c, zeros);
+  EXPECT_EQ(payload_of(msg), bytes_of({0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(test::decode(*c, msg, zeros.size()), zeros);
+  std::vector<std::byte> out(c->max_encoded_bytes(2));
+  EXPECT_THROW(c->encode(std::vector<float>{std::nanf(""), 1.0f}, {}, out), InvalidArgument);
+  EXPECT_THROW(c->encode(std::vector<float>{std::numeric_limits<float>::infinity(), 1.0f}, {}, out),
+               InvalidArgument);
 }
 
 // ---- MXNet ----------------------------------------------------------------------------
@@ -183,7 +317,7 @@ TEST(TwoBit, MatchesMxnetStepByStep) {
 }
 
 TEST(TwoBit, NanEncodesAsZeroCode) {
-  auto c = builtin_registry().make_codec("2bit");
+  auto c = builtin_registry().make_codec("2bit:threshold=0.5");
   const std::vector<float> p = {std::nanf(""), 1.0f};
   const auto msg = test::encode(*c, p);
   EXPECT_EQ(payload_of(msg), bytes_of({0x30, 0, 0, 0}));

@@ -43,7 +43,9 @@
 //    0 4 magic "GCPS"   4 2 version (1)   6 2 kind (1 hello, 2 push, 3 reply, 4 done, 5 stats,
 //                                                    6 candidates)
 //    8 4 sender rank   12 4 record count  16 8 step (sync) / worker clock (async)
-//   24 8 payload bytes 32 4 f32 lr        36 4 aux (hello: worker count; reply: staleness)
+//   24 8 payload bytes 32 4 f32 lr        36 4 aux (hello: worker count; reply: staleness;
+//                                                   sync push: the run's total steps, 0 =
+//                                                   unknown; async push: 1 = epoch end)
 //   40 8 aux64 (hello: configuration hash; push: steps per epoch; async reply: version)
 // Record: 0 4 key id, 4 1 kind (1 fp32, 2 codec message, 3 sketch table, 4 u32 indices,
 // 5 sparse update), 5 3 zero, 8 4 bytes, 12 data.

@@ -54,6 +54,9 @@ struct ExchangeOptions {
   std::int64_t dense_steps = 0;       // the first steps are averaged densely (warm-up)
   std::uint64_t seed = 0;             // stochastic codecs' seed; the same on every rank
   std::uint64_t steps_per_epoch = 0;  // for schedules counted in epochs (DGC's warm-up)
+  // Steps in the whole run (epochs * steps_per_epoch); 0 = unknown. DGC's warm-up is cut
+  // to 1/8 of the run when warmup_epochs would take more.
+  std::uint64_t total_steps = 0;
   // The optimizer's momentum and Nesterov flag, for compressors that carry momentum in
   // their memory (efm, dgc, sketched-sgd, fetchsgd): see momentum_in_memory().
   float momentum = 0.0f;
@@ -135,6 +138,15 @@ class GradientExchange {
   const std::vector<BucketPlan>& buckets() const;
   // "allgather(efm(topk:ratio=0.01,...))".
   std::string describe() const;
+  // The compressor's effective schedule for this run in one line, for the run's header
+  // (DGC: "dgc warm-up: 58 steps (...): density 0.25, ... then 0.001"); empty when it has
+  // none. Depends on options.steps_per_epoch and options.total_steps.
+  std::string schedule() const;
+  // Warnings not taken yet, one line each: at construction, the spec's settings that
+  // cannot do what was asked in this run (gradcomp/dist/run_checks.h); after step 10, once,
+  // a fixed 2-bit threshold far above the gradients' scale. Every rank computes them
+  // alike; print rank 0's (e.g. after every step).
+  std::vector<std::string> take_warnings();
   ExchangeStats take_stats();
 
   // Every memory's state (error feedback, momenta, PowerSGD's Q), named

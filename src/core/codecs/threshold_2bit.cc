@@ -2,27 +2,48 @@
 // compression (after Strom, "Scalable distributed DNN training using commodity GPU cloud
 // computing", Interspeech 2015). docs/algorithms/quantization.md, seed 000.
 //
-//   Algorithm (threshold tau > 0, default 0.5), on p = g + residual:
+//   Algorithm (threshold tau > 0), on p = g + residual:
 //     p >= tau: code 11 (decodes to +tau);  p <= -tau: code 10 (-tau);  else 00 (0).
 //     Error feedback keeps p - decode in the residual: p -= tau, p += tau or nothing,
 //     exactly MXNet's quantize_2bit loop. The codec is stateless; the residual lives in
 //     the Memory (needs_memory: "2bit" alone means ef(2bit)).
 //
-//   Wire payload (after the 20-byte header): 4*ceil(n/16) bytes of 2-bit codes, four per
-//   byte with the first value in the most significant bits (masks 0xC0, 0x30, 0x0C, 0x03):
-//   value i is bits 7-2(i%4) .. 6-2(i%4) of payload byte i/4. Codes after n are 00; code 01
-//   is invalid. Both are rejected on decode. Tau itself is not sent: it is part of the
-//   spec, which the header's config tag pins.
+//   Two ways to choose tau:
+//     threshold=T > 0 (fixed): tau = T on every message: exactly MXNet's method
+//       (MXNet's default is T = 0.5). tau is part of the spec, pinned by the config tag,
+//       and not sent.
+//     threshold=0 (adaptive, the default): tau = scale * mean_i |p_i| of this message's
+//       p (gradient plus residual), computed in double with the deterministic abs_sum
+//       (bitpack.h) and rounded to fp32, sent in the message. A fixed tau only works near
+//       the gradients' scale, which differs by orders of magnitude between models, layers
+//       and steps (0.5 is ~1000x this MLP's gradients: nothing is sent until the residual
+//       has accumulated ~1000 steps). With tau = mean |p| an entry is sent once it reaches
+//       the bucket's average magnitude (about 40% of the entries of a Gaussian p); entries
+//       below it accumulate in the residual as with a fixed tau. Each message carries its
+//       own tau, so decoders need no state.
 //
-//   Aggregation: not linear (codes cannot be summed). Gather, decode each, sum (MXNet's
-//   server decodes worker messages and replies dense).
+//   Wire payload (after the header):
+//     fixed:    4*ceil(n/16) bytes of 2-bit codes, four per byte with the first value in
+//               the most significant bits (masks 0xC0, 0x30, 0x0C, 0x03): value i is bits
+//               7-2(i%4) .. 6-2(i%4) of payload byte i/4.
+//     adaptive: offset 0 f32 tau (finite, >= +0; tau = 0 only with all codes 00, the
+//               message of an all-zero p), then the codes as above: terngrad's layout.
+//   Codes after n are 00; code 01 is invalid. Both are rejected on decode.
 //
-// NaN inputs encode as 00 (neither comparison holds) and stay in the residual, as in MXNet.
+//   Aggregation: not linear (codes cannot be summed, and adaptive taus differ by rank).
+//   Gather, decode each, sum (MXNet's server decodes worker messages and replies dense).
+//
+// NaN inputs encode as 00 (neither comparison holds) and stay in the residual, as in
+// MXNet (fixed tau); with an adaptive tau a non-finite input is rejected (InvalidArgument):
+// tau would not be a valid scale.
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
 #include "codecs.h"
 #include "detail/bitpack.h"
+#include "gradcomp/error.h"
 #include "gradcomp/wire.h"
 
 namespace gradcomp {
@@ -33,39 +54,84 @@ constexpr CodecTraits kTraits{.linear = false, .unbiased = false, .needs_memory 
 
 class Threshold2BitCodec final : public Codec {
  public:
-  Threshold2BitCodec(CodecIdentity id, float tau) : Codec(std::move(id), kTraits), tau_(tau) {}
+  // tau > 0: fixed (MXNet); tau == 0: adaptive, tau = scale * mean |p| per message.
+  Threshold2BitCodec(CodecIdentity id, float tau, double scale)
+      : Codec(std::move(id), kTraits), tau_(tau), scale_(scale) {}
 
  protected:
-  std::size_t max_payload_bytes(std::size_t n) const override { return detail::packed2_bytes(n); }
+  std::size_t max_payload_bytes(std::size_t n) const override {
+    return header_bytes() + detail::packed2_bytes(n);
+  }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& /*ctx*/,
                              std::span<std::byte> payload) const override {
-    detail::threshold2_encode(in.data(), in.size(), tau_, payload.data());
-    return detail::packed2_bytes(in.size());
+    const float tau = message_tau(in, payload);
+    detail::threshold2_encode(in.data(), in.size(), encode_tau(tau),
+                              payload.data() + header_bytes());
+    return header_bytes() + detail::packed2_bytes(in.size());
   }
 
   void decode_payload_add(std::span<const std::byte> payload, std::span<float> out,
                           float alpha) const override {
     const std::size_t n = out.size();
-    expect_payload_bytes(payload, detail::packed2_bytes(n), "2bit decode", n);
-    detail::validate_packed2(payload.data(), n, "2bit decode");
-    detail::unpack2_add(payload.data(), n, lut(alpha), out.data());
+    expect_payload_bytes(payload, header_bytes() + detail::packed2_bytes(n), "2bit decode", n);
+    float tau = tau_;
+    if (adaptive()) {
+      tau = load_le<float>(payload.data());
+      detail::validate_scale(tau, "2bit decode", "threshold tau");
+    }
+    const bool any_sent =
+        detail::validate_packed2(payload.data() + header_bytes(), n, "2bit decode");
+    if (tau == 0.0f && any_sent) {
+      throw CorruptMessage("2bit decode: threshold tau = 0 with nonzero codes (n " +
+                           std::to_string(n) + ")");
+    }
+    detail::unpack2_add(payload.data() + header_bytes(), n, lut(tau, alpha), out.data());
   }
 
   // One pass: pack and p += (-1) * decode, i.e. p -= tau for 11, p += tau for 10.
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& /*ctx*/,
                                       std::span<std::byte> payload) const override {
-    detail::threshold2_encode_feedback(p.data(), p.size(), tau_, lut(-1.0f), payload.data());
-    return detail::packed2_bytes(p.size());
+    const float tau = message_tau(p, payload);
+    detail::threshold2_encode_feedback(p.data(), p.size(), encode_tau(tau), lut(tau, -1.0f),
+                                       payload.data() + header_bytes());
+    return header_bytes() + detail::packed2_bytes(p.size());
   }
 
  private:
+  bool adaptive() const { return tau_ == 0.0f; }
+  std::size_t header_bytes() const { return adaptive() ? 4 : 0; }
+
+  // This message's tau: the fixed one, or scale * mean |p| (written to the payload).
+  float message_tau(std::span<const float> p, std::span<std::byte> payload) const {
+    if (!adaptive()) return tau_;
+    float tau = 0.0f;
+    if (!p.empty()) {
+      const double sum = detail::abs_sum(p.data(), p.size());
+      if (!std::isfinite(sum)) {
+        throw InvalidArgument("2bit encode: non-finite input (sum |p| = " + std::to_string(sum) +
+                              "); the adaptive threshold needs a finite gradient");
+      }
+      tau = static_cast<float>(scale_ * sum / static_cast<double>(p.size()));
+      // A product beyond fp32's range, or one rounded to a denormal zero, sends nothing.
+      if (!std::isfinite(tau)) tau = std::numeric_limits<float>::max();
+    }
+    store_le<float>(payload.data(), tau);
+    return tau;
+  }
+
+  // The kernels' threshold: tau = 0 (all-zero p) sends nothing, so compare with +inf.
+  static float encode_tau(float tau) {
+    return tau > 0.0f ? tau : std::numeric_limits<float>::infinity();
+  }
+
   // alpha * decoded value per code (00, 01 unused, 10, 11).
-  detail::Lut2 lut(float alpha) const {
-    return {{alpha * 0.0f, 0.0f, alpha * -tau_, alpha * tau_}};
+  static detail::Lut2 lut(float tau, float alpha) {
+    return {{alpha * 0.0f, 0.0f, alpha * -tau, alpha * tau}};
   }
 
   float tau_;
+  double scale_;
 };
 
 }  // namespace
@@ -74,14 +140,25 @@ void register_threshold_2bit(CodecRegistry& registry) {
   registry.add(
       {.name = "2bit",
        .wire_id = 7,
-       .summary = "MXNet threshold 2-bit quantization: +-threshold or 0, 16x, with residual",
+       .summary = "threshold 2-bit quantization: +-tau or 0, 16x, with residual; tau = "
+                  "scale * mean|p| per message (default) or fixed (threshold=T: MXNet's 2bit)",
        .traits = kTraits,
-       .params = {float_param("threshold", 0.5, 1e-30, 1e30,
-                              "tau: send +tau where p >= tau, -tau where p <= -tau")},
-       .examples = {"2bit:threshold=1", "2bit:threshold=0.25", "2bit:threshold=0.001"},
+       .params = {float_param("threshold", 0.0, 0.0, 1e30,
+                              "fixed tau: send +tau where p >= tau, -tau where p <= -tau, "
+                              "exactly MXNet's 2bit (MXNet's default: 0.5); 0 = adaptive: tau = "
+                              "scale * mean |p| of each message, sent in it"),
+                  float_param("scale", 1.0, 0.0, 1e6,
+                              "adaptive (threshold=0): tau = scale * mean |p|; ignored with a "
+                              "fixed threshold",
+                              true)},
+       .examples = {"2bit:scale=2", "2bit:threshold=0.5", "2bit:threshold=0.001"},
        .make = [](CodecIdentity id, const Params& params) -> std::unique_ptr<Codec> {
-         return std::make_unique<Threshold2BitCodec>(
-             std::move(id), static_cast<float>(params.get_float("threshold")));
+         // A fixed threshold below fp32's range stays fixed (the smallest denormal).
+         const double t = params.get_float("threshold");
+         const float tau =
+             t > 0.0 ? std::max(static_cast<float>(t), std::numeric_limits<float>::denorm_min())
+                     : 0.0f;
+         return std::make_unique<Threshold2BitCodec>(std::move(id), tau, params.get_float("scale"));
        }});
 }
 

@@ -6,10 +6,11 @@
 //        (nesterov=1: u <- m*(u + g) ; v <- v + u + g; correction=0: v <- v + g, no u)
 //   I <- top-k(|v|), k = ceil(density(step) * n) (sampled threshold or exact radix select)
 //   send (I, v[I]) ;  u[I] <- 0 (momentum factor masking; masking=0: off) ;  v[I] <- 0
-// density(step) ramps 0.25, 0.0625, 0.015625, 0.0039 -> target over warmup_epochs
-// (memory/dgc.h). The optimizer then applies the mean of the W decoded messages without
-// its own momentum for these parameters (carries_momentum()), with weight decay outside
-// the compressed path; dense buckets keep the optimizer's momentum.
+// density(step) ramps 0.25, 0.0625, 0.015625, 0.0039 -> target over warmup_epochs,
+// at most 1/8 of the run when its length is known (StepContext::total_steps; memory/dgc.h). The
+// optimizer then applies the mean of the W decoded messages without its own momentum for these
+// parameters (carries_momentum()), with weight decay outside the compressed path; dense buckets
+// keep the optimizer's momentum.
 //
 // Wire format: exactly topk's (detail/sparse_message.h), fp32 values:
 //   [0,4) count c | [4, 4+4c) u32 indices, strictly increasing | [4+4c, 4+8c) fp32 values
@@ -52,14 +53,24 @@ constexpr double kWarmupFirst = 0.25;
 constexpr int kWarmupStages = 4;
 }  // namespace
 
+double dgc_warmup_steps(double warmup_epochs, std::uint64_t steps_per_epoch,
+                        std::uint64_t total_steps) {
+  if (!(warmup_epochs > 0.0) || steps_per_epoch == 0) return 0.0;
+  const double asked = warmup_epochs * static_cast<double>(steps_per_epoch);
+  if (total_steps == 0) return asked;
+  return std::min(asked, kDgcWarmupMaxShare * static_cast<double>(total_steps));
+}
+
+double dgc_stage_density(int stage) { return std::ldexp(kWarmupFirst, -2 * stage); }
+
 double dgc_density(double target, double warmup_epochs, std::uint64_t step,
-                   std::uint64_t steps_per_epoch) {
-  if (!(warmup_epochs > 0.0) || steps_per_epoch == 0) return target;
-  const double total = warmup_epochs * static_cast<double>(steps_per_epoch);
+                   std::uint64_t steps_per_epoch, std::uint64_t total_steps) {
+  const double total = dgc_warmup_steps(warmup_epochs, steps_per_epoch, total_steps);
+  if (!(total > 0.0)) return target;
   const double pos = static_cast<double>(kWarmupStages) * static_cast<double>(step) / total;
   if (!(pos < kWarmupStages)) return target;
   const int stage = static_cast<int>(pos);  // pos >= 0: truncation is floor
-  return std::max(target, std::ldexp(kWarmupFirst, -2 * stage));
+  return std::max(target, dgc_stage_density(stage));
 }
 
 double dgc_max_density(double target, double warmup_epochs) {
@@ -169,8 +180,8 @@ class Dgc final : public Memory {
     }
     accumulate(grad);
 
-    const double density =
-        detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step, ctx.steps_per_epoch);
+    const double density = detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step,
+                                               ctx.steps_per_epoch, ctx.total_steps);
     const std::size_t k = detail::count_for_fraction(density, n_);
     const auto idx = select(k, ctx);
     const std::size_t payload =
@@ -311,7 +322,8 @@ void register_dgc(CodecRegistry& registry) {
                   float_param(
                       "warmup_epochs", 4.0, 0.0, 1e6,
                       "density warm-up 0.25, 0.0625, 0.015625, 0.0039 -> density in four equal "
-                      "stages over this many epochs (fractions allowed; paper: 4; 0 = off)"),
+                      "stages over this many epochs, at most 1/8 of the run's steps when the "
+                      "run's length is known (fractions allowed; paper: 4; 0 = off)"),
                   choice_param("select", "sampled", {"sampled", "exact"},
                                "sampled: DGC's sampled threshold, 0.8k..1.3k entries; exact: radix "
                                "select, exactly k"),

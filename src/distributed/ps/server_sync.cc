@@ -91,6 +91,7 @@ void Server::run_sync() {
         c.rows = k.rows;
         c.lr = decoded_[0].lr;
         c.steps_per_epoch = decoded_[0].aux64;
+        c.total_steps = decoded_[0].aux;
         const auto out = writer.begin(k.id, RecordKind::kCodec, m->max_encoded_bytes());
         writer.end(m->compress(acc, c, out));
       } else {

@@ -442,7 +442,12 @@ class PsWorkerImpl final : public PsWorker {
       f.aux64 = async ? version_[s] : ctx.steps_per_epoch;
       // Async: 1 when this push ends the worker's epoch (worker 0's epoch ends are when
       // the servers save their state).
-      f.aux = async && ctx.steps_per_epoch > 0 && (ctx.step + 1) % ctx.steps_per_epoch == 0;
+      // Sync: the run's total steps (0 = unknown; saturated at 2^32 - 1), for schedules the
+      // servers' memories bound by the run's length (DGC's warm-up).
+      f.aux =
+          async ? static_cast<std::uint32_t>(ctx.steps_per_epoch > 0 &&
+                                             (ctx.step + 1) % ctx.steps_per_epoch == 0)
+                : static_cast<std::uint32_t>(std::min<std::uint64_t>(ctx.total_steps, 0xFFFFFFFFu));
       frames[s] = ps::encode_frame(f);
     }
     for (std::size_t s = 0; s < s_count; ++s) {
