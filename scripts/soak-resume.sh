@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Resume-after-kill soak: each round picks a topology and a stateful compressor it accepts,
+# runs the training, SIGKILLs a random rank at a random step, resumes it with --resume from
+# the checkpoints and compares the result with the uninterrupted run (computed once per
+# configuration and cached).
+#
+#   usage: scripts/soak-resume.sh [--rounds N] [--seed S] [--only REGEX] [--gradcomp PATH] [--keep]
+#   (--only: the configurations 'topology|workers|servers|spec' matching REGEX, grep -E)
+#
+# allreduce and ps-sync are deterministic: every checkpoint file of the resumed run (each
+# rank's, each server's) must be byte-identical to the uninterrupted run's, and so must the
+# printed test accuracy and loss. ps-async is not (the order in which the server applies
+# the workers' pushes depends on timing), so there the resumed run must finish, resume from
+# the checkpoints and reach an accuracy within 0.05 of the uninterrupted run's.
+# Prints one line per round and a summary; exits non-zero on any mismatch or failure.
+# Runs are tiny (synthetic data, 3 epochs of 32 steps); the work directory is
+# build/soak-resume/ (references cached in ref/, keyed by the binary's checksum).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+rounds=20
+seed=$(date +%s)
+gradcomp=build/bin/gradcomp
+keep=0
+only=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rounds) rounds=${2:?--rounds needs a value}; shift 2 ;;
+    --seed) seed=${2:?--seed needs a value}; shift 2 ;;
+    --gradcomp) gradcomp=${2:?--gradcomp needs a path}; shift 2 ;;
+    --only) only=${2:?--only needs a regex}; shift 2 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "soak-resume.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -x "$gradcomp" ] || {
+  echo "soak-resume.sh: $gradcomp is not built (scripts/build.sh, or --gradcomp PATH)" >&2; exit 2; }
+gradcomp=$(realpath "$gradcomp")
+RANDOM=$seed
+
+work=$(realpath -m build/soak-resume)
+mkdir -p "$work/ref"
+binsum=$(md5sum "$gradcomp" | cut -c1-12)
+launcher=""
+cleanup() {
+  if [ -n "$launcher" ] && kill -0 "$launcher" 2>/dev/null; then
+    pkill -KILL -P "$launcher" 2>/dev/null
+    kill -KILL "$launcher" 2>/dev/null
+  fi
+}
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
+
+# topology | workers | servers | compressor (those the topology accepts: the reducer
+# schemes run on allreduce only; DGC carries the momentum, which ps-async's servers apply)
+configs=(
+  "allreduce|2|0|ef(topk:ratio=0.1)"
+  "allreduce|2|0|dgc"
+  "allreduce|2|0|powersgd:rank=2"
+  "allreduce|2|0|fetchsgd"
+  "ps-sync|2|1|ef(topk:ratio=0.1)"
+  "ps-sync|2|1|dgc"
+  "ps-async|2|1|ef(topk:ratio=0.1)"
+)
+if [ -n "$only" ]; then
+  mapfile -t configs < <(printf '%s\n' "${configs[@]}" | grep -E -- "$only")
+  [ ${#configs[@]} -gt 0 ] || { echo "soak-resume.sh: no configuration matches '$only'" >&2; exit 2; }
+fi
+steps_per_epoch=32  # 2048 examples / (2 workers x 32)
+epochs=3
+total_steps=$((steps_per_epoch * epochs))
+
+common=(--dataset synthetic --synthetic-train 2048 --mlp-hidden 128 --batch-size 32
+        --epochs "$epochs" --lr 0.1 --seed 7 --timeout-ms 8000)
+
+# args TOPOLOGY WORKERS SERVERS SPEC: the run's flags
+args_of() {
+  local a=(--topology "$1" --workers "$2" --compressor "$4" "${common[@]}")
+  [ "$3" -gt 0 ] && a+=(--servers "$3")
+  printf '%s\n' "${a[@]}"
+}
+
+# The printed test accuracy and loss of a report.
+result_of() { grep -E '^  test (accuracy|loss)' "$1" | tr -s ' ' | sed 's/^ //' | tr '\n' ' '; }
+accuracy_of() { sed -n 's/^  test accuracy *//p' "$1" | head -n 1; }
+
+passed=0
+failed=0
+for round in $(seq 1 "$rounds"); do
+  cfg=${configs[$((RANDOM % ${#configs[@]}))]}
+  IFS='|' read -r topo workers servers spec <<<"$cfg"
+  mapfile -t args < <(args_of "$topo" "$workers" "$servers" "$spec")
+  world=$((workers + servers))
+  key="$topo-$(printf '%s' "$spec" | tr -c 'a-zA-Z0-9=.:-' '_')-$binsum"
+  ref="$work/ref/$key"
+  if [ ! -f "$ref/done" ]; then
+    rm -rf "$ref" && mkdir -p "$ref"
+    t0=$(date +%s%N)
+    if ! "$gradcomp" train "${args[@]}" --checkpoint-dir "$ref/ck" >"$ref/out.txt" 2>"$ref/err.txt"; then
+      echo "round $round: $topo $spec: the uninterrupted run failed: $(tail -n 1 "$ref/err.txt")"
+      failed=$((failed + 1)); rm -rf "$ref"; continue
+    fi
+    echo $((($(date +%s%N) - t0) / 1000000)) >"$ref/wall_ms"
+    touch "$ref/done"
+  fi
+  wall_ms=$(cat "$ref/wall_ms")
+
+  run="$work/round-$round"
+  rm -rf "$run" && mkdir -p "$run"
+  victim_rank=$((RANDOM % world))
+  # The CLI prints no per-step progress (stdout is a file: block-buffered), so the kill
+  # is timed: uniformly within 10-90% of the uninterrupted run's wall time; the step it
+  # hit shows as the step the resumed run starts from.
+  kill_ms=$((wall_ms / 10 + RANDOM % (wall_ms * 8 / 10 + 1)))
+  "$gradcomp" train "${args[@]}" --checkpoint-dir "$run/ck" >"$run/killed.txt" 2>"$run/killed.err" &
+  launcher=$!
+  # Ranks are the launcher's children in rank order.
+  pids=()
+  for _ in $(seq 200); do
+    mapfile -t pids < <(pgrep -P "$launcher" | sort -n)
+    [ "${#pids[@]}" -ge "$world" ] && break
+    sleep 0.05
+  done
+  sleep "$(awk -v ms="$kill_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
+  if ! kill -0 "$launcher" 2>/dev/null; then
+    wait "$launcher"
+    launcher=""
+    echo "round $round: $topo $spec: the run ended before the kill at ${kill_ms} ms (skipped)"
+    continue
+  fi
+  kill -KILL "${pids[$victim_rank]}" 2>/dev/null
+  wait "$launcher"
+  kstatus=$?
+  launcher=""
+  if [ $kstatus -eq 0 ]; then  # the victim had finished already: nothing was killed
+    echo "round $round: $topo $spec: rank $victim_rank had finished before the kill at ${kill_ms} ms (skipped)"
+    continue
+  fi
+
+  "$gradcomp" train "${args[@]}" --checkpoint-dir "$run/ck" --resume >"$run/resumed.txt" \
+    2>"$run/resumed.err"
+  rstatus=$?
+  from=$(sed -n 's/.*resumed from .* at step \([0-9]*\).*/\1/p' "$run/resumed.txt" | head -n 1)
+  what="$topo $spec: rank $victim_rank of $world killed ${kill_ms} ms into a ${wall_ms} ms run (exit $kstatus), resumed from step ${from:-0} of $total_steps"
+  verdict=""
+  if [ $rstatus -ne 0 ]; then
+    verdict="FAIL: resume exited $rstatus: $(tail -n 1 "$run/resumed.err")"
+  elif [ "$topo" = ps-async ]; then
+    acc_ref=$(accuracy_of "$ref/out.txt"); acc_run=$(accuracy_of "$run/resumed.txt")
+    if awk -v a="${acc_ref:-0}" -v b="${acc_run:-0}" \
+        'BEGIN { d = a - b; exit !(b > 0 && d < 0.05 && d > -0.05) }'; then
+      verdict="ok (not deterministic: accuracy $acc_run, uninterrupted $acc_ref)"
+    else
+      verdict="FAIL: accuracy ${acc_run:-none}, uninterrupted ${acc_ref:-none}"
+    fi
+  else
+    differ=()
+    mapfile -t files < <(find "$ref/ck" -maxdepth 1 -type f -printf '%f\n' | sort)
+    for f in "${files[@]}"; do
+      cmp -s "$ref/ck/$f" "$run/ck/$f" || differ+=("$f")
+    done
+    if [ "$(result_of "$ref/out.txt")" != "$(result_of "$run/resumed.txt")" ]; then
+      differ+=("report: $(result_of "$run/resumed.txt")vs $(result_of "$ref/out.txt")")
+    fi
+    if [ ${#differ[@]} -eq 0 ]; then
+      verdict="ok (bit for bit: ${#files[@]} checkpoint files, $(result_of "$run/resumed.txt" | sed 's/ *$//'))"
+    else
+      verdict="FAIL: differs from the uninterrupted run: ${differ[*]}"
+    fi
+  fi
+  echo "round $round: $what: $verdict"
+  if [[ $verdict == ok* ]]; then
+    passed=$((passed + 1))
+    [ $keep -eq 1 ] || rm -rf "$run"
+  else
+    failed=$((failed + 1))
+  fi
+done
+echo "soak-resume: $passed passed, $failed failed, $((rounds - passed - failed)) skipped of $rounds rounds (seed $seed)"
+[ $failed -eq 0 ]
