@@ -155,6 +155,10 @@ void Exchanger::loop() {
       if (job.done) job.done(error);
     } catch (...) {
     }
+    // Destroy the job, and the caller's completion with it, before taking the lock
+    // again: a Python completion takes the GIL when it dies, and the thread holding the
+    // GIL may be waiting for this lock in submit() (a deadlock seen in the network lab).
+    job = Job{};
     lock.lock();
     busy_ = false;
     if (queue_.empty()) idle_cv_.notify_all();

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -128,6 +130,42 @@ TEST(Exchanger, DenseSubmissionIsTheMean) {
     for (std::size_t i = 0; i < data.size(); ++i) {
       ASSERT_FLOAT_EQ(data[i], static_cast<float>(1 + i)) << i;  // (0 + 1 + 2) / 3 + i
     }
+  });
+}
+
+// A completion is destroyed outside the Exchanger's queue lock. The Python hook's
+// completions take the GIL when they die, while the thread holding the GIL may be
+// waiting for that lock in submit(): destroyed under the lock, they deadlocked a run in
+// the network lab. Here the completion's destructor submits again, which needs the lock
+// (under it, this thread would wait for itself).
+TEST(Exchanger, ACompletionIsDestroyedOutsideTheQueueLock) {
+  run_ranks(1, [&](Communicator& comm) {
+    Exchanger ex(comm, "none");
+    std::vector<float> first(4, 1.0f);
+    std::vector<float> second(4, 2.0f);
+    std::vector<float> third(4, 3.0f);
+    std::promise<void> resubmitted;
+    struct SubmitWhenDestroyed {
+      Exchanger* ex;
+      std::vector<float>* data;
+      std::promise<void>* done;
+      ~SubmitWhenDestroyed() {
+        ex->submit_dense(*data, {}, [d = done](std::exception_ptr) { d->set_value(); });
+      }
+    };
+    // The first job's completion holds the exchange thread until the second job (whose
+    // completion owns the last reference to the guard) is queued.
+    std::promise<void> go;
+    std::shared_future<void> go_now = go.get_future().share();
+    ex.submit_dense(first, {}, [go_now](std::exception_ptr) { go_now.wait(); });
+    {
+      auto guard = std::make_shared<SubmitWhenDestroyed>(&ex, &third, &resubmitted);
+      ex.submit_dense(second, {}, [guard](std::exception_ptr) {});
+    }
+    go.set_value();
+    ASSERT_EQ(resubmitted.get_future().wait_for(std::chrono::seconds(20)),
+              std::future_status::ready);
+    ex.drain();
   });
 }
 

@@ -85,6 +85,21 @@ TEST(DenseFallback, DgcStepBoundCoversItsMessagesAndFollowsTheWarmup) {
     last = bound;
   }
   EXPECT_GT(first, 100 * last) << "25% at the start, 0.1% after the warm-up";
+
+  // A run of 16 steps caps the warm-up at 2 (1/8 of the run): the bound follows the cap,
+  // or the reducer would send every step of a short run dense.
+  const auto capped = registry.make_memory("dgc:density=0.001,warmup_epochs=1", n);
+  for (std::uint64_t step = 0; step < 6; ++step) {
+    StepContext ctx;
+    ctx.step = step;
+    ctx.steps_per_epoch = 8;
+    ctx.total_steps = 16;
+    ctx.momentum = 0.9f;
+    const std::size_t bound = capped->step_max_encoded_bytes(ctx);
+    const auto g = test::random_gradient(n, 100 + step);
+    EXPECT_LE(capped->compress(g, ctx, msg), bound) << "step " << step;
+    if (step >= 2) EXPECT_EQ(bound, last) << "step " << step << ": after the capped warm-up";
+  }
 }
 
 TEST(DenseFallback, RejectsWrongSizes) {

@@ -201,7 +201,8 @@ class Dgc final : public Memory {
   // This step's density: the sampled selection's largest count of fp32 entries.
   std::size_t step_max_encoded_bytes(const StepContext& ctx) const override {
     const double density =
-        detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step, ctx.steps_per_epoch);
+        detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step, ctx.steps_per_epoch,
+                            ctx.total_steps);
     const std::size_t k = detail::count_for_fraction(density, n_);
     const std::size_t count =
         std::min(n_, o_.select == Select::kSampled ? detail::sampled_max_count(k) : k);
