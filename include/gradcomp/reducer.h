@@ -50,6 +50,17 @@ struct ReduceStats {
   // gathered messages would have cost more bytes than the dense allreduce (Memory's
   // dense fallback).
   std::uint64_t dense_fallbacks = 0;
+
+  // Adds everything but `steps`, which callers count their own way (distinct steps).
+  ReduceStats& add_costs(const ReduceStats& s) {
+    bytes_sent += s.bytes_sent;
+    bytes_received += s.bytes_received;
+    encode_seconds += s.encode_seconds;
+    comm_seconds += s.comm_seconds;
+    decode_seconds += s.decode_seconds;
+    dense_fallbacks += s.dense_fallbacks;
+    return *this;
+  }
 };
 
 class Reducer {

@@ -172,12 +172,7 @@ void Exchanger::drain() {
 
 void Exchanger::book(const ReduceStats& s, std::uint64_t step) {
   std::lock_guard lock(stats_mutex_);
-  stats_.bytes_sent += s.bytes_sent;
-  stats_.bytes_received += s.bytes_received;
-  stats_.encode_seconds += s.encode_seconds;
-  stats_.comm_seconds += s.comm_seconds;
-  stats_.decode_seconds += s.decode_seconds;
-  stats_.dense_fallbacks += s.dense_fallbacks;
+  stats_.add_costs(s);
   if (!have_step_ || step != last_step_) {
     ++stats_.steps;
     have_step_ = true;

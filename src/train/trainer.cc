@@ -26,16 +26,6 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 // Step times of the first steps of a process include page faults and lazy setup.
 constexpr std::int64_t kColdSteps = 2;
 
-void accumulate(ReduceStats& into, const ReduceStats& s) {
-  into.bytes_sent += s.bytes_sent;
-  into.bytes_received += s.bytes_received;
-  into.encode_seconds += s.encode_seconds;
-  into.comm_seconds += s.comm_seconds;
-  into.decode_seconds += s.decode_seconds;
-  into.steps += s.steps;
-  into.dense_fallbacks += s.dense_fallbacks;
-}
-
 std::string format_bytes(double b) {
   char buf[32];
   if (b >= 1e6) {
@@ -227,7 +217,8 @@ double Trainer::train_step() {
   const ExchangeStats s = sync_->take_stats();
   compute_seconds_ += step_seconds - s.exposed_seconds;
   exposed_seconds_ += s.exposed_seconds;
-  accumulate(totals_, s.reduce);
+  totals_.add_costs(s.reduce);
+  totals_.steps += s.reduce.steps;
   if (compress) {
     ++compressed_steps_;
     compressed_bytes_ += s.reduce.bytes_sent;

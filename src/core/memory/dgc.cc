@@ -170,15 +170,7 @@ class Dgc final : public Memory {
       throw InvalidArgument(std::string(kOp) + ": output buffer of " + std::to_string(out.size()) +
                             " bytes < max_encoded_bytes " + std::to_string(max_encoded_bytes()));
     }
-    const float s = clip_scale(grad, ctx.world);
-    if (s != 1.0f) {
-      // The clipped gradient goes through memory, so that s*g is rounded once on its
-      // own whatever the compiler contracts (slot 1 is free until select()).
-      const auto clipped = detail::scratch<float>(1, n_);
-      for (std::size_t i = 0; i < n_; ++i) clipped[i] = s * grad[i];
-      grad = clipped;
-    }
-    accumulate(grad);
+    accumulate(clipped(grad, ctx));
 
     const double density = detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step,
                                                ctx.steps_per_epoch, ctx.total_steps);
@@ -200,9 +192,8 @@ class Dgc final : public Memory {
 
   // This step's density: the sampled selection's largest count of fp32 entries.
   std::size_t step_max_encoded_bytes(const StepContext& ctx) const override {
-    const double density =
-        detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step, ctx.steps_per_epoch,
-                            ctx.total_steps);
+    const double density = detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step,
+                                               ctx.steps_per_epoch, ctx.total_steps);
     const std::size_t k = detail::count_for_fraction(density, n_);
     const std::size_t count =
         std::min(n_, o_.select == Select::kSampled ? detail::sampled_max_count(k) : k);
@@ -220,13 +211,7 @@ class Dgc final : public Memory {
                             std::to_string(out.size()) + " elements, memory holds " +
                             std::to_string(n_));
     }
-    const float s = clip_scale(grad, ctx.world);
-    if (s != 1.0f) {
-      const auto clipped = detail::scratch<float>(1, n_);
-      for (std::size_t i = 0; i < n_; ++i) clipped[i] = s * grad[i];
-      grad = clipped;
-    }
-    accumulate(grad);
+    accumulate(clipped(grad, ctx));
     std::copy(v_.begin(), v_.end(), out.begin());
     std::fill(v_.begin(), v_.end(), 0.0f);
     if (o_.correction && o_.masking) std::fill(u_.begin(), u_.end(), 0.0f);
@@ -244,6 +229,17 @@ class Dgc final : public Memory {
   bool carries_momentum() const override { return o_.correction; }
 
  private:
+  // The gradient, locally clipped when clipping is on. The clipped gradient goes through
+  // memory, so that s*g is rounded once on its own whatever the compiler contracts
+  // (scratch slot 1 is free until select()).
+  std::span<const float> clipped(std::span<const float> grad, const StepContext& ctx) const {
+    const float s = clip_scale(grad, ctx.world);
+    if (s == 1.0f) return grad;
+    const auto out = detail::scratch<float>(1, n_);
+    for (std::size_t i = 0; i < n_; ++i) out[i] = s * grad[i];
+    return out;
+  }
+
   // min(1, clip * W^-1/2 / ||g||) as a float factor; 1 when clipping is off.
   float clip_scale(std::span<const float> g, std::uint32_t world) const {
     if (o_.clip <= 0.0) return 1.0f;
