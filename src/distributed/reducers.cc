@@ -57,7 +57,8 @@ class FusedReducer final : public Reducer {
     for (std::size_t n : sizes_) dense_cap += n;
     if (mode_ == Mode::kDense) {
       describe_ = "dense";
-      fused32_.resize(dense_cap);
+      // Sized at the first step that packs: buckets that lie back to back never do.
+      dense_cap_ = dense_cap;
       return;
     }
     codec_ = registry.make_codec_of(compressor_spec);
@@ -133,7 +134,19 @@ class FusedReducer final : public Reducer {
     }
     rec.encoded();
 
+    // ---- dense buckets lying back to back (GradientExchange's layout): summed where
+    // they are, without the packing copy (and its pass over the gradient)
+    if (const std::span<float> all = adjacent_dense(buckets); !all.empty()) {
+      comm_.allreduce_sum(all);
+      rec.communicated();
+      for (float& x : all) x *= inv_w;
+      rec.decoded();
+      rec.finish();
+      return;
+    }
+
     // ---- pack + communicate
+    if (fused32_.size() < dense_cap_) fused32_.resize(dense_cap_);
     std::size_t n32 = 0;
     std::size_t n16 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -234,6 +247,21 @@ class FusedReducer final : public Reducer {
     if (n > 0) std::memcpy(dst, src, 4 * n);
   }
 
+  // The buckets as one span when every one of them is dense this step and each starts
+  // where the one before ends; else empty.
+  std::span<float> adjacent_dense(std::span<const BucketRef> buckets) const {
+    if (buckets.empty()) return {};
+    std::size_t n = 0;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      if (!dense_now_[b]) return {};
+      if (b > 0 &&
+          buckets[b].grad.data() != buckets[b - 1].grad.data() + buckets[b - 1].grad.size())
+        return {};
+      n += buckets[b].grad.size();
+    }
+    return {buckets.front().grad.data(), n};
+  }
+
   void check_buckets(std::span<const BucketRef> buckets) const {
     if (buckets.size() != sizes_.size()) {
       throw InvalidArgument("reduce: " + std::to_string(buckets.size()) +
@@ -314,6 +342,7 @@ class FusedReducer final : public Reducer {
   std::vector<std::size_t> message_lengths_;
   std::vector<char> dense_now_;  // per bucket, this step: in the fp32 allreduce
   std::vector<float> fused32_;
+  std::size_t dense_cap_ = 0;  // dense mode: fused32_'s size once a step packs
   std::vector<std::uint16_t> fused16_;
   std::vector<std::byte> send_;      // allgather: this rank's messages, back to back
   std::vector<std::byte> gathered_;  // allgather: every rank's, compacted

@@ -1,6 +1,7 @@
 // GradientExchange (gradcomp/torch/gradient_exchange.h): gradient hooks fill flat
-// bucket buffers; complete buckets go, in index order, to the Exchanger, which runs each
-// bucket's reducer on its own thread while backward goes on.
+// bucket buffers, laid out back to back in hand-over order; complete groups of buckets
+// go, in order, to the Exchanger, which runs each group's reducer on its own thread while
+// backward goes on.
 #include "gradcomp/torch/gradient_exchange.h"
 
 #include <algorithm>
@@ -33,6 +34,17 @@ double seconds_since(Clock::time_point t0) {
 }
 
 std::string describe_value(float v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; }
+
+// The bucket id of a state buffer named "bucket<id>.<name>"; names without it sort first.
+std::uint64_t state_bucket_id(const std::string& name) {
+  constexpr std::string_view kPrefix = "bucket";
+  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return 0;
+  std::uint64_t id = 0;
+  for (std::size_t i = kPrefix.size(); i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) {
+    id = id * 10 + static_cast<std::uint64_t>(name[i] - '0');
+  }
+  return id;
+}
 }  // namespace
 
 NonFiniteGradient::NonFiniteGradient(std::string parameter, std::size_t index, std::size_t element,
@@ -54,11 +66,20 @@ struct GradientExchange::Impl {
   std::vector<std::string> names;
   std::vector<torch::Tensor> params;
   std::vector<BucketPlan> plan;
-  std::vector<BucketShape> shapes;          // per bucket
-  std::vector<std::vector<float>> buffers;  // per bucket
-  std::vector<std::size_t> param_bucket;    // per parameter
-  std::vector<std::size_t> param_offset;    // per parameter, in its bucket
-  std::vector<std::size_t> order;           // buckets in hand-over order
+  // Every bucket's gradient, back to back in hand-over order: a group's buckets are one
+  // span, which a dense reducer allreduces where it lies (no packing copy).
+  std::vector<float> arena;
+  std::vector<std::span<float>> buffers;  // per bucket, into arena
+  std::vector<std::size_t> param_bucket;  // per parameter
+  std::vector<std::size_t> param_offset;  // per parameter, in its bucket
+  // Groups: consecutive buckets in hand-over order (backward's), one exchange job each.
+  struct Group {
+    std::vector<std::size_t> buckets;  // plan indices, in hand-over order
+    std::vector<BucketShape> shapes;   // what its reducer is built for
+    std::size_t params = 0;            // parameters in its buckets
+  };
+  std::vector<Group> groups;
+  std::vector<std::size_t> bucket_group;  // per bucket
   // Per parameter: its AccumulateGrad node (held, as the variable holds it only weakly)
   // and the key of our post hook on it.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
@@ -67,9 +88,9 @@ struct GradientExchange::Impl {
   // This step.
   std::mutex mutex;
   std::vector<char> seen;                // per parameter: its gradient arrived
-  std::vector<std::size_t> missing;      // per bucket: parameters still to arrive
-  std::size_t next = 0;                  // next position in `order` to hand over
-  std::vector<std::promise<void>> done;  // per position in `order`
+  std::vector<std::size_t> missing;      // per group: parameters still to arrive
+  std::size_t next = 0;                  // next group to hand over
+  std::vector<std::promise<void>> done;  // per group
   std::vector<std::future<void>> pending;
   bool started = false;
   Clock::time_point backward_start;
@@ -115,26 +136,25 @@ struct GradientExchange::Impl {
     param_bucket.assign(params.size(), 0);
     param_offset.assign(params.size(), 0);
     for (std::size_t b = 0; b < plan.size(); ++b) {
-      shapes.push_back({plan[b].id, plan[b].numel, plan[b].compressible, plan[b].rows});
-      buffers.emplace_back(plan[b].numel, 0.0f);
       for (const BucketPlan::Slot& s : plan[b].slots) {
         param_bucket[s.param] = b;
         param_offset[s.param] = s.offset;
       }
     }
-    // Backward produces gradients from the last layer to the first: compressible buckets
-    // in reverse, then the dense bucket, which holds tensors from every layer.
-    for (std::size_t b = plan.size(); b-- > 0;) {
-      if (plan[b].compressible) order.push_back(b);
+    const std::vector<std::size_t> order = hand_over_order();
+    std::size_t total = 0;
+    for (std::size_t b : order) total += plan[b].numel;
+    arena.assign(total, 0.0f);
+    buffers.resize(plan.size());
+    std::size_t at = 0;
+    for (std::size_t b : order) {
+      buffers[b] = std::span<float>(arena.data() + at, plan[b].numel);
+      at += plan[b].numel;
     }
-    for (std::size_t b = 0; b < plan.size(); ++b) {
-      if (!plan[b].compressible) order.push_back(b);
-    }
+    form_groups(order);
     exchanger = std::make_unique<dist::Exchanger>(*comm, options.compressor,
                                                   dist::parse_reducer_kind(options.reducer));
-    for (std::size_t b = 0; b < plan.size(); ++b) {
-      exchanger->prepare(plan[b].id, std::span<const BucketShape>(&shapes[b], 1));
-    }
+    for (std::size_t g = 0; g < groups.size(); ++g) exchanger->prepare(g, groups[g].shapes);
     warnings = dist::start_warnings(options.compressor, run_shape());
     threshold_check_due = dist::fixed_2bit_threshold(options.compressor) > 0.0;
     reset_step();
@@ -154,13 +174,61 @@ struct GradientExchange::Impl {
     }
   }
 
+  // Backward produces gradients from the last layer to the first: compressible buckets
+  // in reverse, then the dense bucket, which holds tensors from every layer.
+  std::vector<std::size_t> hand_over_order() const {
+    std::vector<std::size_t> order;
+    for (std::size_t b = plan.size(); b-- > 0;) {
+      if (plan[b].compressible) order.push_back(b);
+    }
+    for (std::size_t b = 0; b < plan.size(); ++b) {
+      if (!plan[b].compressible) order.push_back(b);
+    }
+    return order;
+  }
+
+  // Consecutive buckets until a group holds min_group_mb; a last group below it joins
+  // the previous one (the dense bucket, complete only when backward ends, goes with the
+  // first layers' bucket, complete at the same time). A pure function of the plan and
+  // the options: the same groups, in the same order, on every rank.
+  void form_groups(const std::vector<std::size_t>& order) {
+    if (options.min_group_mb < 0 || !std::isfinite(options.min_group_mb)) {
+      throw InvalidArgument("GradientExchange: min_group_mb must be >= 0, got " +
+                            std::to_string(options.min_group_mb));
+    }
+    const double min_bytes = options.min_group_mb * 1024.0 * 1024.0;
+    double bytes = 0;
+    for (std::size_t b : order) {
+      if (groups.empty() || bytes >= min_bytes || min_bytes == 0) {
+        groups.emplace_back();
+        bytes = 0;
+      }
+      groups.back().buckets.push_back(b);
+      bytes += 4.0 * static_cast<double>(plan[b].numel);
+    }
+    if (groups.size() > 1 && bytes < min_bytes) {
+      Group last = std::move(groups.back());
+      groups.pop_back();
+      groups.back().buckets.insert(groups.back().buckets.end(), last.buckets.begin(),
+                                   last.buckets.end());
+    }
+    bucket_group.assign(plan.size(), 0);
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      for (std::size_t b : groups[g].buckets) {
+        bucket_group[b] = g;
+        groups[g].shapes.push_back({plan[b].id, plan[b].numel, plan[b].compressible, plan[b].rows});
+        groups[g].params += plan[b].slots.size();
+      }
+    }
+  }
+
   void reset_step() {
     seen.assign(params.size(), 0);
-    missing.assign(plan.size(), 0);
-    for (std::size_t b = 0; b < plan.size(); ++b) missing[b] = plan[b].slots.size();
+    missing.assign(groups.size(), 0);
+    for (std::size_t g = 0; g < groups.size(); ++g) missing[g] = groups[g].params;
     next = 0;
     done.clear();
-    done.resize(order.size());
+    done.resize(groups.size());
     pending.clear();
     started = false;
   }
@@ -190,17 +258,16 @@ struct GradientExchange::Impl {
       if (bad < slot.size()) throw NonFiniteGradient(names[i], i, bad, slot[bad], step);
     }
     seen[i] = 1;
-    --missing[b];
+    --missing[bucket_group[b]];
     hand_over_ready();
   }
 
-  // Hands over every complete bucket from `next` on, in order. Holds `mutex`.
+  // Hands over every complete group from `next` on, in order. Holds `mutex`.
   void hand_over_ready() {
-    while (next < order.size() && missing[order[next]] == 0) hand_over(next++);
+    while (next < groups.size() && missing[next] == 0) hand_over(next++);
   }
 
-  void hand_over(std::size_t position) {
-    const std::size_t b = order[position];
+  void hand_over(std::size_t g) {
     StepContext ctx;
     ctx.seed = options.seed;
     ctx.step = static_cast<std::uint64_t>(step);
@@ -209,22 +276,24 @@ struct GradientExchange::Impl {
     ctx.lr = lr;
     ctx.momentum = options.momentum;
     ctx.nesterov = options.nesterov;
-    const bool compress = step >= options.dense_steps && plan[b].compressible;
-    if (compress && threshold_check_due &&
-        static_cast<std::uint64_t>(step) >= dist::kThresholdCheckStep) {
-      threshold_grads.push_back(buffers[b]);
+    std::vector<BucketRef> refs;
+    for (std::size_t b : groups[g].buckets) {
+      const bool compress = step >= options.dense_steps && plan[b].compressible;
+      if (compress && threshold_check_due &&
+          static_cast<std::uint64_t>(step) >= dist::kThresholdCheckStep) {
+        threshold_grads.emplace_back(buffers[b].begin(), buffers[b].end());
+      }
+      refs.push_back({plan[b].id, buffers[b], compress});
     }
-    std::promise<void>& promise = done[position];
+    std::promise<void>& promise = done[g];
     pending.push_back(promise.get_future());
-    exchanger->submit(plan[b].id, std::span<const BucketShape>(&shapes[b], 1),
-                      {BucketRef{plan[b].id, buffers[b], compress}}, ctx,
-                      [&promise](std::exception_ptr e) {
-                        if (e) {
-                          promise.set_exception(e);
-                        } else {
-                          promise.set_value();
-                        }
-                      });
+    exchanger->submit(g, groups[g].shapes, std::move(refs), ctx, [&promise](std::exception_ptr e) {
+      if (e) {
+        promise.set_exception(e);
+      } else {
+        promise.set_value();
+      }
+    });
   }
 
   // A codec knows the bucket it failed on, the user the tensor: one line with both.
@@ -253,7 +322,7 @@ struct GradientExchange::Impl {
         const std::size_t b = param_bucket[i];
         std::fill_n(buffers[b].data() + param_offset[i], params[i].numel(), 0.0f);
         seen[i] = 1;
-        --missing[b];
+        --missing[bucket_group[b]];
       }
       hand_over_ready();
     }
@@ -362,9 +431,14 @@ ExchangeStats GradientExchange::take_stats() {
 std::vector<StateBuffer> GradientExchange::state() {
   impl_->exchanger->drain();
   std::vector<StateBuffer> out;
-  for (const BucketPlan& b : impl_->plan) {
-    for (StateBuffer& s : impl_->exchanger->state(b.id)) out.push_back(std::move(s));
+  for (std::size_t g = 0; g < impl_->groups.size(); ++g) {
+    for (StateBuffer& s : impl_->exchanger->state(g)) out.push_back(std::move(s));
   }
+  // Reducers name their state "bucket<id>.<name>" (gradcomp/reducer.h): in bucket id
+  // order, as a reducer over every bucket lists it, whatever the grouping.
+  std::stable_sort(out.begin(), out.end(), [](const StateBuffer& a, const StateBuffer& b) {
+    return state_bucket_id(a.name) < state_bucket_id(b.name);
+  });
   return out;
 }
 

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../distributed/dist_test_support.h"
@@ -95,14 +97,18 @@ std::vector<torch::Tensor> after_backward(Net& net, const std::vector<BucketPlan
   return out;
 }
 
-class HookVsAfterBackward : public ::testing::TestWithParam<std::string> {};
+// (compressor spec, min_group_mb): 0 exchanges every bucket alone; 0.004 MiB (1048
+// floats) puts each matrix in a group of its own and the dense bucket (778 floats) with
+// the last one; 1 MiB puts everything in one group.
+class HookVsAfterBackward : public ::testing::TestWithParam<std::tuple<std::string, double>> {};
 
 TEST_P(HookVsAfterBackward, BitIdenticalGradients) {
-  const std::string spec = GetParam();
+  const auto& [spec, min_group_mb] = GetParam();
   run_ranks(2, [&](Communicator& comm) {
     Net hooked;
     Net plain;
-    const ExchangeOptions o = options_for(spec);
+    ExchangeOptions o = options_for(spec);
+    o.min_group_mb = min_group_mb;
     GradientExchange exchange(hooked.named_parameters(), comm, o);
     // The reference reducer, built like the trainer's (one reducer, every bucket).
     const auto plan = exchange.buckets();
@@ -132,13 +138,34 @@ TEST_P(HookVsAfterBackward, BitIdenticalGradients) {
     EXPECT_EQ(s.reduce.steps, 4u);
     EXPECT_GT(s.reduce.bytes_sent, 0u);
     EXPECT_FALSE(exchange.state().empty() && spec != "none");
+    // The same state, in the same order (checkpoints are positional), however grouped.
+    const auto mine = exchange.state();
+    const auto reference = reducer->state();
+    ASSERT_EQ(mine.size(), reference.size());
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      EXPECT_EQ(mine[i].name, reference[i].name);
+      ASSERT_EQ(mine[i].data.size(), reference[i].data.size());
+      EXPECT_TRUE(std::equal(mine[i].data.begin(), mine[i].data.end(), reference[i].data.begin()))
+          << mine[i].name;
+    }
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Specs, HookVsAfterBackward,
-                         ::testing::Values("none", "ef(topk:ratio=0.1,select=exact)",
-                                           "efm(topk:ratio=0.1,select=exact)", "randomk:ratio=0.2",
-                                           "powersgd:rank=2", "2bit"));
+INSTANTIATE_TEST_SUITE_P(
+    Specs, HookVsAfterBackward,
+    ::testing::Combine(::testing::Values("none", "ef(topk:ratio=0.1,select=exact)",
+                                         "efm(topk:ratio=0.1,select=exact)", "randomk:ratio=0.2",
+                                         "powersgd:rank=2", "2bit"),
+                       ::testing::Values(0.0, 0.004, 1.0)));
+
+TEST(GradientExchange, ANegativeGroupSizeIsRefused) {
+  run_ranks(1, [&](Communicator& comm) {
+    Net net;
+    ExchangeOptions o = options_for("none");
+    o.min_group_mb = -1;
+    EXPECT_THROW(GradientExchange(net.named_parameters(), comm, o), InvalidArgument);
+  });
+}
 
 TEST(GradientExchange, UnusedParametersAreZerosAndTheMeanIsExact) {
   run_ranks(2, [](Communicator& comm) {

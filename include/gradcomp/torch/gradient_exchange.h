@@ -17,13 +17,14 @@
 // bucket), numbered in reverse parameter order, the order backward produces them. A
 // post hook on every parameter's gradient accumulator (DDP's way: it runs once per
 // backward, after autograd has written .grad, after any tensor hook of the user's)
-// copies the gradient into its bucket; when a bucket is
-// complete it is handed to gradcomp's Exchanger, which encodes and exchanges it on a
-// thread of its own while backward goes on. Buckets are handed over strictly in index
-// order (a bucket that is complete early waits for the ones before it), so every rank
-// issues the same collectives in the same order. finish() hands over what is left
-// (parameters that got no gradient this step count as zeros, on every rank alike),
-// waits, and writes the means into .grad.
+// copies the gradient into its bucket; buckets are grouped (consecutive buckets of at
+// least min_group_mb, fixed at construction, so alike on every rank) and laid out back to
+// back in one buffer in that order. When a group is complete it is handed to gradcomp's
+// Exchanger, which encodes and exchanges it on a thread of its own while backward goes
+// on. Groups are handed over strictly in order (a group that is complete early waits for
+// the ones before it), so every rank issues the same collectives in the same order. finish() hands
+// over what is left (parameters that got no gradient this step count as zeros, on every rank
+// alike), waits, and writes the means into .grad.
 #pragma once
 
 #include <torch/torch.h>
@@ -51,6 +52,13 @@ struct ExchangeOptions {
   std::string reducer = "auto";  // auto | dense | allreduce | allgather
   // bucket_mb 0: one bucket per compressible tensor; min_elements; dense_share.
   LayoutOptions layout{0.0, 1024, 0.01};
+  // Buckets go to the wire in groups: consecutive buckets in backward order, each group
+  // closed once it holds at least this many MiB of gradient (a last group below it joins
+  // the one before). A group is one exchange job: one collective per kind for all of its
+  // buckets, as DDP's buckets are, where every small bucket alone would pay Gloo's fixed
+  // cost per collective (~3 ms here). Each bucket keeps its own memory and message.
+  // 0: every bucket is a group of its own.
+  double min_group_mb = 1.0;
   std::int64_t dense_steps = 0;       // the first steps are averaged densely (warm-up)
   std::uint64_t seed = 0;             // stochastic codecs' seed; the same on every rank
   std::uint64_t steps_per_epoch = 0;  // for schedules counted in epochs (DGC's warm-up)
