@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "detail/reductions.h"
 #include "gradcomp/rng.h"
 #include "support/test_support.h"
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "detail/bitpack.h"
+#include "detail/reductions.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/wire.h"

@@ -34,6 +34,7 @@
 
 #include "codecs.h"
 #include "detail/bitpack.h"
+#include "detail/reductions.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
 

@@ -20,8 +20,8 @@
 //   summable: that is a reducer's job.
 //
 // Encode passes: one for max|g| (plus one for mean/variance when clipping), one to draw
-// and pack; all vectorised (bitpack.h). Non-finite inputs are rejected (InvalidArgument):
-// s would not be a valid scale.
+// and pack; all vectorised (reductions.h, bitpack.h). Non-finite inputs are rejected
+// (InvalidArgument): s would not be a valid scale.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -31,6 +31,7 @@
 
 #include "codecs.h"
 #include "detail/bitpack.h"
+#include "detail/reductions.h"
 #include "gradcomp/error.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"

@@ -14,7 +14,7 @@
 //       and not sent.
 //     threshold=0 (adaptive, the default): tau = scale * mean_i |p_i| of this message's
 //       p (gradient plus residual), computed in double with the deterministic abs_sum
-//       (bitpack.h) and rounded to fp32, sent in the message. A fixed tau only works near
+//       (reductions.h) and rounded to fp32, sent in the message. A fixed tau only works near
 //       the gradients' scale, which differs by orders of magnitude between models, layers
 //       and steps (0.5 is ~1000x this MLP's gradients: nothing is sent until the residual
 //       has accumulated ~1000 steps). With tau = mean |p| an entry is sent once it reaches
@@ -43,6 +43,7 @@
 
 #include "codecs.h"
 #include "detail/bitpack.h"
+#include "detail/reductions.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
 

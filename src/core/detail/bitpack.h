@@ -14,6 +14,11 @@
 // Decoding adds lut[code] to out, where the codec fills lut with alpha * value: the same
 // float ops as out += alpha * decode, so fused error feedback (lut built with alpha = -1)
 // equals the generic encode-then-decode_add(-1) bit for bit.
+//
+// The kernels, one job a file: bitpack_2bit.cc (2-bit threshold codes and decoding),
+// bitpack_ternary.cc (TernGrad's codes), bitpack_1bit.cc (sign bits and decoding) and
+// bitpack_validate.cc (checks of untrusted payloads); bitpack_internal.h holds what they
+// share. The reductions the quantizers scale by are in reductions.h.
 #pragma once
 
 #include <cstddef>
@@ -104,27 +109,5 @@ void validate_packed1(const std::byte* in, std::size_t n, std::string_view op);
 // A float scale from the wire: finite and >= +0 (a negative zero is rejected too:
 // encoders never write one).
 void validate_scale(float s, std::string_view op, std::string_view what);
-
-// ---- reductions -----------------------------------------------------------------------
-// max_i of the bit pattern of |x_i| (sign cleared). Order-independent and exact; a result
-// >= 0x7F800000 means some x_i is inf or NaN.
-std::uint32_t abs_max_bits_ref(const float* x, std::size_t n);
-std::uint32_t abs_max_bits(const float* x, std::size_t n);
-
-// Deterministic double sums, the same whatever the SIMD width or thread count: x is cut
-// into blocks of kSumBlock values; in a block, lane l (0..15) sums the values at offsets
-// = l (mod 16) in order; the lanes combine as ((l0+l8)+(l4+l12)) etc. (see bitpack.cc);
-// blocks are added in order. The blocks' partial sums use scratch slot kSumScratchSlot.
-inline constexpr std::size_t kSumBlock = std::size_t{1} << 16;
-inline constexpr int kSumScratchSlot = 3;
-double abs_sum_ref(const float* x, std::size_t n);  // sum |x_i|
-double abs_sum(const float* x, std::size_t n);
-struct Moments {
-  double sum = 0;                  // sum x_i
-  double sum_sq = 0;               // sum x_i^2 (each square is exact in double)
-  std::uint32_t abs_max_bits = 0;  // abs_max_bits(x, n), in the same pass
-};
-Moments moments_ref(const float* x, std::size_t n);
-Moments moments(const float* x, std::size_t n);
 
 }  // namespace gradcomp::detail

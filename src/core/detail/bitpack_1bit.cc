@@ -1,0 +1,148 @@
+// The 1-bit layout's kernels (bitpack.h): pack1_ref, the sign encoders of 1bit, signsgd
+// and efsign (with and without fused error feedback) and the decoder, each a scalar
+// reference and an AVX2 / OpenMP fast path.
+#include "detail/bitpack.h"
+
+#include <cstddef>
+#include <cstdint>
+
+#include "detail/bitpack_internal.h"
+#include "gradcomp/wire.h"
+
+namespace gradcomp::detail {
+
+using bitpack::encode1_scalar;
+using bitpack::for_chunks;
+#ifdef __AVX2__
+using bitpack::as_int;
+using bitpack::pack1_masks;
+#endif
+
+namespace {
+
+template <SignRule kRule>
+inline unsigned sign_bit(float v, float t) {
+  if constexpr (kRule == SignRule::kGreater) {
+    return v > t ? 1u : 0u;
+  } else {
+    return v >= t ? 1u : 0u;
+  }
+}
+
+// ---- range kernels (begin on a word boundary) -----------------------------------------
+
+template <bool kFeedback, SignRule kRule>
+void sign_range(const float* in, float* fb, std::size_t begin, std::size_t end, float t,
+                const Lut1& lut, std::byte* out) {
+  std::size_t i = begin;
+#ifdef __AVX2__
+  constexpr int kPredicate = kRule == SignRule::kGreater ? _CMP_GT_OQ : _CMP_GE_OQ;
+  const __m256 t_v = _mm256_set1_ps(t);
+  const __m256 l0 = _mm256_set1_ps(lut.v[0]);
+  const __m256 l1 = _mm256_set1_ps(lut.v[1]);
+  for (; i + 32 <= end; i += 32) {
+    __m256 x[4], m[4];
+    for (int k = 0; k < 4; ++k) {
+      x[k] = _mm256_loadu_ps(in + i + 8 * k);
+      m[k] = _mm256_cmp_ps(x[k], t_v, kPredicate);
+    }
+    store_le<std::uint32_t>(out + i / 8,
+                            pack1_masks(as_int(m[0]), as_int(m[1]), as_int(m[2]), as_int(m[3])));
+    if constexpr (kFeedback) {
+      for (int k = 0; k < 4; ++k) {
+        _mm256_storeu_ps(fb + i + 8 * k, _mm256_add_ps(x[k], _mm256_blendv_ps(l0, l1, m[k])));
+      }
+    }
+  }
+#endif
+  encode1_scalar(i, end, out, [&](std::size_t k) {
+    const unsigned b = sign_bit<kRule>(in[k], t);
+    if constexpr (kFeedback) fb[k] = in[k] + lut.v[b];
+    return b;
+  });
+}
+
+void unpack1_range(const std::byte* in, std::size_t begin, std::size_t end, const Lut1& lut,
+                   float* out) {
+  std::size_t i = begin;
+#ifdef __AVX2__
+  const __m256 l0 = _mm256_set1_ps(lut.v[0]);
+  const __m256 l1 = _mm256_set1_ps(lut.v[1]);
+  // Value 8b + j is word bit 8b + 7 - j: shifting left by 24 - 8b + j moves it to the
+  // sign bit, which blendvps reads.
+  const __m256i shift[4] = {_mm256_setr_epi32(24, 25, 26, 27, 28, 29, 30, 31),
+                            _mm256_setr_epi32(16, 17, 18, 19, 20, 21, 22, 23),
+                            _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)};
+  for (; i + 32 <= end; i += 32) {
+    const __m256i w = _mm256_set1_epi32(load_le<std::int32_t>(in + i / 8));
+    for (int k = 0; k < 4; ++k) {
+      const __m256 sel = _mm256_castsi256_ps(_mm256_sllv_epi32(w, shift[k]));
+      float* o = out + i + 8 * k;
+      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), _mm256_blendv_ps(l0, l1, sel)));
+    }
+  }
+#endif
+  for (; i < end; ++i) out[i] = out[i] + lut.v[bit1_at(in, i)];
+}
+
+}  // namespace
+
+// ---- format helpers ---------------------------------------------------------------------
+
+void pack1_ref(const std::uint8_t* bits, std::size_t n, std::byte* out) {
+  encode1_scalar(0, n, out, [&](std::size_t i) { return bits[i] & 1u; });
+}
+
+// ---- sign bits ----------------------------------------------------------------------------
+
+void sign_encode_ref(const float* p, std::size_t n, float t, SignRule rule, std::byte* out) {
+  encode1_scalar(0, n, out, [&](std::size_t i) {
+    return rule == SignRule::kGreater ? sign_bit<SignRule::kGreater>(p[i], t)
+                                      : sign_bit<SignRule::kGreaterEqual>(p[i], t);
+  });
+}
+
+void sign_encode(const float* p, std::size_t n, float t, SignRule rule, std::byte* out) {
+  const Lut1 unused{};
+  for_chunks(n, [&](std::size_t b, std::size_t e) {
+    if (rule == SignRule::kGreater) {
+      sign_range<false, SignRule::kGreater>(p, nullptr, b, e, t, unused, out);
+    } else {
+      sign_range<false, SignRule::kGreaterEqual>(p, nullptr, b, e, t, unused, out);
+    }
+  });
+}
+
+void sign_encode_feedback_ref(float* p, std::size_t n, float t, SignRule rule, const Lut1& lut,
+                              std::byte* out) {
+  encode1_scalar(0, n, out, [&](std::size_t i) {
+    const unsigned b = rule == SignRule::kGreater ? sign_bit<SignRule::kGreater>(p[i], t)
+                                                  : sign_bit<SignRule::kGreaterEqual>(p[i], t);
+    p[i] = p[i] + lut.v[b];
+    return b;
+  });
+}
+
+void sign_encode_feedback(float* p, std::size_t n, float t, SignRule rule, const Lut1& lut,
+                          std::byte* out) {
+  for_chunks(n, [&](std::size_t b, std::size_t e) {
+    if (rule == SignRule::kGreater) {
+      sign_range<true, SignRule::kGreater>(p, p, b, e, t, lut, out);
+    } else {
+      sign_range<true, SignRule::kGreaterEqual>(p, p, b, e, t, lut, out);
+    }
+  });
+}
+
+// ---- decoding -----------------------------------------------------------------------------
+
+void unpack1_add_ref(const std::byte* in, std::size_t n, const Lut1& lut, float* out) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = out[i] + lut.v[bit1_at(in, i)];
+}
+
+void unpack1_add(const std::byte* in, std::size_t n, const Lut1& lut, float* out) {
+  for_chunks(n, [&](std::size_t b, std::size_t e) { unpack1_range(in, b, e, lut, out); });
+}
+
+}  // namespace gradcomp::detail
