@@ -311,6 +311,20 @@ struct GradientExchange::Impl {
     }
   }
 
+  // Group g's means from its buckets into its parameters' .grad.
+  void write_means(std::size_t g) {
+    for (const std::size_t b : groups[g].buckets) {
+      for (const BucketPlan::Slot& s : plan[b].slots) {
+        torch::Tensor& p = params[s.param];
+        if (!p.grad().defined() || !p.grad().is_contiguous()) {
+          p.mutable_grad() = torch::empty_like(p);
+        }
+        std::memcpy(p.mutable_grad().data_ptr<float>(), buffers[b].data() + s.offset,
+                    s.numel * sizeof(float));
+      }
+    }
+  }
+
   void finish() {
     {
       std::lock_guard lock(mutex);
@@ -326,27 +340,24 @@ struct GradientExchange::Impl {
       }
       hand_over_ready();
     }
-    const Clock::time_point t0 = Clock::now();
+    // Group by group: a group's means go into .grad while the exchanger works on the
+    // next group's collective, so only the last group's copy follows the last transfer.
+    // Every future is waited for even after a failure (the exchanges use our buffers).
     std::exception_ptr first;
-    for (auto& f : pending) {
+    torch::NoGradGuard no_grad;
+    for (std::size_t g = 0; g < pending.size(); ++g) {
+      const Clock::time_point t0 = Clock::now();
       try {
-        f.get();
+        pending[g].get();
       } catch (...) {
         if (!first) first = std::current_exception();
       }
+      exposed_seconds += seconds_since(t0);
+      if (!first) write_means(g);
     }
-    exposed_seconds += seconds_since(t0);
     if (first) {
       reset_step();
       rethrow_naming_tensors(first);
-    }
-    torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      torch::Tensor& p = params[i];
-      if (!p.grad().defined() || !p.grad().is_contiguous()) p.mutable_grad() = torch::empty_like(p);
-      std::memcpy(p.mutable_grad().data_ptr<float>(),
-                  buffers[param_bucket[i]].data() + param_offset[i],
-                  static_cast<std::size_t>(p.numel()) * sizeof(float));
     }
     compressed_last = step >= options.dense_steps;
     if (!threshold_grads.empty()) {
