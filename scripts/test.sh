@@ -12,14 +12,14 @@ quiet=()
 
 bash scripts/install-deps.sh
 
-echo "== build (Release, every target)"
+echo "== build (Release, every target) (at ${SECONDS} s)"
 bash scripts/build.sh all
 # The Python package is optional for users, not for the test suite: its tests must run.
 if ! ls build/python/gradcomp/_C*.so >/dev/null 2>&1; then
   echo "test.sh: the Python package was not built (cmake found no pybind11 or no torch for /usr/bin/python3)" >&2
   exit 1
 fi
-echo "== tests (Release; label dist: Gloo over 127.0.0.1, well under a minute)"
+echo "== tests (Release; label dist: Gloo over 127.0.0.1, well under a minute) (at ${SECONDS} s)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 # One sanitizer build serves the core tests and the fuzzer: clang, ASan + UBSan, and
@@ -27,7 +27,7 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 # would fuse a*b+c where GCC (ISO mode) does not, and some tests compare kernels bit for bit
 # with scalar references. GRADCOMP_ASSERTIONS keeps assert() (and so Eigen's range checks)
 # on in this RelWithDebInfo build.
-echo "== core tests under ASan+UBSan, assertions on (clang; build-sanitize/)"
+echo "== core tests under ASan+UBSan, assertions on (clang; build-sanitize/) (at ${SECONDS} s)"
 CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS=-ffp-contract=off -DGRADCOMP_BUILD_FUZZ=ON -DGRADCOMP_ASSERTIONS=ON \
   -DGRADCOMP_SANITIZE=fuzzer-no-link,address,undefined -DGRADCOMP_BUILD_TOOLS=OFF \
@@ -38,7 +38,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 # Every fuzz target (decoders, spec parser, checkpoint reader) a few seconds each, on the
 # kept corpus in build-sanitize/corpus/ (scripts/fuzz.sh; longer runs: --seconds N).
-echo "== fuzzing (libFuzzer + ASan/UBSan, ${GRADCOMP_FUZZ_SECONDS:-10} s per target)"
+echo "== fuzzing (libFuzzer + ASan/UBSan, ${GRADCOMP_FUZZ_SECONDS:-10} s per target) (at ${SECONDS} s)"
 bash scripts/fuzz.sh --seconds "${GRADCOMP_FUZZ_SECONDS:-10}"
 
-echo "== all tests passed"
+echo "== all tests passed (at ${SECONDS} s)"

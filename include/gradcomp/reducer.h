@@ -86,6 +86,10 @@ class Reducer {
   // buckets' parameters without momentum of its own. Dense buckets keep theirs.
   virtual bool momentum_in_memory() const { return false; }
 
+  // True when every bucket is a plain fp32 mean (sum over ranks, / W) whatever its
+  // BucketRef::compressed says, with no state: the dense reducer.
+  virtual bool dense_only() const { return false; }
+
   // True when someone else holds the weights and applies the optimizer (the
   // asynchronous parameter server): the trainer then calls exchange_weights() instead
   // of reduce() and skips its own optimizer step.

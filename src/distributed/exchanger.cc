@@ -44,6 +44,7 @@ Exchanger::Exchanger(Communicator& comm, std::string compressor_spec, ReducerKin
       make_reducer(spec_, kind_, comm_, std::span<const BucketShape>(&probe, 1), registry_);
   describe_ = reducer->describe();
   momentum_in_memory_ = reducer->momentum_in_memory();
+  dense_only_ = reducer->dense_only();
   if (reducer->owns_weights()) {
     throw InvalidArgument("exchanger: " + describe_ + " exchanges weights, not gradients");
   }
@@ -110,15 +111,18 @@ void Exchanger::submit(std::uint64_t key, std::span<const BucketShape> shapes,
            std::move(done)});
 }
 
-void Exchanger::submit_dense(std::span<float> data, const StepContext& ctx, Done done) {
-  enqueue({[this, data, ctx] {
+void Exchanger::submit_dense(std::span<float> data, const StepContext& ctx, Done done,
+                             DenseInput input) {
+  enqueue({[this, data, ctx, input] {
              ReduceStats s;
              StepRecorder rec(comm_, s);
              rec.encoded();
              comm_.allreduce_sum(data);
              rec.communicated();
-             const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
-             for (float& x : data) x *= inv_w;
+             if (input == DenseInput::kGradients) {
+               const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
+               for (float& x : data) x *= inv_w;
+             }
              rec.decoded();
              rec.finish();
              book(s, ctx.step);

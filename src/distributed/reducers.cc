@@ -238,6 +238,8 @@ class FusedReducer final : public Reducer {
 
   std::string describe() const override { return describe_; }
 
+  bool dense_only() const override { return mode_ == Mode::kDense; }
+
   bool momentum_in_memory() const override {
     return !memories_.empty() && memories_.front()->carries_momentum();
   }

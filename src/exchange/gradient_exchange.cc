@@ -77,9 +77,12 @@ struct GradientExchange::Impl {
     std::vector<std::size_t> buckets;  // plan indices, in hand-over order
     std::vector<BucketShape> shapes;   // what its reducer is built for
     std::size_t params = 0;            // parameters in its buckets
+    std::span<float> data;             // its buckets, back to back in the arena
+    bool compressible = false;         // any of its buckets
   };
   std::vector<Group> groups;
   std::vector<std::size_t> bucket_group;  // per bucket
+  float inv_world = 1.0f;                 // 1 / ranks
   // Per parameter: its AccumulateGrad node (held, as the variable holds it only weakly)
   // and the key of our post hook on it.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
@@ -154,6 +157,7 @@ struct GradientExchange::Impl {
     form_groups(order);
     exchanger = std::make_unique<dist::Exchanger>(*comm, options.compressor,
                                                   dist::parse_reducer_kind(options.reducer));
+    inv_world = 1.0f / static_cast<float>(comm->world_size());
     for (std::size_t g = 0; g < groups.size(); ++g) exchanger->prepare(g, groups[g].shapes);
     warnings = dist::start_warnings(options.compressor, run_shape());
     threshold_check_due = dist::fixed_2bit_threshold(options.compressor) > 0.0;
@@ -214,8 +218,12 @@ struct GradientExchange::Impl {
     }
     bucket_group.assign(plan.size(), 0);
     for (std::size_t g = 0; g < groups.size(); ++g) {
+      std::size_t numel = 0;
+      for (std::size_t b : groups[g].buckets) numel += plan[b].numel;
+      groups[g].data = std::span<float>(buffers[groups[g].buckets.front()].data(), numel);
       for (std::size_t b : groups[g].buckets) {
         bucket_group[b] = g;
+        groups[g].compressible = groups[g].compressible || plan[b].compressible;
         groups[g].shapes.push_back({plan[b].id, plan[b].numel, plan[b].compressible, plan[b].rows});
         groups[g].params += plan[b].slots.size();
       }
@@ -252,7 +260,14 @@ struct GradientExchange::Impl {
     const torch::Tensor g = grad.to(torch::kFloat).contiguous();
     const std::span<float> slot(buffers[b].data() + param_offset[i],
                                 static_cast<std::size_t>(g.numel()));
-    std::memcpy(slot.data(), g.data_ptr<float>(), slot.size_bytes());
+    if (dense_now(bucket_group[b])) {
+      // This rank's share of the mean, written as it is copied (DDP's way): the sum over
+      // ranks is then the mean, with no pass over the bucket after the transfer.
+      const float* src = g.data_ptr<float>();
+      for (std::size_t k = 0; k < slot.size(); ++k) slot[k] = src[k] * inv_world;
+    } else {
+      std::memcpy(slot.data(), g.data_ptr<float>(), slot.size_bytes());
+    }
     if (options.check_finite) {
       const std::size_t bad = find_non_finite(slot);
       if (bad < slot.size()) throw NonFiniteGradient(names[i], i, bad, slot[bad], step);
@@ -267,6 +282,13 @@ struct GradientExchange::Impl {
     while (next < groups.size() && missing[next] == 0) hand_over(next++);
   }
 
+  // Whether group g is averaged densely this step: the dense reducer, or only buckets
+  // that are dense now (the dense bucket; any bucket during the dense warm-up). Such a
+  // group bypasses its reducer, which would do the same sum / W.
+  bool dense_now(std::size_t g) const {
+    return exchanger->dense_only() || !groups[g].compressible || step < options.dense_steps;
+  }
+
   void hand_over(std::size_t g) {
     StepContext ctx;
     ctx.seed = options.seed;
@@ -276,6 +298,20 @@ struct GradientExchange::Impl {
     ctx.lr = lr;
     ctx.momentum = options.momentum;
     ctx.nesterov = options.nesterov;
+    std::promise<void>& promise = done[g];
+    pending.push_back(promise.get_future());
+    auto complete = [&promise](std::exception_ptr e) {
+      if (e) {
+        promise.set_exception(e);
+      } else {
+        promise.set_value();
+      }
+    };
+    if (dense_now(g)) {
+      exchanger->submit_dense(groups[g].data, ctx, std::move(complete),
+                              dist::Exchanger::DenseInput::kSharesGiven);
+      return;
+    }
     std::vector<BucketRef> refs;
     for (std::size_t b : groups[g].buckets) {
       const bool compress = step >= options.dense_steps && plan[b].compressible;
@@ -285,15 +321,7 @@ struct GradientExchange::Impl {
       }
       refs.push_back({plan[b].id, buffers[b], compress});
     }
-    std::promise<void>& promise = done[g];
-    pending.push_back(promise.get_future());
-    exchanger->submit(g, groups[g].shapes, std::move(refs), ctx, [&promise](std::exception_ptr e) {
-      if (e) {
-        promise.set_exception(e);
-      } else {
-        promise.set_value();
-      }
-    });
+    exchanger->submit(g, groups[g].shapes, std::move(refs), ctx, std::move(complete));
   }
 
   // A codec knows the bucket it failed on, the user the tensor: one line with both.

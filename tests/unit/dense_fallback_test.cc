@@ -98,7 +98,9 @@ TEST(DenseFallback, DgcStepBoundCoversItsMessagesAndFollowsTheWarmup) {
     const std::size_t bound = capped->step_max_encoded_bytes(ctx);
     const auto g = test::random_gradient(n, 100 + step);
     EXPECT_LE(capped->compress(g, ctx, msg), bound) << "step " << step;
-    if (step >= 2) EXPECT_EQ(bound, last) << "step " << step << ": after the capped warm-up";
+    if (step >= 2) {
+      EXPECT_EQ(bound, last) << "step " << step << ": after the capped warm-up";
+    }
   }
 }
 

@@ -63,8 +63,12 @@ class Exchanger {
 
   // Queues a plain dense average of `data` (one fp32 allreduce, then / W), outside any
   // group's reducer: for steps whose layout is not final yet (DDP's first iteration,
-  // before it rebuilds its buckets).
-  void submit_dense(std::span<float> data, const StepContext& ctx, Done done);
+  // before it rebuilds its buckets), and for buckets that go dense anyway.
+  // kSharesGiven: every rank already divided its data by W (as DDP does while copying
+  // gradients into its buckets), so the sum is the mean and no pass follows it.
+  enum class DenseInput { kGradients, kSharesGiven };
+  void submit_dense(std::span<float> data, const StepContext& ctx, Done done,
+                    DenseInput input = DenseInput::kGradients);
 
   // Blocks until every job submitted so far has finished.
   void drain();
@@ -89,6 +93,9 @@ class Exchanger {
   // True when the compressor keeps the optimizer's momentum in its memories (efm, dgc,
   // sketched-sgd, fetchsgd): the optimizer must then skip momentum for compressed tensors.
   bool momentum_in_memory() const { return momentum_in_memory_; }
+  // True when every bucket is averaged densely whatever it is (compressor none, or
+  // --reducer dense): submit_dense does the same.
+  bool dense_only() const { return dense_only_; }
   // The reducer's description, e.g. "allgather(ef(topk:ratio=0.01,...))".
   const std::string& describe() const { return describe_; }
 
@@ -113,6 +120,7 @@ class Exchanger {
   const CodecRegistry& registry_;
   std::string describe_;
   bool momentum_in_memory_ = false;
+  bool dense_only_ = false;
 
   mutable std::mutex groups_mutex_;
   std::map<std::uint64_t, Group> groups_;  // node-stable: jobs hold references
