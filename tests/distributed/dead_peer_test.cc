@@ -15,32 +15,25 @@ namespace {
 
 using gradcomp::dist::test::free_port;
 using gradcomp::dist::test::rank_env;
+using gradcomp::dist::test::RankGroup;
 using gradcomp::dist::test::slurp;
-using gradcomp::dist::test::spawn_rank;
-using gradcomp::dist::test::TempDir;
 using gradcomp::dist::test::wait_until;
 
 enum class Fault { kExit, kStop };
 
-struct Group {
-  TempDir dir{"gradcomp-dead-peer"};  // the ranks' stderr, removed with the group
-  std::vector<pid_t> pids;
-  std::vector<std::string> logs;
+struct Group : RankGroup {
+  Group() : RankGroup("gradcomp-dead-peer") {}
 };
 
 // `world` ranks; rank `die_rank` (-1: none) exits or stops before step `die_step`.
 void spawn_group(Group& g, int world, int die_rank, int die_step, Fault fault) {
   const std::uint16_t port = free_port();
   for (int r = 0; r < world; ++r) {
-    const std::string log = (g.dir.path() / ("rank-" + std::to_string(r) + ".err")).string();
-    g.pids.push_back(
-        spawn_rank(GRADCOMP_DIST_TESTWORKER,
-                   rank_env(r, world, port, {"DIE_"},
-                            {"GRADCOMP_TIMEOUT_MS=5000", "DIE_RANK=" + std::to_string(die_rank),
-                             "DIE_STEP=" + std::to_string(die_step),
-                             std::string("DIE_HOW=") + (fault == Fault::kStop ? "stop" : "exit")}),
-                   log));
-    g.logs.push_back(log);
+    g.spawn(GRADCOMP_DIST_TESTWORKER, r,
+            rank_env(r, world, port, {"DIE_"},
+                     {"GRADCOMP_TIMEOUT_MS=5000", "DIE_RANK=" + std::to_string(die_rank),
+                      "DIE_STEP=" + std::to_string(die_step),
+                      std::string("DIE_HOW=") + (fault == Fault::kStop ? "stop" : "exit")}));
   }
 }
 
