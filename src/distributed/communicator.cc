@@ -12,7 +12,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <gloo/context.h>
+#include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/address.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -36,7 +41,91 @@ std::string first_line(const std::exception& e) {
   }
   const auto nl = msg.find('\n');
   if (nl != std::string::npos) msg.resize(nl);
+  // Gloo's messages start with their source location ("[./gloo/transport/tcp/pair.cc:589] ").
+  if (msg.starts_with("[")) {
+    const auto close = msg.find("] ");
+    if (close != std::string::npos && msg.substr(0, close).find("gloo/") != std::string::npos) {
+      msg.erase(0, close + 2);
+    }
+  }
   return msg;
+}
+
+// Gloo names a peer by an address ("[127.0.0.1]:40123"), never by rank: the peer's end
+// of their connection, or -- when the connection was accepted before Gloo's connect
+// step ran -- the address the peer's pair listened on. Every rank tells the others
+// both (one small allgather when the communicator is built), so that a failure's
+// address maps back to a rank. Gloo's contexts are a protected member of
+// ProcessGroupGloo; a pointer to member formed through a derived class is the access
+// the language grants (the struct is never instantiated).
+struct GlooContextsAccess : c10d::ProcessGroupGloo {
+  static auto contexts() { return &GlooContextsAccess::contexts_; }
+};
+
+// This rank's addresses as Gloo prints them, one a line; empty for a group that is not
+// a ProcessGroupGloo over TCP (its peers then name no rank).
+std::string gloo_local_addresses(c10d::ProcessGroup& group) {
+  std::string out;
+  auto* gloo = dynamic_cast<c10d::ProcessGroupGloo*>(&group);
+  if (gloo == nullptr) return out;
+  const auto& contexts = gloo->*GlooContextsAccess::contexts();
+  try {
+    for (const auto& context : contexts) {
+      if (!context) continue;
+      for (int r = 0; r < context->size; ++r) {
+        if (r == context->rank) continue;
+        const auto* pair = context->getPair(r).get();
+        if (pair != nullptr) out += pair->address().str() + "\n";
+      }
+    }
+  } catch (const std::exception&) {
+    return {};  // not connected as expected: name no peer rather than a wrong one
+  }
+  // The listening addresses this rank published for Gloo's rendezvous: key
+  // "<context>/<rank>" (gloo::rendezvous::Context::connectFullMesh), one tcp::Address
+  // per peer.
+  try {
+    for (std::size_t d = 0; d < contexts.size(); ++d) {
+      if (!contexts[d] || contexts[d]->size < 2) continue;
+      const std::vector<char> all =
+          gloo->_getStore()->get(std::to_string(d) + "/" + std::to_string(contexts[d]->rank));
+      const std::size_t each = all.size() / static_cast<std::size_t>(contexts[d]->size - 1);
+      for (std::size_t at = 0; each > 0 && at + each <= all.size(); at += each) {
+        const std::vector<char> bytes(all.begin() + static_cast<std::ptrdiff_t>(at),
+                                      all.begin() + static_cast<std::ptrdiff_t>(at + each));
+        out += gloo::transport::tcp::Address(bytes).str() + "\n";
+      }
+    }
+  } catch (const std::exception&) {
+    // Not Gloo's TCP layout: the connections' own ends still name most failures.
+  }
+  return out;
+}
+
+// The rank whose address `msg` names (the address followed by a non-digit, so that
+// port 4012 does not match 40123), or -1 when none does -- or more than one: a
+// listening port closed at rendezvous may since be another rank's connection.
+int rank_named_in(const std::string& msg,
+                  const std::vector<std::pair<std::string, int>>& addresses) {
+  int named = -1;
+  for (const auto& [address, rank] : addresses) {
+    for (auto pos = msg.find(address); pos != std::string::npos; pos = msg.find(address, pos + 1)) {
+      const auto end = pos + address.size();
+      if (end == msg.size() || std::isdigit(static_cast<unsigned char>(msg[end])) == 0) {
+        if (named >= 0 && named != rank) return -1;
+        named = rank;
+        break;
+      }
+    }
+  }
+  return named;
+}
+
+bool is_timeout(const std::string& msg) {
+  std::string lower = msg;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
 }
 
 // Runs `f`, turning any exception into a one-line CommError that names `op`.
@@ -123,10 +212,53 @@ struct Communicator::Impl {
   std::vector<std::byte> padded;
   std::vector<at::Tensor> in_tensors;
   std::vector<std::vector<at::Tensor>> out_tensors;
+  // Each connected peer's address as Gloo's messages print it, with its rank.
+  std::vector<std::pair<std::string, int>> peer_addresses;
+
+  // Takes the connected group and learns every peer's addresses (uncounted).
+  void adopt(c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    pg = std::move(group);
+    out_tensors.resize(1);
+    if (world == 1) return;
+    const std::string mine = gloo_local_addresses(*pg);
+    std::vector<std::byte> all;
+    std::vector<std::size_t> offsets;
+    allgather_bytes(std::as_bytes(std::span(mine)), all, offsets);
+    counters = {};
+    for (int r = 0; r < world; ++r) {
+      if (r == rank) continue;
+      const std::string theirs(reinterpret_cast<const char*>(all.data()) + offsets[r],
+                               offsets[r + 1] - offsets[r]);
+      for (std::size_t pos = 0, nl; (nl = theirs.find('\n', pos)) != std::string::npos;
+           pos = nl + 1) {
+        peer_addresses.emplace_back(theirs.substr(pos, nl - pos), r);
+      }
+    }
+  }
+
+  void allgather_bytes(std::span<const std::byte> mine, std::vector<std::byte>& all,
+                       std::vector<std::size_t>& offsets);
 
   std::string where() const {
-    // Gloo reports the peer's address, not its rank: we name our own.
     return " (on rank " + std::to_string(rank) + " of " + std::to_string(world) + ")";
+  }
+
+  // A failure's message, naming the rank it lost when Gloo's text names a peer's
+  // address ("lost rank 1: Connection closed by peer [127.0.0.1]:40123"). A timeout
+  // names no address: Gloo cannot tell which peer stopped answering, and neither can we
+  // (a ring waits on a neighbour that may itself be waiting on the silent rank).
+  std::string explain(const std::string& msg) const {
+    if (msg.find("lost rank ") != std::string::npos ||
+        msg.find("no rank named") != std::string::npos) {
+      return msg;  // explained already (an earlier failure, repeated)
+    }
+    const int lost = rank_named_in(msg, peer_addresses);
+    if (lost >= 0) return "lost rank " + std::to_string(lost) + ": " + msg;
+    if (is_timeout(msg)) {
+      return msg + "; no rank named: a peer stopped answering or a link is down, and Gloo " +
+             "does not say which";
+    }
+    return msg;
   }
 
   void check_usable(const char* op) const {
@@ -144,11 +276,14 @@ struct Communicator::Impl {
       c10::intrusive_ptr<c10d::Work> work = make_work();
       // Gloo's own timeout (the same value) normally ends a stuck operation first; the
       // grace keeps us from returning while Gloo's thread may still write our buffers.
-      if (!work->wait(timeout + kWaitGrace)) throw CommError("wait returned false");
+      if (!work->wait(timeout + kWaitGrace)) {
+        throw CommError("timed out after " + std::to_string((timeout + kWaitGrace).count()) +
+                        " ms");
+      }
       ++counters.operations;
     } catch (const std::exception& e) {
       broken = true;
-      broken_reason = std::string(op) + ": " + first_line(e);
+      broken_reason = std::string(op) + ": " + explain(first_line(e));
       throw CommError(broken_reason + where());
     }
   }
@@ -190,7 +325,7 @@ Communicator::Communicator(const Store& store, const RendezvousConfig& config)
   impl_->timeout = config.timeout;
   const std::string op = "rendezvous: Gloo group of " + std::to_string(config.world_size) +
                          " as rank " + std::to_string(config.rank);
-  impl_->pg = comm_guard(op, [&] {
+  impl_->adopt(comm_guard(op, [&] {
     auto options = c10d::ProcessGroupGloo::Options::create(config.timeout);
     if (!config.interface.empty()) {
       options->devices.push_back(
@@ -202,8 +337,7 @@ Communicator::Communicator(const Store& store, const RendezvousConfig& config)
     }
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store.impl()->store, config.rank,
                                                        config.world_size, options);
-  });
-  impl_->out_tensors.resize(1);
+  }));
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -219,8 +353,7 @@ Communicator communicator_over(c10::intrusive_ptr<c10d::ProcessGroup> group,
   impl->rank = group->getRank();
   impl->world = group->getSize();
   impl->timeout = timeout;
-  impl->pg = std::move(group);
-  impl->out_tensors.resize(1);
+  impl->adopt(std::move(group));
   return Communicator(std::move(impl));
 }
 
@@ -252,7 +385,13 @@ void Communicator::allreduce_sum_f16(std::span<std::uint16_t> data) {
 
 void Communicator::allgather_bytes(std::span<const std::byte> mine, std::vector<std::byte>& all,
                                    std::vector<std::size_t>& offsets) {
-  Impl& im = *impl_;
+  impl_->allgather_bytes(mine, all, offsets);
+}
+
+void Communicator::Impl::allgather_bytes(std::span<const std::byte> mine,
+                                         std::vector<std::byte>& all,
+                                         std::vector<std::size_t>& offsets) {
+  Impl& im = *this;
   const auto w = static_cast<std::size_t>(im.world);
   im.sizes.resize(w);
   offsets.resize(w + 1);
@@ -404,7 +543,7 @@ P2PRequest Communicator::isend_bytes(int dst, int tag, std::span<const std::byte
     ri.work = im.pg->send(ri.tensors, dst, tag);
   } catch (const std::exception& e) {
     im.broken = true;
-    im.broken_reason = ri.what + ": " + first_line(e);
+    im.broken_reason = ri.what + ": " + im.explain(first_line(e));
     ri.work.reset();
     throw CommError(im.broken_reason + im.where());
   }
@@ -429,7 +568,7 @@ P2PRequest Communicator::irecv_bytes(int src, int tag, std::span<std::byte> data
     ri.work = im.pg->recv(ri.tensors, src, tag);
   } catch (const std::exception& e) {
     im.broken = true;
-    im.broken_reason = ri.what + ": " + first_line(e);
+    im.broken_reason = ri.what + ": " + im.explain(first_line(e));
     ri.work.reset();
     throw CommError(im.broken_reason + im.where());
   }
@@ -450,11 +589,12 @@ void Communicator::wait(P2PRequest& request) {
     } catch (...) {
     }
     ri.work.reset();
+    const std::string reason = ri.what + ": " + im.explain(first_line(e));
     if (!im.broken) {
       im.broken = true;
-      im.broken_reason = ri.what + ": " + first_line(e);
+      im.broken_reason = reason;
     }
-    throw CommError(ri.what + ": " + first_line(e) + im.where());
+    throw CommError(reason + im.where());
   }
   ri.work.reset();
   ++im.counters.operations;
@@ -492,7 +632,7 @@ int Communicator::recv_bytes_any(int tag, std::span<std::byte> data) {
       }
     }
     im.broken = true;
-    im.broken_reason = what + ": " + first_line(e);
+    im.broken_reason = what + ": " + im.explain(first_line(e));
     throw CommError(im.broken_reason + im.where());
   }
   ++im.counters.operations;

@@ -150,14 +150,18 @@ signal_last_rank() {
 }
 
 # A worker killed mid-run ends the whole run with an error naming it, within the
-# timeout, and leaves no process behind.
-signal_last_rank KILL "killed worker" "rank [0-9]" "^epoch\|^model" \
+# timeout, and leaves no process behind. The surviving ranks' own lines name the rank
+# they lost (the last started, rank 2), not just the launcher's.
+signal_last_rank KILL "killed worker" "^gradcomp: .*: lost rank 2: " "^epoch\|^model" \
   --workers 3 --compressor 2bit "${small[@]}" --epochs 50
 
 # A worker that hangs (here: stopped) ends the run within the timeout too; the message
 # names it, since the ranks that fail first are only the ones that timed out waiting.
 signal_last_rank STOP "stopped worker" "training failed: .*rank 2 (stopped) was still running" \
   "^epoch\|^model" --workers 3 --compressor 2bit "${small[@]}" --epochs 50 --timeout-ms 3000
+# The stopped rank still holds its connections: no surviving rank may say it lost it.
+if grep -q "lost rank 2" kerr.txt; then fail "stopped worker named as lost"; cat kerr.txt;
+else pass "stopped worker: no rank claims to have lost it"; fi
 
 # ---- parameter server (--topology ps-sync / ps-async)
 ps=(--dataset synthetic --synthetic-train 2048 --mlp-hidden 128 --batch-size 32 --epochs 1

@@ -125,4 +125,20 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// The ranks of one test's group: their pids and stderr logs, in a temporary directory
+// removed with the group.
+struct RankGroup {
+  explicit RankGroup(const std::string& prefix) : dir(prefix) {}
+  TempDir dir;
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+
+  // Starts `path` as rank `rank` with `env`, its stderr to <dir>/rank-<rank>.err.
+  void spawn(const std::string& path, int rank, std::vector<std::string> env) {
+    const std::string log = (dir.path() / ("rank-" + std::to_string(rank) + ".err")).string();
+    pids.push_back(spawn_rank(path, std::move(env), log));
+    logs.push_back(log);
+  }
+};
+
 }  // namespace gradcomp::dist::test

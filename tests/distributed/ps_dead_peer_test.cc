@@ -14,15 +14,12 @@ namespace {
 
 using gradcomp::dist::test::free_port;
 using gradcomp::dist::test::rank_env;
+using gradcomp::dist::test::RankGroup;
 using gradcomp::dist::test::slurp;
-using gradcomp::dist::test::spawn_rank;
-using gradcomp::dist::test::TempDir;
 using gradcomp::dist::test::wait_until;
 
-struct Group {
-  TempDir dir{"gradcomp-ps-dead"};  // the ranks' stderr, removed with the group
-  std::vector<pid_t> pids;
-  std::vector<std::string> logs;
+struct Group : RankGroup {
+  Group() : RankGroup("gradcomp-ps-dead") {}
 };
 
 // `workers` + `servers` ranks of gradcomp_ps_testworker running `steps` steps.
@@ -30,14 +27,10 @@ void spawn_group(Group& g, int workers, int servers, const std::string& topology
   const std::uint16_t port = free_port();
   const int world = workers + servers;
   for (int r = 0; r < world; ++r) {
-    const std::string log = (g.dir.path() / ("rank-" + std::to_string(r) + ".err")).string();
-    g.pids.push_back(
-        spawn_rank(GRADCOMP_PS_TESTWORKER,
-                   rank_env(r, world, port, {"PS_"},
-                            {"GRADCOMP_TIMEOUT_MS=8000", "PS_SERVERS=" + std::to_string(servers),
-                             "PS_TOPOLOGY=" + topology, "PS_STEPS=" + std::to_string(steps)}),
-                   log));
-    g.logs.push_back(log);
+    g.spawn(GRADCOMP_PS_TESTWORKER, r,
+            rank_env(r, world, port, {"PS_"},
+                     {"GRADCOMP_TIMEOUT_MS=8000", "PS_SERVERS=" + std::to_string(servers),
+                      "PS_TOPOLOGY=" + topology, "PS_STEPS=" + std::to_string(steps)}));
   }
 }
 

@@ -4,7 +4,12 @@
 //
 // Every operation is blocking and waits at most the configured timeout; a failed peer,
 // a closed connection or a timeout becomes gradcomp::CommError with a one-line message
-// naming the operation. After a CommError the communicator is broken: every later
+// naming the operation and this rank, and -- when Gloo's message names a peer's address
+// -- the rank lost ("allreduce_sum: lost rank 1: Connection closed by peer
+// [127.0.0.1]:40123 (on rank 0 of 3)"). A timeout names no peer (Gloo cannot tell which
+// one went silent) and says so. To map addresses to ranks, building a communicator over a
+// group of more than one rank runs one small allgather (not counted in the counters):
+// every rank of the group builds its communicator at the same point. After a CommError the communicator is broken: every later
 // operation throws CommError at once (a collective that half-ran leaves the group in an
 // unknown state, so nothing may be issued on it again).
 //

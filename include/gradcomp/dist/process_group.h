@@ -17,7 +17,9 @@ namespace gradcomp::dist {
 // timeout to fire first); the group's own timeout is the one it was created with.
 // The group must not run other collectives while gradcomp's are in flight: gradcomp
 // issues its own in a fixed order, and interleaving foreign ones from another thread
-// would break that order across ranks. Throws InvalidArgument on a null group or a
+// would break that order across ranks. Building it is collective: it runs one small
+// allgather on the group (the addresses that name a lost peer by rank; communicator.h),
+// so every rank calls it at the same point. Throws InvalidArgument on a null group or a
 // non-positive timeout.
 Communicator communicator_over(c10::intrusive_ptr<c10d::ProcessGroup> group,
                                std::chrono::milliseconds timeout);
