@@ -4,8 +4,8 @@
 # anywhere but the Debian archive configured on the machine.
 #
 #   scripts/install-deps.sh            what CI needs
-#   scripts/install-deps.sh --netlab   also the network lab's extras (scripts/bench-net.sh):
-#                                      iproute2
+#   scripts/install-deps.sh --netlab   also the network lab's extras (scripts/bench-net.sh,
+#                                      netlab-faults.sh): iproute2, nftables
 set -euo pipefail
 
 netlab=0
@@ -36,8 +36,8 @@ packages=(
   python3-torch python3-dev python3-numpy pybind11-dev python3-pytest
 )
 if [ "$netlab" = 1 ]; then
-  # namespaces, veth and tc
-  packages+=(iproute2)
+  # namespaces, veth and tc; nftables drops packets where the kernel has no netem
+  packages+=(iproute2 nftables)
 fi
 
 missing=()

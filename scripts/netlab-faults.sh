@@ -11,7 +11,8 @@
 #           naming rank 1; continued, rank 1 exits too, naming rank 0.
 # Prints one line per scenario (ok / FAIL / skipped, and what happened); exits non-zero
 # if any scenario failed. Needs root and iproute2 (exit 77 without them); (a) needs the
-# kernel's netem qdisc and is skipped without it. Every namespace it creates is deleted
+# kernel's netem qdisc and is skipped without it; then (a') drops 1% of each rank's TCP
+# segments with nftables (install-deps.sh --netlab) instead: loss without the jitter. Every namespace it creates is deleted
 # on exit, also on failure or Ctrl-C.
 #
 #   usage: sudo scripts/netlab-faults.sh [--gradcomp PATH] [--timeout-ms T] [--keep-logs]
@@ -127,6 +128,38 @@ for r in 0 1; do
 done
 if [ $netem_ok -eq 0 ]; then
   report skipped "(a) 1% loss + 50 ms jitter" "this kernel has no netem qdisc (sch_netem): not run"
+  # Loss alone needs no netem: nftables drops 1% of the TCP segments each rank sends
+  # (numgen random), so each direction of the link loses 1%. Jitter has no such stand-in.
+  nft_ok=1
+  for r in 0 1; do
+    ns=$(netlab_ns "$r")
+    { ip netns exec "$ns" nft add table inet lab &&
+      ip netns exec "$ns" nft add chain inet lab out \
+        '{ type filter hook output priority 0; policy accept; }' &&
+      ip netns exec "$ns" nft add rule inet lab out meta l4proto tcp numgen random mod 100 '<' 1 \
+        counter drop; } 2>/dev/null || nft_ok=0
+  done
+  if [ $nft_ok -eq 0 ]; then
+    report skipped "(a') 1% loss (nftables)" "no nft (install-deps.sh --netlab) or no nf_tables: not run"
+  else
+    start_ranks "$logs/lossy" "${train[@]}" --steps "$steps"
+    wait_rank 0 300; s0=$STATUS
+    wait_rank 1 30; s1=$STATUS
+    got=$(result_of "$logs/lossy/rank-0.log")
+    dropped=0
+    for r in 0 1; do
+      n=$(ip netns exec "$(netlab_ns "$r")" nft list chain inet lab out 2>/dev/null |
+        sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
+      dropped=$((dropped + ${n:-0}))
+    done
+    if [ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] && [ "$got" = "$clean" ]; then
+      report ok "(a') 1% loss (nftables)" "completed, $dropped segments dropped, same result as the clean link ($got)"
+    else
+      report FAIL "(a') 1% loss (nftables)" "exit $s0/$s1, result '$got' vs clean '$clean'"
+    fi
+    stop_ranks
+  fi
+  for r in 0 1; do ip netns exec "$(netlab_ns "$r")" nft delete table inet lab 2>/dev/null; done
 else
   start_ranks "$logs/lossy" "${train[@]}" --steps "$steps"
   wait_rank 0 300; s0=$STATUS

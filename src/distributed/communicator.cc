@@ -254,6 +254,10 @@ struct Communicator::Impl {
     }
     const int lost = rank_named_in(msg, peer_addresses);
     if (lost >= 0) return "lost rank " + std::to_string(lost) + ": " + msg;
+    if (is_timeout(msg) && world == 2) {
+      // Two ranks: the one that did not answer can only be the other.
+      return "lost rank " + std::to_string(1 - rank) + " (no answer within the timeout): " + msg;
+    }
     if (is_timeout(msg)) {
       return msg + "; no rank named: a peer stopped answering or a link is down, and Gloo " +
              "does not say which";
