@@ -9,9 +9,9 @@
 // [127.0.0.1]:40123 (on rank 0 of 3)"). A timeout names no peer (Gloo cannot tell which
 // one went silent) and says so. To map addresses to ranks, building a communicator over a
 // group of more than one rank runs one small allgather (not counted in the counters):
-// every rank of the group builds its communicator at the same point. After a CommError the communicator is broken: every later
-// operation throws CommError at once (a collective that half-ran leaves the group in an
-// unknown state, so nothing may be issued on it again).
+// every rank of the group builds its communicator at the same point. After a CommError the
+// communicator is broken: every later operation throws CommError at once (a collective that
+// half-ran leaves the group in an unknown state, so nothing may be issued on it again).
 //
 // Collectives must be issued in the same order, with the same sizes, on every rank
 // (Gloo fails or hangs otherwise). Zero-element collectives are never issued: an
