@@ -5,7 +5,8 @@
 #
 #   scripts/install-deps.sh            what CI needs
 #   scripts/install-deps.sh --netlab   also the network lab's extras (scripts/bench-net.sh,
-#                                      netlab-faults.sh): iproute2, nftables
+#                                      netlab-faults.sh): iproute2, nftables, iptables,
+#                                      libnetfilter-queue-dev, iputils-ping
 set -euo pipefail
 
 netlab=0
@@ -36,8 +37,11 @@ packages=(
   python3-torch python3-dev python3-numpy pybind11-dev python3-pytest
 )
 if [ "$netlab" = 1 ]; then
-  # namespaces, veth and tc; nftables drops packets where the kernel has no netem
-  packages+=(iproute2 nftables)
+  # namespaces, veth and tc; where the kernel has no netem, the delay line
+  # (tools/netlab/nfq-delay.c, built by netlab.sh against libnetfilter-queue) gets its
+  # packets from iptables' NFQUEUE target, and nftables drops packets for netlab-faults'
+  # loss-only fallback; ping checks a link's delay
+  packages+=(iproute2 nftables iptables libnetfilter-queue-dev iputils-ping)
 fi
 
 missing=()

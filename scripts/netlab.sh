@@ -10,10 +10,29 @@
 #   └────────────┘       └──────────────────────────┘       └────────────┘
 #
 # Each link carries --bandwidth each way (egress shaping at both ends of the veth: the
-# rank's upload on lab0, its download on p<r>). --delay adds netem latency at both ends,
-# so a packet between two ranks is delayed 2 x delay one way (4 x delay round trip).
+# rank's upload on lab0, its download on p<r>). --delay adds latency at both ends, so a
+# packet between two ranks is delayed 2 x delay one way (4 x delay round trip); --jitter
+# and --loss apply at each end too, as netem's "delay D J loss P" would.
 # The bridge lives in its own namespace too: nothing is created in, or addressed from,
-# the machine's own network namespace, and the addresses are used only inside the lab.
+# the machine's own namespace, and the addresses are used only inside the lab.
+#
+# Delay, jitter and loss come from the kernel's netem qdisc where it has one. Where it has
+# not (CONFIG_NET_SCH_NETEM unset, as on many VM kernels), a userspace delay line does the
+# same: in each rank's namespace iptables sends every packet lab0 receives to NFQUEUE 0
+# twice, at PREROUTING (standing for the sending end of the path) and at INPUT (the
+# receiving end), and tools/netlab/nfq-delay, started there, gives it its verdict after
+# delay + jitter each time, or drops it with probability loss: two independent draws per
+# packet, as netem on both ends of the path. Both draws are on the receive side because
+# a packet the sender's stack still owns counts against TCP Small Queues, which then
+# throttles the socket to ~1 ms of data in flight below TCP (netem orphans its packets;
+# an OUTPUT-hook delay line cannot: 8.6 Mbit/s through a 100mbit link with 5 ms of
+# delay). --queue-bypass: packets pass undelayed if the delay line is not running.
+# netlab builds nfq-delay on first use into build/netlab/ (needs gcc and
+# libnetfilter-queue-dev, and iptables: scripts/install-deps.sh --netlab; nftables' own
+# "queue" statement needs CONFIG_NFT_QUEUE, which such kernels often lack too, while
+# iptables' NFQUEUE target works through nft_compat). NETLAB_IMPAIR=netem|delayline
+# forces either. Note: ping's round trip then misses the delay (its receive timestamp is
+# taken before PREROUTING); `ping -U` (user to user) shows it.
 #
 # Usage (CLI):
 #   scripts/netlab.sh [options] -- COMMAND [ARGS...]   run COMMAND once per rank, inside
@@ -24,7 +43,10 @@
 #   --workers N        worker ranks (default 4)
 #   --servers S        extra ranks for a parameter server (default 0), ranks N..N+S-1
 #   --bandwidth RATE   tc rate of each link direction, e.g. 1gbit, 100mbit; "none": unshaped
-#   --delay D          netem delay at each end, e.g. 0.5ms (default: none)
+#   --delay D          added latency at each end, e.g. 0.5ms, 5ms (default: none)
+#   --jitter J         random variation of the delay at each end, uniform in +-J (netem's
+#                      default), e.g. 50ms; packets may be reordered (default: none)
+#   --loss P           drop P of the packets at each end, e.g. 1% (default: none)
 #   --queue-ms Q       token-bucket queue, in ms at the link rate (default 20: about a
 #                      NIC's 1000-packet txqueue at 1 Gbit/s; 5 drops packets under TCP)
 #   --port P           MASTER_PORT (default 29500)
@@ -37,10 +59,11 @@
 # an argument is replaced by the rank. Rank 0's output goes to the terminal too.
 #
 # As a library (scripts/bench-net.sh): `source scripts/netlab.sh`, then netlab_require_root,
-# netlab_up N, netlab_shape RATE DELAY, netlab_run LOGDIR CMD..., netlab_tx_bytes,
-# netlab_verify, netlab_down. netlab_up installs an EXIT/INT/TERM trap that kills the
-# ranks it started and removes exactly the namespaces it created (named <prefix>-*, the
-# prefix holding this shell's PID), also on failure or Ctrl-C.
+# netlab_up N, netlab_shape RATE [DELAY [JITTER [LOSS]]], netlab_run LOGDIR CMD...,
+# netlab_tx_bytes, netlab_verify, netlab_impairment, netlab_delayline_stats, netlab_down.
+# netlab_up installs an EXIT/INT/TERM trap that kills the ranks and delay lines it started
+# and removes exactly the namespaces it created (named <prefix>-*, the prefix holding
+# this shell's PID), also on failure or Ctrl-C.
 #
 # Needs root (network namespaces, veth, tc) and iproute2; /usr/bin/python3 for --verify.
 # Without them it says so and exits 77 (the "skipped" code ctest is told about).
@@ -55,6 +78,13 @@ NETLAB_RANKS=0
 NETLAB_WORKERS=0
 NETLAB_NAMESPACES=()  # exactly what netlab_up created, in creation order
 NETLAB_PIDS=()        # ranks netlab_run started and has not reaped yet
+NETLAB_DL_PIDS=()     # delay lines (nfq-delay) netlab_shape started, one per rank
+NETLAB_DL_NS=()       # ... and the namespace of each, whose iptables rules feed it
+NETLAB_DL_LOGDIR=""
+NETLAB_IMPAIR=${NETLAB_IMPAIR:-auto}  # auto | netem | delayline
+NETLAB_NETEM=""                       # probed once: 1 if the kernel has netem
+NETLAB_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+NETLAB_DELAYLINE=${NETLAB_DELAYLINE:-$NETLAB_REPO/build/netlab/nfq-delay}
 NETLAB_SKIP=77
 
 netlab_log() { echo "netlab: $*" >&2; }
@@ -97,11 +127,15 @@ netlab_down() {
     wait "$pid" 2>/dev/null
   done
   NETLAB_PIDS=()
+  # A process inside a namespace keeps it alive after `ip netns del`: the delay lines go
+  # first.
+  netlab_delayline_stop
   for ((i = ${#NETLAB_NAMESPACES[@]} - 1; i >= 0; i--)); do
     ns=${NETLAB_NAMESPACES[$i]}
     ip netns del "$ns" 2>/dev/null || netlab_log "warning: could not delete namespace $ns"
   done
   NETLAB_NAMESPACES=()
+  if [ -n "$NETLAB_DL_LOGDIR" ]; then rm -rf "$NETLAB_DL_LOGDIR"; NETLAB_DL_LOGDIR=""; fi
 }
 
 netlab_on_signal() {
@@ -142,21 +176,14 @@ netlab_up() {
   done
 }
 
-# _netlab_qdisc NS DEV RATE DELAY: replace DEV's root qdisc.
+# _netlab_qdisc NS DEV RATE [NETEM_ARGS...]: replace DEV's root qdisc: a token bucket at
+# RATE ("none": unpaced), behind netem NETEM_ARGS ("delay 5ms 1ms loss 1%") if given.
 _netlab_qdisc() {
-  local ns=$1 dev=$2 rate=$3 delay=$4
-  local NETLAB_TMP_ERR
-  NETLAB_TMP_ERR=$(mktemp)
-  _netlab_qdisc_impl "$ns" "$dev" "$rate" "$delay"
-  local st=$?
-  rm -f "$NETLAB_TMP_ERR"
-  return $st
-}
-
-_netlab_qdisc_impl() {
-  local ns=$1 dev=$2 rate=$3 delay=$4
+  local ns=$1 dev=$2 rate=$3
+  shift 3
+  local netem=("$@")
   ip netns exec "$ns" tc qdisc del dev "$dev" root 2>/dev/null
-  [ "$rate" = none ] && [ -z "$delay" ] && return 0
+  [ "$rate" = none ] && [ ${#netem[@]} -eq 0 ] && return 0
   local tbf=()
   if [ "$rate" != none ]; then
     local bps
@@ -167,24 +194,132 @@ _netlab_qdisc_impl() {
     [ "$limit" -lt $((4 * burst)) ] && limit=$((4 * burst))
     tbf=(tbf rate "$rate" burst "$burst" limit "$limit")
   fi
-  if [ -n "$delay" ]; then
+  if [ ${#netem[@]} -gt 0 ]; then
     # netem delays, then the token bucket paces (the netem wiki's recipe).
-    if ! ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem delay "$delay" \
-      limit 100000 2>"$NETLAB_TMP_ERR"; then
-      if grep -q "qdisc kind is unknown" "$NETLAB_TMP_ERR"; then
-        netlab_log "--delay needs the kernel's netem qdisc (CONFIG_NET_SCH_NETEM, module" \
-          "sch_netem), which this kernel lacks: run without --delay"
-      else
-        cat "$NETLAB_TMP_ERR" >&2
-      fi
+    ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem "${netem[@]}" limit 100000 ||
       return 1
-    fi
     if [ ${#tbf[@]} -gt 0 ]; then
       ip netns exec "$ns" tc qdisc add dev "$dev" parent 1:1 handle 10: "${tbf[@]}" || return 1
     fi
   else
     ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: "${tbf[@]}" || return 1
   fi
+}
+
+# netlab_have_netem: does this kernel have the netem qdisc? Probed once, in a throwaway
+# namespace's loopback.
+netlab_have_netem() {
+  if [ -z "$NETLAB_NETEM" ]; then
+    local probe="${NETLAB_PREFIX}-netem"
+    NETLAB_NETEM=0
+    if ip netns add "$probe" 2>/dev/null; then
+      ip netns exec "$probe" tc qdisc add dev lo root netem delay 1ms 2>/dev/null && NETLAB_NETEM=1
+      ip netns del "$probe"
+    fi
+  fi
+  [ "$NETLAB_NETEM" = 1 ]
+}
+
+# netlab_impairment: which mechanism netlab_shape uses for delay, jitter and loss:
+# "netem" or "delayline" (NETLAB_IMPAIR forces one).
+netlab_impairment() {
+  case $NETLAB_IMPAIR in
+    netem | delayline) echo "$NETLAB_IMPAIR" ;;
+    *) if netlab_have_netem; then echo netem; else echo delayline; fi ;;
+  esac
+}
+
+# netlab_delayline_build: builds tools/netlab/nfq-delay.c into $NETLAB_DELAYLINE unless
+# it is there and newer than its source. One line and status 1 if it cannot.
+netlab_delayline_build() {
+  local src="$NETLAB_REPO/tools/netlab/nfq-delay.c" bin=$NETLAB_DELAYLINE
+  [ -x "$bin" ] && [ ! "$src" -nt "$bin" ] && return 0
+  local cc=${CC:-cc}
+  if ! command -v "$cc" >/dev/null || ! pkg-config --exists libnetfilter_queue 2>/dev/null; then
+    netlab_log "the delay line (tools/netlab/nfq-delay.c) needs a C compiler, pkg-config and" \
+      "libnetfilter-queue-dev: sudo scripts/install-deps.sh --netlab"
+    return 1
+  fi
+  mkdir -p "$(dirname "$bin")" || return 1
+  # Built beside its destination and renamed: a concurrent lab never runs half a binary.
+  local tmp="$bin.tmp.$$" err
+  # shellcheck disable=SC2046  # pkg-config's flags are meant to split
+  if ! err=$("$cc" -O2 -Wall -std=gnu11 -o "$tmp" "$src" \
+    $(pkg-config --cflags --libs libnetfilter_queue) -lm 2>&1); then
+    rm -f "$tmp"
+    netlab_log "could not build the delay line: $(echo "$err" | grep -m1 -i error)"
+    return 1
+  fi
+  mv -f "$tmp" "$bin"
+}
+
+# netlab_delayline_start DELAY JITTER LOSS: in every rank's namespace, iptables sends what
+# lab0 receives to NFQUEUE 0 at PREROUTING and again at INPUT, and nfq-delay serves that
+# queue. Waits until each has bound its queue.
+netlab_delayline_start() {
+  local delay=${1:-0} jitter=${2:-0} loss=${3:-0%}
+  netlab_delayline_build || return 1
+  if ! command -v iptables >/dev/null; then
+    netlab_log "the delay line needs iptables (NFQUEUE target): sudo scripts/install-deps.sh --netlab"
+    return 1
+  fi
+  [ -n "$NETLAB_DL_LOGDIR" ] || NETLAB_DL_LOGDIR=$(mktemp -d "${TMPDIR:-/tmp}/netlab-dl.XXXXXX")
+  local r ns pid i log
+  for ((r = 0; r < NETLAB_RANKS; r++)); do
+    ns=$(netlab_ns "$r")
+    log="$NETLAB_DL_LOGDIR/rank-$r.log"
+    # --seed: reproducible draws, different per rank.
+    ip netns exec "$ns" "$NETLAB_DELAYLINE" --queue 0 --delay "$delay" --jitter "$jitter" \
+      --loss "$loss" --seed "$((1000 + r))" >"$log" 2>&1 &
+    pid=$!  # ip netns exec execs the program: this is nfq-delay's own PID
+    NETLAB_DL_PIDS+=("$pid")
+    NETLAB_DL_NS+=("$ns")
+    for ((i = 0; i < 100; i++)); do
+      grep -q ", ready$" "$log" 2>/dev/null && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    if ! grep -q ", ready$" "$log" 2>/dev/null; then
+      netlab_log "delay line in $ns did not start: $(head -n 1 "$log")"
+      return 1
+    fi
+    { ip netns exec "$ns" iptables -w -t mangle -A PREROUTING -i "$NETLAB_IF" -j NFQUEUE \
+        --queue-num 0 --queue-bypass &&
+      ip netns exec "$ns" iptables -w -A INPUT -i "$NETLAB_IF" -j NFQUEUE --queue-num 0 \
+        --queue-bypass; } || { netlab_log "iptables could not add the NFQUEUE rules in $ns"; return 1; }
+  done
+}
+
+# netlab_delayline_stop: removes the NFQUEUE rules, then stops the delay lines (SIGTERM:
+# each accepts what it holds and prints its statistics line to its log).
+netlab_delayline_stop() {
+  local ns pid i
+  for ns in "${NETLAB_DL_NS[@]}"; do
+    ip netns exec "$ns" iptables -w -t mangle -D PREROUTING -i "$NETLAB_IF" -j NFQUEUE \
+      --queue-num 0 --queue-bypass 2>/dev/null
+    ip netns exec "$ns" iptables -w -D INPUT -i "$NETLAB_IF" -j NFQUEUE --queue-num 0 \
+      --queue-bypass 2>/dev/null
+  done
+  for pid in "${NETLAB_DL_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${NETLAB_DL_PIDS[@]}"; do
+    for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  NETLAB_DL_PIDS=()
+  NETLAB_DL_NS=()
+}
+
+# netlab_delayline_stats: the latest statistics line of each rank's delay line (asks the
+# running ones for a fresh one with SIGUSR1).
+netlab_delayline_stats() {
+  local pid r
+  for pid in "${NETLAB_DL_PIDS[@]}"; do kill -USR1 "$pid" 2>/dev/null; done
+  [ ${#NETLAB_DL_PIDS[@]} -gt 0 ] && sleep 0.3
+  [ -n "$NETLAB_DL_LOGDIR" ] || return 0
+  for ((r = 0; r < NETLAB_RANKS; r++)); do
+    grep "packets," "$NETLAB_DL_LOGDIR/rank-$r.log" 2>/dev/null | tail -n 1 | sed "s/^nfq-delay: /rank $r: /"
+  done
 }
 
 # Bits per second of a tc rate ("1gbit", "100mbit", "500kbit", "2000000bit").
@@ -202,13 +337,27 @@ netlab_rate_bps() {
   awk -v n="$n" -v m="$mult" 'BEGIN { printf "%d\n", n * m }'
 }
 
-# netlab_shape RATE [DELAY]: shape every link, both directions.
+# netlab_shape RATE [DELAY [JITTER [LOSS]]]: shape every link, both directions: a token
+# bucket at RATE, and at each end DELAY +- JITTER and a LOSS ("1%") with netem, or the
+# delay line where there is no netem (netlab_impairment). Replaces any earlier shaping.
 netlab_shape() {
-  local rate=$1 delay=${2:-} r
-  [ "$delay" = 0 ] || [ "$delay" = 0ms ] && delay=""
+  local rate=$1 delay=${2:-} jitter=${3:-} loss=${4:-} r
+  case $delay in 0 | 0ms | 0us | 0s) delay="" ;; esac
+  case $jitter in 0 | 0ms | 0us | 0s) jitter="" ;; esac
+  case $loss in 0 | 0%) loss="" ;; esac
+  netlab_delayline_stop
+  local netem=()
+  if [ -n "$delay$jitter$loss" ]; then
+    if [ "$(netlab_impairment)" = netem ]; then
+      [ -n "$delay$jitter" ] && netem+=(delay "${delay:-0ms}" ${jitter:+"$jitter"})
+      [ -n "$loss" ] && netem+=(loss "$loss")
+    else
+      netlab_delayline_start "${delay:-0}" "${jitter:-0}" "${loss:-0%}" || return 1
+    fi
+  fi
   for ((r = 0; r < NETLAB_RANKS; r++)); do
-    _netlab_qdisc "$(netlab_ns "$r")" "$NETLAB_IF" "$rate" "$delay" || return 1
-    _netlab_qdisc "$(netlab_switch)" "p$r" "$rate" "$delay" || return 1
+    _netlab_qdisc "$(netlab_ns "$r")" "$NETLAB_IF" "$rate" "${netem[@]}" || return 1
+    _netlab_qdisc "$(netlab_switch)" "p$r" "$rate" "${netem[@]}" || return 1
   done
 }
 
@@ -328,8 +477,10 @@ while sent < total:
     n = min(len(chunk), total - sent); s.sendall(chunk[:n]); sent += n
 reply = s.recv(100).split()
 got, secs = int(reply[0]), float(reply[1])
+rtt.sort()
 print("netlab verify: rank 0 -> rank 1: %.1f MB in %.3f s = %.1f Mbit/s; RTT median %.3f ms"
-      % (got / 1e6, secs, got * 8 / secs / 1e6, statistics.median(rtt) * 1e3))
+      " (min %.3f, max %.3f)" % (got / 1e6, secs, got * 8 / secs / 1e6,
+                                 statistics.median(rtt) * 1e3, rtt[0] * 1e3, rtt[-1] * 1e3))
 EOF
   local st=$?
   wait "$spid"
@@ -341,13 +492,15 @@ netlab_usage() { sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 netlab_main() {
   set -uo pipefail
-  local workers=4 servers=0 rate=1gbit delay="" verify=0 logdir=""
+  local workers=4 servers=0 rate=1gbit delay="" jitter="" loss="" verify=0 logdir=""
   while [ $# -gt 0 ]; do
     case $1 in
       --workers) workers=$2; shift 2 ;;
       --servers) servers=$2; shift 2 ;;
       --bandwidth) rate=$2; shift 2 ;;
       --delay) delay=$2; shift 2 ;;
+      --jitter) jitter=$2; shift 2 ;;
+      --loss) loss=$2; shift 2 ;;
       --queue-ms) NETLAB_QUEUE_MS=$2; shift 2 ;;
       --port) NETLAB_PORT=$2; shift 2 ;;
       --timeout-ms) NETLAB_TIMEOUT_MS=$2; shift 2 ;;
@@ -368,14 +521,32 @@ netlab_main() {
     return 2
   fi
   if [ "$rate" != none ]; then netlab_rate_bps "$rate" >/dev/null || return 2; fi
+  local d
+  for d in "$delay" "$jitter"; do
+    if [ -n "$d" ] && ! [[ $d =~ ^[0-9]+(\.[0-9]+)?(s|ms|us)$|^0$ ]]; then
+      netlab_log "--delay/--jitter '$d': expected a duration such as 5ms, 500us or 0.1s"
+      return 2
+    fi
+  done
+  if [ -n "$loss" ] && ! [[ $loss =~ ^[0-9]+(\.[0-9]+)?%$ ]]; then
+    netlab_log "--loss '$loss': expected a percentage such as 1% or 0.5%"
+    return 2
+  fi
   netlab_require_root
   netlab_up $((workers + servers)) "$workers" || { netlab_log "could not build the lab"; return 1; }
-  netlab_shape "$rate" "$delay" || { netlab_log "could not shape the links"; return 1; }
+  netlab_shape "$rate" "$delay" "$jitter" "$loss" || { netlab_log "could not shape the links"; return 1; }
+  local impair=""
+  if [ -n "$delay$jitter$loss" ]; then
+    impair=", each end:${delay:+ delay $delay}${jitter:+ jitter $jitter}${loss:+ loss $loss}"
+    impair+=" ($(netlab_impairment))"
+  fi
   netlab_log "$NETLAB_RANKS ranks ($workers workers, $servers servers) in namespaces" \
-    "${NETLAB_PREFIX}-r*, links $rate${delay:+, delay $delay each end}"
+    "${NETLAB_PREFIX}-r*, links $rate$impair"
   if [ "$verify" = 1 ]; then
     netlab_verify
-    return $?
+    local st=$?
+    [ ${#NETLAB_DL_PIDS[@]} -gt 0 ] && netlab_delayline_stats | sed 's/^/netlab: delay line /' >&2
+    return $st
   fi
   local keep=1
   if [ -z "$logdir" ]; then
