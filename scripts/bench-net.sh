@@ -10,10 +10,16 @@
 #   sudo STEPS=40 scripts/bench-net.sh             # a quick check of the pipeline
 #   sudo scripts/bench-net.sh --bandwidths 1gbit --methods "none ef(topk:ratio=0.01)" \
 #        --ddp dense --steps 40
+#   sudo scripts/bench-net.sh --bandwidths 1gbit --delay 5ms   # "1 Gbit/s + 5 ms" rows
 #
 # Options (or the environment variable in brackets):
 #   --bandwidths "1gbit 100mbit"   link rates, each direction per worker  [BANDWIDTHS]
-#   --delay D                      netem delay at each end of each link  [DELAY]
+#   --delay D                      added latency at each end of each link, e.g. 5ms: a
+#                                  packet between two workers takes 2 x D one way
+#                                  (4 x D round trip); netem where the kernel has it,
+#                                  else netlab's delay line (an NFQUEUE program fed by
+#                                  iptables, built on first use: install-deps.sh
+#                                  --netlab; see scripts/netlab.sh)  [DELAY]
 #   --workers N                    (default 4)                            [WORKERS]
 #   --steps N                      stop every run at step N; 0: one full epoch  [STEPS]
 #   --methods "SPEC ..."           gradcomp compressors, space-separated  [METHODS]
@@ -54,7 +60,7 @@ PY=/usr/bin/python3  # Debian's, with python3-torch (the PATH one may not have t
 while [ $# -gt 0 ]; do
   case $1 in
     --bandwidths) BANDWIDTHS=$2; shift 2 ;;
-    --delay) DELAY=$2; shift 2 ;;
+    --delay) DELAY=${2:?--delay needs a duration such as 5ms}; shift 2 ;;
     --workers) WORKERS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --methods) METHODS=$2; shift 2 ;;
@@ -69,6 +75,10 @@ done
 
 log() { echo "bench-net: $*" >&2; }
 
+if [ -n "$DELAY" ] && ! [[ $DELAY =~ ^[0-9]+(\.[0-9]+)?(s|ms|us)$ ]]; then
+  echo "bench-net: --delay '$DELAY': expected a duration such as 5ms, 500us or 0.1s" >&2
+  exit 2
+fi
 netlab_require_root
 [ -x "$GRADCOMP" ] || { log "no gradcomp binary at $GRADCOMP (bash scripts/build.sh)"; exit 1; }
 GRADCOMP=$(realpath "$GRADCOMP")
@@ -204,13 +214,15 @@ run_one() {
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 commit=$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)
+impairment=""
+[ -n "$DELAY" ] && impairment=$(netlab_impairment)
 python3 - "$OUT/meta.json" <<EOF
 import json, sys
 json.dump({"date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "cpu": "$cpu", "cores": $(nproc),
            "kernel": "$(uname -r)", "load_start": "$(cut -d' ' -f1-3 /proc/loadavg)",
            "commit": "$commit", "torch": "$torch_version", "workers": $WORKERS,
            "model": "MLP 784-$HIDDEN-10 on Fashion-MNIST", "batch": $BATCH,
-           "length": "$length", "delay": "$DELAY", "bandwidths": "$BANDWIDTHS",
+           "length": "$length", "delay": "$DELAY", "delay_by": "$impairment", "bandwidths": "$BANDWIDTHS",
            "methods": "$METHODS", "ddp": "$DDP_METHODS"}, open(sys.argv[1], "w"))
 EOF
 
@@ -244,9 +256,15 @@ if [ "$FLOOR" = 1 ]; then
   run_one - floor "compute floor"
 fi
 for bw in $BANDWIDTHS; do
-  netlab_shape "$bw" "$DELAY" || { log "could not shape the links to $bw"; exit 1; }
+  netlab_shape "$bw" "$DELAY" || { log "could not shape the links to $bw${DELAY:+ + $DELAY}"; exit 1; }
+  [ -n "$DELAY" ] && log "$bw: delay $DELAY at each end of each link ($impairment)"
   for m in "${available[@]}"; do run_one "$bw" gradcomp "$m"; done
   for m in "${ddp_methods[@]}"; do run_one "$bw" ddp "$m"; done
+  if [ "$impairment" = delayline ]; then
+    # What the delay lines did over this bandwidth's runs; a packet passed undelayed
+    # (hold full) or an overrun would make the rows' delay smaller than asked.
+    netlab_delayline_stats | tee "$OUT/logs/delayline-$(safe "$bw").txt" | sed "s/^/bench-net: $bw: delay line /" >&2
+  fi
 done
 netlab_down
 

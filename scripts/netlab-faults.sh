@@ -2,7 +2,7 @@
 # Network faults in the network lab (scripts/netlab.sh: one namespace per rank, joined by
 # a bridge in a namespace of its own), with a tiny 2-worker training run over Gloo:
 #   clean   the reference: an unshaped link;
-#   (a)     1% packet loss and 50 ms jitter (netem on every link end): the run completes
+#   (a)     1% packet loss and 50 ms jitter (at every link end): the run completes
 #           with the same test accuracy and loss as on the clean link;
 #   (b)     rank 1's link taken down for 5 s mid-run (ip link set down/up): the run either
 #           continues to the same result, or every rank exits within --timeout-ms naming
@@ -10,10 +10,12 @@
 #   (c)     rank 1 SIGSTOPped for longer than --timeout-ms: rank 0 exits within the timeout
 #           naming rank 1; continued, rank 1 exits too, naming rank 0.
 # Prints one line per scenario (ok / FAIL / skipped, and what happened); exits non-zero
-# if any scenario failed. Needs root and iproute2 (exit 77 without them); (a) needs the
-# kernel's netem qdisc and is skipped without it; then (a') drops 1% of each rank's TCP
-# segments with nftables (install-deps.sh --netlab) instead: loss without the jitter. Every namespace it creates is deleted
-# on exit, also on failure or Ctrl-C.
+# if any scenario failed. Needs root and iproute2 (exit 77 without them). (a) uses the
+# kernel's netem qdisc where there is one, else netlab's delay line (an NFQUEUE program,
+# tools/netlab/nfq-delay, fed by iptables; needs install-deps.sh --netlab), and names which
+# in its line; with neither it is skipped and (a') drops 1% of each rank's TCP segments
+# with nftables instead: loss without the jitter. Every namespace and delay line it creates
+# is removed on exit, also on failure or Ctrl-C.
 #
 #   usage: sudo scripts/netlab-faults.sh [--gradcomp PATH] [--timeout-ms T] [--keep-logs]
 set -uo pipefail
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
     --gradcomp) gradcomp=${2:?--gradcomp needs a path}; shift 2 ;;
     --timeout-ms) timeout_ms=${2:?--timeout-ms needs a value}; shift 2 ;;
     --keep-logs) keep_logs=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "netlab-faults.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -118,18 +120,38 @@ else
   exit 1
 fi
 
-# (a) loss and jitter.
-netem_ok=1
-for r in 0 1; do
-  ip netns exec "$(netlab_ns "$r")" tc qdisc replace dev "$NETLAB_IF" root netem delay 10ms 50ms \
-    loss 1% 2>/dev/null || netem_ok=0
-  ip netns exec "$(netlab_switch)" tc qdisc replace dev "p$r" root netem delay 10ms 50ms \
-    loss 1% 2>/dev/null || netem_ok=0
-done
-if [ $netem_ok -eq 0 ]; then
-  report skipped "(a) 1% loss + 50 ms jitter" "this kernel has no netem qdisc (sch_netem): not run"
-  # Loss alone needs no netem: nftables drops 1% of the TCP segments each rank sends
-  # (numgen random), so each direction of the link loses 1%. Jitter has no such stand-in.
+# (a) loss and jitter: netem's "delay 10ms 50ms loss 1%" at both ends of every link (netem
+# where the kernel has it, else the delay line: scripts/netlab.sh, netlab_shape), i.e. a
+# path with two independent draws of 1% loss and 10 ms +- 50 ms (uniform, clamped at 0,
+# reordering) each way.
+mech=$(netlab_impairment)
+scen="(a) 1% loss + 50 ms jitter ($mech)"
+if netlab_shape none 10ms 50ms 1% 2>"$logs/shape-a.err"; then
+  start_ranks "$logs/lossy" "${train[@]}" --steps "$steps"
+  t0=$(date +%s%N)
+  wait_rank 0 300; s0=$STATUS
+  wait_rank 1 30; s1=$STATUS
+  lossy_ms=$((($(date +%s%N) - t0) / 1000000))
+  got=$(result_of "$logs/lossy/rank-0.log")
+  what="$steps steps in ${lossy_ms} ms"
+  if [ "$mech" = delayline ]; then
+    # What the delay lines did: packets seen and dropped, summed over both ranks.
+    netlab_delayline_stats >"$logs/lossy/delayline.txt"
+    what+=", $(sed -E 's/.* ([0-9]+) packets, ([0-9]+) dropped.*/\1 \2/' "$logs/lossy/delayline.txt" |
+      awk '{ p += $1; d += $2 } END { printf "%d of %d packets dropped (%.2f%%)", d, p, p ? 100 * d / p : 0 }')"
+    what+=", delay mean $(sed -n 's/.*delay mean \([0-9.]*\) ms max \([0-9.]*\) ms.*/\1 ms (max \2)/p' \
+      "$logs/lossy/delayline.txt" | head -n 1) per pass"
+  fi
+  if [ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] && [ "$got" = "$clean" ]; then
+    report ok "$scen" "completed, $what, same result as the clean link ($got)"
+  else
+    report FAIL "$scen" "exit $s0/$s1, $what, result '$got' vs clean '$clean': $(last_error "$logs/lossy/rank-0.log")"
+  fi
+  stop_ranks
+else
+  report skipped "$scen" "$(grep -v '^$' "$logs/shape-a.err" | head -n 1 | sed 's/^netlab: //')"
+  # Loss alone needs neither netem nor the delay line: nftables drops 1% of the TCP
+  # segments each rank sends (numgen random), so each direction of the link loses 1%.
   nft_ok=1
   for r in 0 1; do
     ns=$(netlab_ns "$r")
@@ -160,22 +182,8 @@ if [ $netem_ok -eq 0 ]; then
     stop_ranks
   fi
   for r in 0 1; do ip netns exec "$(netlab_ns "$r")" nft delete table inet lab 2>/dev/null; done
-else
-  start_ranks "$logs/lossy" "${train[@]}" --steps "$steps"
-  wait_rank 0 300; s0=$STATUS
-  wait_rank 1 30; s1=$STATUS
-  got=$(result_of "$logs/lossy/rank-0.log")
-  if [ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] && [ "$got" = "$clean" ]; then
-    report ok "(a) 1% loss + 50 ms jitter" "completed, same result as the clean link ($got)"
-  else
-    report FAIL "(a) 1% loss + 50 ms jitter" "exit $s0/$s1, result '$got' vs clean '$clean'"
-  fi
-  stop_ranks
 fi
-for r in 0 1; do
-  ip netns exec "$(netlab_ns "$r")" tc qdisc del dev "$NETLAB_IF" root 2>/dev/null
-  ip netns exec "$(netlab_switch)" tc qdisc del dev "p$r" root 2>/dev/null
-done
+netlab_shape none
 
 # (b) rank 1's link down for 5 s mid-run. Long enough a run that it is still going.
 long=(--steps 100000)

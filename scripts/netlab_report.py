@@ -159,8 +159,8 @@ def add_predictions(meta, rows, floor_ms, gradcomp=None, dense_share=None):
     # The floor ran W workers on the machine's cores at once; advise scales a one-core
     # compute figure by the same max(1, W/C).
     compute_ms = floor_ms / oversub
-    # scripts/netlab.sh: netem at both ends of a rank's link, so a packet between two
-    # ranks is delayed 2 x delay one way (alpha).
+    # scripts/netlab.sh: netem (or its delay line) at both ends of a rank's link, so a
+    # packet between two ranks is delayed 2 x delay one way (alpha).
     latency_ms = 1e3 * 2 * delay_seconds(meta.get("delay"))
     # gradcomp train's --dense-share of the runs: the meta's, else the caller's, else
     # today's default (0.01; runs before commit 6f1b9dc, 2026-11-25, used 0).
@@ -257,7 +257,8 @@ def render_table(meta, rows, bandwidths, floor, targets, prediction_note=""):
     lines = []
     lines.append("Network lab: %s workers, %s, batch %s/worker, %s; links %s%s."
                  % (meta["workers"], meta["model"], meta["batch"], meta["length"],
-                    " and ".join(bandwidths), (", delay " + meta["delay"] + " each end")
+                    " and ".join(bandwidths), (", delay " + meta["delay"] + " each end"
+                    + (" (netlab's delay line)" if meta.get("delay_by") == "delayline" else ""))
                     if meta.get("delay") else ""))
     lines.append("Measured %s on %s (%s cores, Linux %s), load average %s at start, %s at end; "
                  "gradcomp %s, torch %s."
