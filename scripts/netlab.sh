@@ -290,6 +290,30 @@ netlab_delayline_start() {
   done
 }
 
+# netlab_delayline_probe: can the delay line run here? Builds it, then in a throwaway
+# namespace adds an NFQUEUE rule and binds the queue. One line saying what is missing and
+# status 1 if not.
+netlab_delayline_probe() {
+  netlab_delayline_build || return 1
+  if ! command -v iptables >/dev/null; then
+    netlab_log "the delay line needs iptables (NFQUEUE target): sudo scripts/install-deps.sh --netlab"
+    return 1
+  fi
+  local probe="${NETLAB_PREFIX}-nfq" out st=0
+  ip netns add "$probe" 2>/dev/null || { netlab_log "cannot create a namespace to probe NFQUEUE"; return 1; }
+  if ! out=$(ip netns exec "$probe" iptables -w -A INPUT -i lo -j NFQUEUE --queue-num 0 \
+    --queue-bypass 2>&1); then
+    netlab_log "iptables cannot add an NFQUEUE rule (kernel without CONFIG_NETFILTER_XT_TARGET_NFQUEUE?): $(echo "$out" | head -n 1)"
+    st=1
+  elif out=$(ip netns exec "$probe" timeout -s INT 0.5 "$NETLAB_DELAYLINE" 2>&1) ||
+    ! echo "$out" | grep -q ", ready$"; then  # timeout's 124 is the expected end
+    netlab_log "the delay line cannot bind an NFQUEUE: $(echo "$out" | head -n 1)"
+    st=1
+  fi
+  ip netns del "$probe"
+  return $st
+}
+
 # netlab_delayline_stop: removes the NFQUEUE rules, then stops the delay lines (SIGTERM:
 # each accepts what it holds and prints its statistics line to its log).
 netlab_delayline_stop() {

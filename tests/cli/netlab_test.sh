@@ -35,7 +35,8 @@ fi
 # links (each rank's lab0 transmitted at least what gradcomp counts it sent).
 small=(--dataset synthetic --synthetic-train 2560 --mlp-hidden 64 --batch-size 32 --steps 20
        --threads 1 --compressor "ef(topk:ratio=0.05)")
-# With a delay when the kernel has netem (many VM kernels do not).
+# With a delay when the kernel has netem (many VM kernels do not; the delay line is tested
+# below).
 delay=()
 ns="${NETLAB_PREFIX}-netem"
 if ip netns add "$ns" 2>/dev/null; then
@@ -76,6 +77,41 @@ if bash "$NETLAB" --workers 2 --bandwidth 100mbit --verify > verify.txt 2>&1; th
   fi
 else
   fail "--verify"; cat verify.txt
+fi
+
+# The delay line (netem's stand-in, tools/netlab/nfq-delay), forced even where the kernel
+# has netem: 5 ms at each end of each link is 20 ms of TCP round trip (4 x 5 ms), plus
+# little. Skipped, not failed, where it cannot run (no iptables, libnetfilter-queue or
+# NFQUEUE in the kernel). `timeout` bounds it; on its SIGTERM netlab tears down.
+if reason=$(bash -c "source '$NETLAB'; netlab_delayline_probe" 2>&1); then
+  if NETLAB_IMPAIR=delayline timeout 120 bash "$NETLAB" --workers 2 --bandwidth 100mbit --delay 5ms \
+      --verify > delay.txt 2>&1; then
+    rtt=$(sed -n 's/.*RTT median \([0-9.]*\) ms.*/\1/p' delay.txt)
+    if awk -v r="${rtt:-0}" 'BEGIN { exit !(r >= 19.5 && r <= 30) }' &&
+       grep -q "delay line rank 1: .* 0 passed undelayed (hold full), 0 netlink overruns" delay.txt; then
+      pass "delay line: 5 ms at each end, TCP round trip $rtt ms (20 expected)"
+    else
+      fail "delay line: round trip ${rtt:-?} ms, expected 20 (19.5..30)"; cat delay.txt
+    fi
+  else
+    fail "delay line: netlab --delay 5ms --verify failed"; cat delay.txt
+  fi
+  dl=$(bash -c "source '$NETLAB'; echo \$NETLAB_DELAYLINE")
+  if [ "$(leftovers)" -eq 0 ] && ! pgrep -f "^$dl " >/dev/null; then
+    pass "delay line: nothing left (namespaces, nfq-delay processes)"
+  else
+    fail "delay line: left behind: $(leftovers) namespaces, processes: $(pgrep -af "^$dl " | tr '\n' ' ')"
+  fi
+else
+  echo "skip delay line: $reason"
+fi
+# A bad value is one line and status 2, before anything is created.
+bash "$NETLAB" --workers 2 --loss 1 --verify > badloss.txt 2>&1
+st=$?
+if [ "$st" -eq 2 ] && [ "$(wc -l < badloss.txt)" -eq 1 ] && grep -q "^netlab: --loss '1'" badloss.txt; then
+  pass "--loss 1 (no %): one line, status 2"
+else
+  fail "--loss 1: status $st"; cat badloss.txt
 fi
 
 # A failing rank: netlab exits with its status, stops the other rank at once (not after
