@@ -75,7 +75,7 @@ done
 
 log() { echo "bench-net: $*" >&2; }
 
-if [ -n "$DELAY" ] && ! [[ $DELAY =~ ^[0-9]+(\.[0-9]+)?(s|ms|us)$ ]]; then
+if [ -n "$DELAY" ] && ! [[ $DELAY =~ ^[0-9]+(\.[0-9]+)?(s|ms|us)$|^0$ ]]; then
   echo "bench-net: --delay '$DELAY': expected a duration such as 5ms, 500us or 0.1s" >&2
   exit 2
 fi
@@ -215,7 +215,10 @@ run_one() {
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 commit=$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)
 impairment=""
-[ -n "$DELAY" ] && impairment=$(netlab_impairment)
+if [ -n "$DELAY" ]; then
+  netlab_have_netem  # probed once, in this shell
+  impairment=$(netlab_impairment)
+fi
 python3 - "$OUT/meta.json" <<EOF
 import json, sys
 json.dump({"date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "cpu": "$cpu", "cores": $(nproc),

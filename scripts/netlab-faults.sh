@@ -124,6 +124,7 @@ fi
 # where the kernel has it, else the delay line: scripts/netlab.sh, netlab_shape), i.e. a
 # path with two independent draws of 1% loss and 10 ms +- 50 ms (uniform, clamped at 0,
 # reordering) each way.
+netlab_have_netem  # probed once, in this shell
 mech=$(netlab_impairment)
 scen="(a) 1% loss + 50 ms jitter ($mech)"
 if netlab_shape none 10ms 50ms 1% 2>"$logs/shape-a.err"; then
@@ -139,6 +140,8 @@ if netlab_shape none 10ms 50ms 1% 2>"$logs/shape-a.err"; then
     netlab_delayline_stats >"$logs/lossy/delayline.txt"
     what+=", $(sed -E 's/.* ([0-9]+) packets, ([0-9]+) dropped.*/\1 \2/' "$logs/lossy/delayline.txt" |
       awk '{ p += $1; d += $2 } END { printf "%d of %d packets dropped (%.2f%%)", d, p, p ? 100 * d / p : 0 }')"
+    what+=", $(sed -E 's/.* ([0-9]+) of them passed undelayed$/\1/' "$logs/lossy/delayline.txt" |
+      awk '{ u += $1 } END { print u + 0 }') passed undelayed"
     what+=", delay mean $(sed -n 's/.*delay mean \([0-9.]*\) ms max \([0-9.]*\) ms.*/\1 ms (max \2)/p' \
       "$logs/lossy/delayline.txt" | head -n 1) per pass"
   fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # netlab: a shaped network on one Linux machine. Every rank (worker, and server in
 # parameter-server mode) gets its own network namespace, joined to a bridge through a
-# veth pair whose two ends are each shaped with tc (token bucket, optional netem delay):
+# veth pair whose two ends are each shaped with tc (token bucket; delay, jitter and loss
+# with netem, or the delay line described below):
 #
 #      ns <P>-r0            ns <P>-sw (the switch)             ns <P>-r1
 #   ┌────────────┐ veth  ┌──────────────────────────┐  veth ┌────────────┐
@@ -31,8 +32,8 @@
 # libnetfilter-queue-dev, and iptables: scripts/install-deps.sh --netlab; nftables' own
 # "queue" statement needs CONFIG_NFT_QUEUE, which such kernels often lack too, while
 # iptables' NFQUEUE target works through nft_compat). NETLAB_IMPAIR=netem|delayline
-# forces either. Note: ping's round trip then misses the delay (its receive timestamp is
-# taken before PREROUTING); `ping -U` (user to user) shows it.
+# forces either. Note: ping's round trip then misses the delay of the replies (its
+# receive timestamp is taken before PREROUTING); `ping -U` (user to user) shows it all.
 #
 # Usage (CLI):
 #   scripts/netlab.sh [options] -- COMMAND [ARGS...]   run COMMAND once per rank, inside
@@ -335,14 +336,24 @@ netlab_delayline_stop() {
 }
 
 # netlab_delayline_stats: the latest statistics line of each rank's delay line (asks the
-# running ones for a fresh one with SIGUSR1).
+# running ones for a fresh one with SIGUSR1), and how many packets its iptables rules sent
+# to the queue: more than the delay line saw means some passed undelayed, because the
+# kernel's queue was full (fail-open) or no delay line was listening (--queue-bypass);
+# the kernel counts neither anywhere else.
 netlab_delayline_stats() {
-  local pid r
+  local pid r ns line matched seen
   for pid in "${NETLAB_DL_PIDS[@]}"; do kill -USR1 "$pid" 2>/dev/null; done
   [ ${#NETLAB_DL_PIDS[@]} -gt 0 ] && sleep 0.3
   [ -n "$NETLAB_DL_LOGDIR" ] || return 0
   for ((r = 0; r < NETLAB_RANKS; r++)); do
-    grep "packets," "$NETLAB_DL_LOGDIR/rank-$r.log" 2>/dev/null | tail -n 1 | sed "s/^nfq-delay: /rank $r: /"
+    line=$(grep "packets," "$NETLAB_DL_LOGDIR/rank-$r.log" 2>/dev/null | tail -n 1 | sed "s/^nfq-delay: /rank $r: /")
+    [ -n "$line" ] || continue
+    ns=$(netlab_ns "$r")
+    matched=$({ ip netns exec "$ns" iptables -w -t mangle -L PREROUTING -v -x -n
+      ip netns exec "$ns" iptables -w -L INPUT -v -x -n; } 2>/dev/null |
+      awk '/NFQUEUE/ { n += $1 } END { print n + 0 }')
+    seen=$(echo "$line" | sed -E 's/.* ([0-9]+) packets, .*/\1/')
+    echo "$line; the rules queued $matched, $((matched > seen ? matched - seen : 0)) of them passed undelayed"
   done
 }
 
@@ -372,6 +383,7 @@ netlab_shape() {
   netlab_delayline_stop
   local netem=()
   if [ -n "$delay$jitter$loss" ]; then
+    netlab_have_netem  # probed here, in this shell: the $(...) below inherits the answer
     if [ "$(netlab_impairment)" = netem ]; then
       [ -n "$delay$jitter" ] && netem+=(delay "${delay:-0ms}" ${jitter:+"$jitter"})
       [ -n "$loss" ] && netem+=(loss "$loss")

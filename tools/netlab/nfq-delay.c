@@ -367,7 +367,9 @@ int main(int argc, char **argv) {
         }
         break;
       }
-      nfq_handle_packet(h, buf, (int)n);
+      // An error message from the kernel (a verdict for a packet it had already
+      // flushed) comes back this way too.
+      if (nfq_handle_packet(h, buf, (int)n) < 0) n_verdict_errors++;
     }
   }
   // Leave nothing stuck: every held packet goes now.
