@@ -41,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *usage_text =
+static const char* usage_text =
     "usage: nfq-delay [--queue N] [--delay D] [--jitter J] [--dist uniform|normal]\n"
     "                 [--loss P%] [--seed S] [--max-queue N] [--no-reorder]\n"
     "  Gives each packet of NFQUEUE N (default 0) its verdict after D + jitter\n"
@@ -59,11 +59,11 @@ struct held {
 };
 
 static struct {
-  struct held *v;
+  struct held* v;
   size_t n, cap;
 } heap;
 
-static int before(const struct held *a, const struct held *b) {
+static int before(const struct held* a, const struct held* b) {
   return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->seq < b->seq);
 }
 
@@ -127,7 +127,7 @@ static double rng_normal(void) {
   return sqrt(-2.0 * log(1.0 - u)) * cos(2.0 * M_PI * v);
 }
 
-static void print_stats(const char *when) {
+static void print_stats(const char* when) {
   uint64_t passed = n_packets - n_dropped;
   fprintf(stderr,
           "nfq-delay: queue %d %s: %llu packets, %llu dropped (%.2f%%), delay mean %.2f ms "
@@ -140,17 +140,17 @@ static void print_stats(const char *when) {
           (unsigned long long)n_verdict_errors);
 }
 
-static void verdict(struct nfq_q_handle *qh, uint32_t id, uint32_t v) {
+static void verdict(struct nfq_q_handle* qh, uint32_t id, uint32_t v) {
   // Fails (ENOENT) when the kernel has already flushed the packet, e.g. its device went
   // down: nothing to do but count it.
   if (nfq_set_verdict(qh, id, v, 0, NULL) < 0) n_verdict_errors++;
 }
 
-static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg, struct nfq_data *nfa,
-                     void *data) {
+static int on_packet(struct nfq_q_handle* qh, struct nfgenmsg* msg, struct nfq_data* nfa,
+                     void* data) {
   (void)msg;
   (void)data;
-  struct nfqnl_msg_packet_hdr *ph = nfq_get_msg_packet_hdr(nfa);
+  struct nfqnl_msg_packet_hdr* ph = nfq_get_msg_packet_hdr(nfa);
   if (!ph) return 0;
   uint32_t id = ntohl(ph->packet_id);
   n_packets++;
@@ -183,7 +183,7 @@ static void on_signal(int sig) {
     stop_signal = sig;
 }
 
-static void die_usage(const char *fmt, const char *a, const char *b) {
+static void die_usage(const char* fmt, const char* a, const char* b) {
   fputs("nfq-delay: ", stderr);
   fprintf(stderr, fmt, a, b);
   fputs(" (see --help)\n", stderr);
@@ -191,8 +191,8 @@ static void die_usage(const char *fmt, const char *a, const char *b) {
 }
 
 // "5ms", "500us", "0.1s", "0" -> nanoseconds; -1 if malformed.
-static double parse_duration(const char *s) {
-  char *end;
+static double parse_duration(const char* s) {
+  char* end;
   errno = 0;
   double v = strtod(s, &end);
   if (end == s || errno || !isfinite(v) || v < 0) return -1;
@@ -204,8 +204,8 @@ static double parse_duration(const char *s) {
 }
 
 // "1%", "0.5%" -> fraction; -1 if malformed.
-static double parse_percent(const char *s) {
-  char *end;
+static double parse_percent(const char* s) {
+  char* end;
   errno = 0;
   double v = strtod(s, &end);
   if (end == s || errno || !isfinite(v) || v < 0 || v > 100) return -1;
@@ -213,19 +213,19 @@ static double parse_percent(const char *s) {
   return -1;
 }
 
-static long parse_uint(const char *s, long max) {
-  char *end;
+static long parse_uint(const char* s, long max) {
+  char* end;
   errno = 0;
   long v = strtol(s, &end, 10);
   if (end == s || *end || errno || v < 0 || v > max) return -1;
   return v;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   int have_seed = 0;
   uint64_t seed = 0;
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
+    const char* a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       fputs(usage_text, stdout);
       return 0;
@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
       continue;
     }
     if (i + 1 >= argc) die_usage("%s needs a value%s", a, "");
-    const char *v = argv[++i];
+    const char* v = argv[++i];
     if (strcmp(a, "--queue") == 0) {
       long q = parse_uint(v, 65535);
       if (q < 0) die_usage("--queue '%s': expected a queue number 0..65535%s", v, "");
@@ -256,10 +256,11 @@ int main(int argc, char **argv) {
       loss = parse_percent(v);
       if (loss < 0) die_usage("--loss '%s': expected a percentage 0%%..100%% such as 1%%%s", v, "");
     } else if (strcmp(a, "--seed") == 0) {
-      char *end;
+      char* end;
       errno = 0;
       seed = strtoull(v, &end, 10);
-      if (end == v || *end || errno) die_usage("--seed '%s': expected a non-negative integer%s", v, "");
+      if (end == v || *end || errno)
+        die_usage("--seed '%s': expected a non-negative integer%s", v, "");
       have_seed = 1;
     } else if (strcmp(a, "--max-queue") == 0) {
       long m = parse_uint(v, 1 << 24);
@@ -296,16 +297,18 @@ int main(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL);
 
-  struct nfq_handle *h = nfq_open();
+  struct nfq_handle* h = nfq_open();
   if (!h) {
-    fprintf(stderr, "nfq-delay: cannot open nfnetlink_queue (%s): needs root and a kernel "
-                    "with CONFIG_NETFILTER_NETLINK_QUEUE\n", strerror(errno));
+    fprintf(stderr,
+            "nfq-delay: cannot open nfnetlink_queue (%s): needs root and a kernel "
+            "with CONFIG_NETFILTER_NETLINK_QUEUE\n",
+            strerror(errno));
     return 1;
   }
-  struct nfq_q_handle *qh = nfq_create_queue(h, (uint16_t)queue_num, on_packet, NULL);
+  struct nfq_q_handle* qh = nfq_create_queue(h, (uint16_t)queue_num, on_packet, NULL);
   if (!qh) {
-    fprintf(stderr, "nfq-delay: cannot bind queue %d (%s): another program holds it?\n",
-            queue_num, strerror(errno));
+    fprintf(stderr, "nfq-delay: cannot bind queue %d (%s): another program holds it?\n", queue_num,
+            strerror(errno));
     nfq_close(h);
     return 1;
   }
@@ -326,8 +329,8 @@ int main(int argc, char **argv) {
   int fd = nfq_fd(h);
 
   fprintf(stderr, "nfq-delay: queue %d: delay %.3f ms, jitter %.3f ms (%s), loss %.2f%%%s, ready\n",
-          queue_num, delay_ns / NS_PER_MS, jitter_ns / NS_PER_MS, normal_dist ? "normal" : "uniform",
-          loss * 100, no_reorder ? ", no reordering" : "");
+          queue_num, delay_ns / NS_PER_MS, jitter_ns / NS_PER_MS,
+          normal_dist ? "normal" : "uniform", loss * 100, no_reorder ? ", no reordering" : "");
 
   static char buf[1 << 16];
   while (!stop_signal) {
