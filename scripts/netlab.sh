@@ -339,21 +339,26 @@ netlab_delayline_stop() {
 # running ones for a fresh one with SIGUSR1), and how many packets its iptables rules sent
 # to the queue: more than the delay line saw means some passed undelayed, because the
 # kernel's queue was full (fail-open) or no delay line was listening (--queue-bypass);
-# the kernel counts neither anywhere else.
+# the kernel counts neither anywhere else. The rules' counters are read first, so a packet
+# in flight meanwhile is not taken for an undelayed one.
 netlab_delayline_stats() {
-  local pid r ns line matched seen
+  local pid r ns line seen
+  local -a matched=()
+  [ -n "$NETLAB_DL_LOGDIR" ] || return 0
+  for ((r = 0; r < NETLAB_RANKS; r++)); do
+    ns=$(netlab_ns "$r")
+    matched[r]=$({ ip netns exec "$ns" iptables -w -t mangle -L PREROUTING -v -x -n
+      ip netns exec "$ns" iptables -w -L INPUT -v -x -n; } 2>/dev/null |
+      awk '/NFQUEUE/ { n += $1 } END { print n + 0 }')
+  done
   for pid in "${NETLAB_DL_PIDS[@]}"; do kill -USR1 "$pid" 2>/dev/null; done
   [ ${#NETLAB_DL_PIDS[@]} -gt 0 ] && sleep 0.3
-  [ -n "$NETLAB_DL_LOGDIR" ] || return 0
   for ((r = 0; r < NETLAB_RANKS; r++)); do
     line=$(grep "packets," "$NETLAB_DL_LOGDIR/rank-$r.log" 2>/dev/null | tail -n 1 | sed "s/^nfq-delay: /rank $r: /")
     [ -n "$line" ] || continue
-    ns=$(netlab_ns "$r")
-    matched=$({ ip netns exec "$ns" iptables -w -t mangle -L PREROUTING -v -x -n
-      ip netns exec "$ns" iptables -w -L INPUT -v -x -n; } 2>/dev/null |
-      awk '/NFQUEUE/ { n += $1 } END { print n + 0 }')
     seen=$(echo "$line" | sed -E 's/.* ([0-9]+) packets, .*/\1/')
-    echo "$line; the rules queued $matched, $((matched > seen ? matched - seen : 0)) of them passed undelayed"
+    echo "$line; the rules queued ${matched[r]}," \
+      "$((matched[r] > seen ? matched[r] - seen : 0)) of them passed undelayed"
   done
 }
 
