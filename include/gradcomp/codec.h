@@ -58,6 +58,14 @@ class Codec {
   // Exact upper bound of encode() for n elements, header included.
   std::size_t max_encoded_bytes(std::size_t n) const;
 
+  // The size to plan with for an n-element bucket at this step (header included): what
+  // a reducer weighs against the dense allreduce (Memory::step_planned_encoded_bytes).
+  // max_encoded_bytes(n) for codecs whose size is fixed by n; a codec whose size depends
+  // on random draws says what it expects instead, since its worst case can be far
+  // larger than any message it sends (ATOMO keeps `budget` atoms on average, but may in
+  // principle keep them all: planning with that bound sent ATOMO dense every step).
+  std::size_t planned_encoded_bytes(std::size_t n, const StepContext& ctx) const;
+
   // Encodes `in` into `out`, which must hold max_encoded_bytes(in.size()) bytes.
   // Returns the message size. Throws InvalidArgument if out is too small or n > 2^32-1.
   std::size_t encode(std::span<const float> in, const StepContext& ctx,
@@ -80,6 +88,11 @@ class Codec {
  protected:
   // Exact upper bound of the payload (after the header) for n elements.
   virtual std::size_t max_payload_bytes(std::size_t n) const = 0;
+
+  // The payload size to plan with (planned_encoded_bytes); at most max_payload_bytes(n).
+  virtual std::size_t planned_payload_bytes(std::size_t n, const StepContext& /*ctx*/) const {
+    return max_payload_bytes(n);
+  }
 
   // Writes the payload for `in` (payload.size() >= max_payload_bytes); returns its size.
   virtual std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,

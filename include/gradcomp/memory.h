@@ -4,6 +4,7 @@
 // 2-bit codec's "residual" is error feedback's memory: one mechanism, not two.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -55,6 +56,12 @@ class Memory {
   // the same on every rank, so that every rank takes the same decision).
   virtual std::size_t step_max_encoded_bytes(const StepContext& /*ctx*/) const {
     return max_encoded_bytes();
+  }
+  // What the dense fallback weighs: the codec's planned size (Codec::
+  // planned_encoded_bytes: its expected message where the size is random), capped by
+  // this step's bound. Also the same on every rank.
+  std::size_t step_planned_encoded_bytes(const StepContext& ctx) const {
+    return std::min(step_max_encoded_bytes(ctx), codec().planned_encoded_bytes(size(), ctx));
   }
   // The step without compression: the state is updated as if the codec had selected and
   // sent every element exactly, and `out` receives what would have been sent (error

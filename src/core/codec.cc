@@ -1,5 +1,6 @@
 #include "gradcomp/codec.h"
 
+#include <algorithm>
 #include <string>
 
 #include "gradcomp/error.h"
@@ -12,6 +13,10 @@ Codec::Codec(CodecIdentity identity, CodecTraits traits)
 
 std::size_t Codec::max_encoded_bytes(std::size_t n) const {
   return kHeaderBytes + max_payload_bytes(n);
+}
+
+std::size_t Codec::planned_encoded_bytes(std::size_t n, const StepContext& ctx) const {
+  return kHeaderBytes + std::min(planned_payload_bytes(n, ctx), max_payload_bytes(n));
 }
 
 namespace {

@@ -280,13 +280,14 @@ class FusedReducer final : public Reducer {
 
   // Whether bucket b's message at this step, gathered from every rank, would put more
   // bytes on this rank's wire than the bucket in the dense fp32 ring allreduce (the
-  // cost model's byte counts, gradcomp/advise/collectives.h). The bound is a function of
-  // the spec, the bucket's size and the step, so every rank decides alike.
+  // cost model's byte counts, gradcomp/advise/collectives.h). The planned size is a
+  // function of the spec, the bucket's size and shape and the step, so every rank
+  // decides alike.
   bool dense_is_cheaper(std::size_t b, const StepContext& c) const {
     const int w = comm_.world_size();
     if (w < 2) return false;
-    const double gathered =
-        advise::allgather_bytes(static_cast<double>(memories_[b]->step_max_encoded_bytes(c)), w);
+    const double gathered = advise::allgather_bytes(
+        static_cast<double>(memories_[b]->step_planned_encoded_bytes(c)), w);
     const double dense = advise::allreduce_bytes(4.0 * static_cast<double>(sizes_[b]), w);
     return gathered > dense;
   }

@@ -366,6 +366,40 @@ TEST(Atomo, MatrixShapeFromTheContext) {
   }
 }
 
+// The size a reducer plans with (its dense fallback): the expected ceil(s) atoms of the
+// step's view, not the bound of every atom. Planning with the bound sent ATOMO dense on
+// every step of every built-in model at 4 workers.
+TEST(Atomo, PlannedSizeIsTheBudgetOfAtomsOfTheView) {
+  const std::size_t rows = 1536, cols = 784, n = rows * cols;
+  StepContext ctx;
+  ctx.rows = rows;
+  const auto spectral = builtin_registry().make_codec("atomo:budget=3");
+  EXPECT_EQ(spectral->planned_encoded_bytes(n, ctx), kHeaderBytes + 12 + 4 * 3 * (1 + rows + cols));
+  EXPECT_LT(spectral->planned_encoded_bytes(n, ctx), 4 * n / 100) << "under 1% of dense";
+  EXPECT_GT(spectral->max_encoded_bytes(n), 4 * n);
+  // A fractional budget plans its ceiling; a view of rank 2 at most 2 atoms; the 1 x n
+  // view of a flat bucket one atom, which is the vector itself.
+  EXPECT_EQ(builtin_registry().make_codec("atomo:budget=2.5")->planned_encoded_bytes(n, ctx),
+            kHeaderBytes + 12 + 4 * 3 * (1 + rows + cols));
+  ctx.rows = 2;
+  EXPECT_EQ(spectral->planned_encoded_bytes(2 * 50, ctx), kHeaderBytes + 12 + 4 * 2 * (1 + 2 + 50));
+  ctx.rows = 0;
+  EXPECT_EQ(spectral->planned_encoded_bytes(n, ctx), kHeaderBytes + 12 + 4 * (1 + 1 + n));
+  const auto entry = builtin_registry().make_codec("atomo:atoms=entry,budget=100");
+  EXPECT_EQ(entry->planned_encoded_bytes(n, ctx), kHeaderBytes + 4 + 8 * 100);
+  EXPECT_EQ(entry->planned_encoded_bytes(7, ctx), entry->max_encoded_bytes(7)) << "capped";
+  // Gradient dropping plans its percentile's count; a fixed tau has only its bound.
+  EXPECT_EQ(builtin_registry().make_codec("threshold")->planned_encoded_bytes(1000, ctx),
+            kHeaderBytes + 4 + 8 * 11);
+  EXPECT_EQ(builtin_registry().make_codec("mask:ratio=0.01")->planned_encoded_bytes(1000, ctx),
+            kHeaderBytes + 4 + 8 * 10);
+  const auto fixed = builtin_registry().make_codec("threshold:tau=0.5");
+  EXPECT_EQ(fixed->planned_encoded_bytes(1000, ctx), fixed->max_encoded_bytes(1000));
+  // Codecs of a fixed size plan exactly that.
+  const auto topk = builtin_registry().make_codec("topk:ratio=0.01");
+  EXPECT_EQ(topk->planned_encoded_bytes(n, ctx), topk->max_encoded_bytes(n));
+}
+
 // The message is the decomposition: kept atoms carry sigma_i/p_i and the singular
 // vectors of detail::thin_svd, in ascending atom order.
 TEST(Atomo, SpectralMessageCarriesTheDecomposition) {

@@ -92,6 +92,11 @@ std::size_t max_spectral_floats(std::size_t n) {
   return best;
 }
 
+// The rows of the spectral view (the header comment): the layer's, or 1.
+std::size_t view_rows(std::size_t n, const StepContext& ctx) {
+  return ctx.rows != 0 && n % ctx.rows == 0 ? ctx.rows : 1;
+}
+
 class AtomoCodec final : public Codec {
  public:
   AtomoCodec(CodecIdentity id, Atoms atoms, double budget)
@@ -104,6 +109,18 @@ class AtomoCodec final : public Codec {
     if (atoms_ == Atoms::kEntry)
       return detail::sparse_payload_bytes(n, detail::SparseValues::kFp32);
     return kSpectralHeader + 4 * max_spectral_floats(n);
+  }
+
+  // The expected message: sum p_i = s, so ceil(s) atoms (at most the rank) for this
+  // step's matrix view, where the bound above allows every atom of the worst view.
+  std::size_t planned_payload_bytes(std::size_t n, const StepContext& ctx) const override {
+    const auto atoms = static_cast<std::size_t>(std::ceil(budget_));
+    if (atoms_ == Atoms::kEntry) {
+      return detail::sparse_payload_bytes(std::min(atoms, n), detail::SparseValues::kFp32);
+    }
+    const std::size_t rows = view_rows(n, ctx);
+    const std::size_t cols = rows == 0 ? 0 : n / rows;
+    return kSpectralHeader + 4 * std::min(atoms, std::min(rows, cols)) * (1 + rows + cols);
   }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,
@@ -165,7 +182,7 @@ class AtomoCodec final : public Codec {
   std::size_t encode_spectral(std::span<const float> in, const StepContext& ctx,
                               std::byte* payload) const {
     const std::size_t n = in.size();
-    const std::size_t rows = ctx.rows != 0 && n % ctx.rows == 0 ? ctx.rows : 1;
+    const std::size_t rows = view_rows(n, ctx);
     const std::size_t cols = n / rows;
     thread_local detail::ThinSvd svd;
     try {

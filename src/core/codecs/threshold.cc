@@ -48,6 +48,17 @@ class ThresholdCodec final : public Codec {
     return detail::sparse_payload_bytes(n, SparseValues::kFp32);
   }
 
+  // The count the rule asks for (ties at the threshold, and zeros, change it a little);
+  // a fixed tau gives no expectation, so the bound stands and a gathering reducer sends
+  // such a bucket dense when the bound outweighs the dense allreduce.
+  std::size_t planned_payload_bytes(std::size_t n, const StepContext& /*ctx*/) const override {
+    if (fixed_ || n == 0) return max_payload_bytes(n);
+    const std::size_t count = rule_ == Rule::kPercentile
+                                  ? n - detail::count_for_fraction(fraction_, n) + 1
+                                  : detail::count_for_fraction(fraction_, n);
+    return detail::sparse_payload_bytes(std::min(count, n), SparseValues::kFp32);
+  }
+
   std::size_t encode_payload(std::span<const float> in, const StepContext& /*ctx*/,
                              std::span<std::byte> payload) const override {
     return detail::write_sparse(in, select(in), SparseValues::kFp32, payload);
