@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs dependencies, builds every target in
-# build/ (reusing what scripts/run.sh built there), runs every ctest, then builds the core
-# with clang, AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/), runs the
-# core tests under them and runs every fuzz target for a short while (libFuzzer). Exits
-# non-zero on the first failure.
+# build/ (reusing what scripts/run.sh built there), runs every ctest while it builds the
+# core with clang, AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/) at low
+# priority, runs the core tests under them and runs every fuzz target for a short while
+# (libFuzzer). Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${GRADCOMP_JOBS:-2}
@@ -19,20 +19,38 @@ if ! ls build/python/gradcomp/_C*.so >/dev/null 2>&1; then
   echo "test.sh: the Python package was not built (cmake found no pybind11 or no torch for /usr/bin/python3)" >&2
   exit 1
 fi
-echo "== tests (Release; label dist: Gloo over 127.0.0.1, well under a minute) (at ${SECONDS} s)"
-ctest --test-dir build --output-on-failure -j "$jobs"
-
-# One sanitizer build serves the core tests and the fuzzer: clang, ASan + UBSan, and
+# One sanitizer build serves the core tests and the fuzzers: clang, ASan + UBSan, and
 # libFuzzer's coverage instrumentation (harmless for the tests). -ffp-contract=off: clang
 # would fuse a*b+c where GCC (ISO mode) does not, and some tests compare kernels bit for bit
 # with scalar references. GRADCOMP_ASSERTIONS keeps assert() (and so Eigen's range checks)
-# on in this RelWithDebInfo build.
-echo "== core tests under ASan+UBSan, assertions on (clang; build-sanitize/) (at ${SECONDS} s)"
+# on in this RelWithDebInfo build. scripts/fuzz.sh configures it identically.
 CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS=-ffp-contract=off -DGRADCOMP_BUILD_FUZZ=ON -DGRADCOMP_ASSERTIONS=ON \
   -DGRADCOMP_SANITIZE=fuzzer-no-link,address,undefined -DGRADCOMP_BUILD_TOOLS=OFF \
   -DGRADCOMP_BUILD_BENCH=OFF -DGRADCOMP_BUILD_DIST=OFF >/dev/null
-cmake --build build-sanitize -j "$jobs" --target gradcomp_core_tests -- "${quiet[@]}"
+
+# It is built while the Release tests run, at the lowest CPU priority: those tests spend
+# much of their time waiting (for peers, timeouts, process start-up; ~0.8 of the 2 cores
+# busy on average), and a nice-19 build only takes what they leave idle, so their timing
+# is not disturbed. Its own process group, so that a failure stops all of it.
+sanitize_targets=(gradcomp_core_tests gradcomp_decode_fuzz gradcomp_spec_fuzz gradcomp_checkpoint_fuzz)
+sanitize_log=build-sanitize/build.log
+setsid nice -n 19 cmake --build build-sanitize -j "$jobs" --target "${sanitize_targets[@]}" \
+  -- "${quiet[@]}" >"$sanitize_log" 2>&1 &
+sanitize_pid=$!
+trap 'kill -- -"$sanitize_pid" 2>/dev/null || true' EXIT
+
+echo "== tests (Release; the sanitizer build runs beside them at nice 19) (at ${SECONDS} s)"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== core tests under ASan+UBSan, assertions on (clang; build-sanitize/) (at ${SECONDS} s)"
+if ! wait "$sanitize_pid"; then
+  cat "$sanitize_log" >&2
+  echo "test.sh: the sanitizer build failed (log above: $sanitize_log)" >&2
+  exit 1
+fi
+trap - EXIT
+echo "   (sanitizer build done at ${SECONDS} s)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-sanitize --output-on-failure -j "$jobs" -L core
 
