@@ -108,7 +108,9 @@ class Codec {
   // e = p - decode(msg). Equals update.apply over all of e followed by encode_feedback(e)
   // bit for bit, messages, residual and exceptions' state alike (tests hold every codec to
   // that); codecs that override encode_payload_with_residual do it in fewer passes over
-  // memory (2bit, 1bit, signsgd, topk: one pass over g and e, docs/algorithms/error-feedback.md).
+  // memory: one pass over g and e for 1bit, signsgd, 2bit with a fixed threshold and top-k's
+  // sampled selection; two for 2bit's adaptive threshold and exact top-k (one fewer than
+  // before; docs/algorithms/error-feedback.md).
   // update.size() must equal e.size().
   std::size_t encode_with_residual(const ResidualUpdate& update, std::span<float> e,
                                    const StepContext& ctx, std::span<std::byte> out) const;
