@@ -24,6 +24,35 @@ struct CodecTraits {
   bool stochastic = false;    // draws from the counter RNG
 };
 
+// One step's addition to an error-feedback residual e, for Codec::encode_with_residual:
+//   error feedback (ef):           p = e + g
+//   momentum correction (efm):     u <- m*u + g ;  p = e + u
+//                       Nesterov:  u <- m*(u + g) ;  p = e + u + g
+// A fused codec forms p range by range, inside the pass that reads it (apply), or looks at
+// p without forming it (peek: what apply would write, bit for bit). The spans must outlive
+// the call that uses the update; u is written by apply.
+class ResidualUpdate {
+ public:
+  explicit ResidualUpdate(std::span<const float> g) : g_(g) {}
+  ResidualUpdate(std::span<const float> g, std::span<float> u, float m, bool nesterov)
+      : g_(g), u_(u), m_(m), momentum_(true), nesterov_(nesterov) {}
+
+  std::size_t size() const { return g_.size(); }
+
+  // e[begin, end) <- p[begin, end), u updated there. Calls on disjoint ranges may run on
+  // different threads; each element must be applied exactly once.
+  void apply(float* e, std::size_t begin, std::size_t end) const;
+  // dst[0, end - begin) <- p[begin, end), changing nothing (e and u not yet applied there).
+  void peek(const float* e, std::size_t begin, std::size_t end, float* dst) const;
+
+ private:
+  std::span<const float> g_;
+  std::span<float> u_;
+  float m_ = 0.0f;
+  bool momentum_ = false;
+  bool nesterov_ = false;
+};
+
 // Element type of a linear codec's summable region.
 enum class WireDType : std::uint8_t { kFloat32, kFloat16, kBFloat16 };
 
@@ -82,6 +111,18 @@ class Codec {
   std::size_t encode_feedback(std::span<float> p, const StepContext& ctx,
                               std::span<std::byte> out) const;
 
+  // The whole error-feedback step on the residual e: forms p = e + (what `update` adds;
+  // u too for momentum correction), writes the message of p into out and leaves
+  // e = p - decode(msg). Equals update.apply over all of e followed by encode_feedback(e)
+  // bit for bit, messages, residual and exceptions' state alike (tests hold every codec to
+  // that); codecs that override encode_payload_with_residual do it in fewer passes over
+  // memory: one pass over g and e for 1bit, signsgd, 2bit with a fixed threshold and top-k's
+  // sampled selection; two for 2bit's adaptive threshold and exact top-k (one fewer than
+  // before; docs/algorithms/error-feedback.md).
+  // update.size() must equal e.size().
+  std::size_t encode_with_residual(const ResidualUpdate& update, std::span<float> e,
+                                   const StepContext& ctx, std::span<std::byte> out) const;
+
   // Linear codecs only: which bytes of an n-element message ranks may sum.
   virtual LinearRegion linear_region(std::size_t n) const;
 
@@ -107,6 +148,14 @@ class Codec {
   // Fused error-feedback hook; the default is encode_payload then decode_payload_add(-1).
   virtual std::size_t encode_payload_feedback(std::span<float> p, const StepContext& ctx,
                                               std::span<std::byte> payload) const;
+
+  // Fused residual hook (encode_with_residual): e holds the residual, update says what this
+  // step adds. The default applies update to all of e, then encode_payload_feedback(e): a
+  // codec overrides it when it can form p inside its own pass. Whatever it does, on return
+  // (normal or by exception) every element of e must have been applied exactly once.
+  virtual std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
+                                                   const StepContext& ctx,
+                                                   std::span<std::byte> payload) const;
 
  private:
   CodecIdentity identity_;

@@ -64,6 +64,74 @@ std::size_t Codec::encode_payload_feedback(std::span<float> p, const StepContext
   return bytes;
 }
 
+std::size_t Codec::encode_with_residual(const ResidualUpdate& update, std::span<float> e,
+                                        const StepContext& ctx, std::span<std::byte> out) const {
+  if (update.size() != e.size()) {
+    throw InvalidArgument(name() + " encode: gradient of " + std::to_string(update.size()) +
+                          " elements, residual of " + std::to_string(e.size()));
+  }
+  check_encode_args(*this, e.size(), out.size(), "encode");
+  const std::size_t payload =
+      encode_payload_with_residual(update, e, ctx, out.subspan(kHeaderBytes));
+  write_header(out, wire_id(), config_tag(), e.size(), payload);
+  return kHeaderBytes + payload;
+}
+
+std::size_t Codec::encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
+                                                const StepContext& ctx,
+                                                std::span<std::byte> payload) const {
+  update.apply(e.data(), 0, e.size());
+  return encode_payload_feedback(e, ctx, payload);
+}
+
+// The expressions are those of the unfused memories (error_feedback.cc before the fused
+// path) and of the tests' references, so a compiler that contracts m*u + g into an FMA
+// contracts it here too: apply and peek compute the same values.
+void ResidualUpdate::apply(float* e, std::size_t begin, std::size_t end) const {
+  const float* g = g_.data();
+  if (!momentum_) {
+    for (std::size_t i = begin; i < end; ++i) e[i] += g[i];
+    return;
+  }
+  float* u = u_.data();
+  const float m = m_;
+  if (nesterov_) {
+    for (std::size_t i = begin; i < end; ++i) {
+      u[i] = m * (u[i] + g[i]);
+      e[i] += u[i] + g[i];
+    }
+  } else {
+    for (std::size_t i = begin; i < end; ++i) {
+      u[i] = m * u[i] + g[i];
+      e[i] += u[i];
+    }
+  }
+}
+
+void ResidualUpdate::peek(const float* e, std::size_t begin, std::size_t end, float* dst) const {
+  const float* g = g_.data();
+  if (!momentum_) {
+    for (std::size_t i = begin; i < end; ++i) dst[i - begin] = e[i] + g[i];
+    return;
+  }
+  const float* u = u_.data();
+  const float m = m_;
+  if (nesterov_) {
+    for (std::size_t i = begin; i < end; ++i) {
+      float ui = m * (u[i] + g[i]);
+      // apply stores m*(u + g) to u, which keeps compilers from contracting it into the
+      // following sum; the empty asm does the same here (peek only serves samples).
+      asm("" : "+x"(ui));
+      dst[i - begin] = e[i] + (ui + g[i]);
+    }
+  } else {
+    for (std::size_t i = begin; i < end; ++i) {
+      const float ui = m * u[i] + g[i];
+      dst[i - begin] = e[i] + ui;
+    }
+  }
+}
+
 LinearRegion Codec::linear_region(std::size_t /*n*/) const {
   throw InvalidArgument(name() + ": not a linear codec; its messages cannot be summed");
 }

@@ -18,6 +18,7 @@
 
 #include "codecs.h"
 #include "detail/bitpack.h"
+#include "detail/pending.h"
 #include "gradcomp/wire.h"
 
 namespace gradcomp {
@@ -52,6 +53,16 @@ class OneBitCodec final : public Codec {
     detail::sign_encode_feedback(p.data(), p.size(), tau_, detail::SignRule::kGreater, lut(-1.0f),
                                  payload.data());
     return detail::packed1_bytes(p.size());
+  }
+
+  // One pass over g and e: p formed per L1-sized block, packed, e = p - decode.
+  std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
+                                           const StepContext& /*ctx*/,
+                                           std::span<std::byte> payload) const override {
+    const detail::Pending pending = detail::residual_pending(update, e);
+    detail::sign_encode_feedback(e.data(), e.size(), tau_, detail::SignRule::kGreater, lut(-1.0f),
+                                 payload.data(), &pending);
+    return detail::packed1_bytes(e.size());
   }
 
  private:

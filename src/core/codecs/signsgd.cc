@@ -34,6 +34,7 @@
 
 #include "codecs.h"
 #include "detail/bitpack.h"
+#include "detail/pending.h"
 #include "detail/reductions.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
@@ -75,6 +76,16 @@ class SignSgdCodec final : public Codec {
     detail::sign_encode_feedback(p.data(), p.size(), 0.0f, detail::SignRule::kGreaterEqual,
                                  sign_lut(-1.0f, 1.0f), payload.data());
     return detail::packed1_bytes(p.size());
+  }
+
+  // One pass over g and e: p formed per L1-sized block, packed, e = p - decode.
+  std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
+                                           const StepContext& /*ctx*/,
+                                           std::span<std::byte> payload) const override {
+    const detail::Pending pending = detail::residual_pending(update, e);
+    detail::sign_encode_feedback(e.data(), e.size(), 0.0f, detail::SignRule::kGreaterEqual,
+                                 sign_lut(-1.0f, 1.0f), payload.data(), &pending);
+    return detail::packed1_bytes(e.size());
   }
 };
 

@@ -43,6 +43,7 @@
 
 #include "codecs.h"
 #include "detail/bitpack.h"
+#include "detail/pending.h"
 #include "detail/reductions.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
@@ -99,16 +100,41 @@ class Threshold2BitCodec final : public Codec {
     return header_bytes() + detail::packed2_bytes(p.size());
   }
 
+  // ef(2bit) / efm(2bit) in as few passes as tau allows:
+  //   fixed tau: ONE pass over g and e: form p = g + e per L1-sized block, pack it and
+  //     write e = p - decode(msg), while the block is in L1 (reads g and e, writes e and
+  //     the codes: the minimum).
+  //   adaptive tau = scale * mean |p|: every |p| is needed before the first code, so two
+  //     passes: the first forms p in e and sums |p| (the blocked sum of abs_sum, the same
+  //     double), the second packs and updates e (reads e only). Before fusion: three
+  //     passes over e (add g, sum, pack) of which the first also read g.
+  std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
+                                           const StepContext& /*ctx*/,
+                                           std::span<std::byte> payload) const override {
+    const detail::Pending pending = detail::residual_pending(update, e);
+    if (!adaptive()) {
+      detail::threshold2_encode_feedback(e.data(), e.size(), encode_tau(tau_), lut(tau_, -1.0f),
+                                         payload.data(), &pending);
+      return detail::packed2_bytes(e.size());
+    }
+    const float tau = message_tau(e, payload, &pending);
+    detail::threshold2_encode_feedback(e.data(), e.size(), encode_tau(tau), lut(tau, -1.0f),
+                                       payload.data() + header_bytes());
+    return header_bytes() + detail::packed2_bytes(e.size());
+  }
+
  private:
   bool adaptive() const { return tau_ == 0.0f; }
   std::size_t header_bytes() const { return adaptive() ? 4 : 0; }
 
   // This message's tau: the fixed one, or scale * mean |p| (written to the payload).
-  float message_tau(std::span<const float> p, std::span<std::byte> payload) const {
+  // With a pending, p is formed inside the sum's pass (all of it, even when this throws).
+  float message_tau(std::span<const float> p, std::span<std::byte> payload,
+                    const detail::Pending* pending = nullptr) const {
     if (!adaptive()) return tau_;
     float tau = 0.0f;
     if (!p.empty()) {
-      const double sum = detail::abs_sum(p.data(), p.size());
+      const double sum = detail::abs_sum(p.data(), p.size(), pending);
       if (!std::isfinite(sum)) {
         throw InvalidArgument("2bit encode: non-finite input (sum |p| = " + std::to_string(sum) +
                               "); the adaptive threshold needs a finite gradient");

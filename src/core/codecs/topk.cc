@@ -11,6 +11,7 @@
 #include <string>
 
 #include "codecs.h"
+#include "detail/pending.h"
 #include "detail/scratch.h"
 #include "detail/select.h"
 #include "detail/sparse_message.h"
@@ -61,6 +62,27 @@ class TopkCodec final : public Codec {
     return bytes;
   }
 
+  // ef(topk) / efm(topk) with p formed inside the selection's first pass. Full passes
+  // over memory, sampled selection (select=auto from 2^18, select=sampled):
+  //   1. forms p = g + e in e block by block, and in the same pass collects every index
+  //      with |p| >= the sampled threshold (the sample of ~1% of p is peeked from g and e
+  //      before the pass); reads g and e, writes e;
+  //   then only the <= 1.3k selected entries are touched: their values go into the message
+  //   and e keeps p with them zeroed (e = p - decode(msg)).
+  // That is one pass where the unfused path made two (e += g, then the selection over p).
+  // The rare corrections (threshold too low: one more read of p per retry; too many
+  // candidates: exact selection, two reads) are as before. Exact selection: pass 1 forms
+  // p and builds the histogram, pass 2 reads p to gather the candidates (was three).
+  std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
+                                           const StepContext& ctx,
+                                           std::span<std::byte> payload) const override {
+    const detail::Pending pending = detail::residual_pending(update, e);
+    const auto idx = select(e, ctx, &pending);
+    const std::size_t bytes = detail::write_sparse(e, idx, values_, payload);
+    detail::subtract_sent(e, idx, values_);
+    return bytes;
+  }
+
   void decode_payload_add(std::span<const std::byte> payload, std::span<float> out,
                           float alpha) const override {
     const std::size_t n = out.size();
@@ -78,16 +100,17 @@ class TopkCodec final : public Codec {
     return sampled(n) ? detail::sampled_max_count(k(n)) : k(n);
   }
 
-  // The selected indices, ascending, in scratch slot 0.
-  std::span<const std::uint32_t> select(std::span<const float> x, const StepContext& ctx) const {
+  // The selected indices, ascending, in scratch slot 0 (x formed by pending if given).
+  std::span<const std::uint32_t> select(std::span<const float> x, const StepContext& ctx,
+                                        const detail::Pending* pending = nullptr) const {
     const std::size_t n = x.size();
     const auto out = detail::scratch<std::uint32_t>(0, max_count(n));
     std::size_t c = 0;
     if (sampled(n)) {
       const CounterRng rng = CounterRng::for_step(ctx, RngScope::kPerRank);
-      c = detail::select_topk_sampled(x, k(n), sample_, rng, out, "topk encode");
+      c = detail::select_topk_sampled(x, k(n), sample_, rng, out, "topk encode", pending);
     } else {
-      c = detail::select_topk_exact(x, k(n), out, "topk encode");
+      c = detail::select_topk_exact(x, k(n), out, "topk encode", pending);
     }
     return out.first(c);
   }

@@ -29,6 +29,8 @@
 
 namespace gradcomp::detail {
 
+struct Pending;  // detail/pending.h
+
 inline constexpr std::size_t kNoIndex = static_cast<std::size_t>(-1);
 
 // Payload bytes of n packed codes (n <= 2^32 - 1, so no overflow on 64-bit size_t).
@@ -59,11 +61,12 @@ struct Lut1 {
 // code 11 if p >= tau, 10 if p <= -tau, else 00 (NaN: 00). tau > 0.
 void threshold2_encode_ref(const float* p, std::size_t n, float tau, std::byte* out);
 void threshold2_encode(const float* p, std::size_t n, float tau, std::byte* out);
-// The same codes, and p[i] += lut.v[code_i] in the same pass (error feedback).
+// The same codes, and p[i] += lut.v[code_i] in the same pass (error feedback). With a
+// pending (detail/pending.h), p is formed block by block inside that pass.
 void threshold2_encode_feedback_ref(float* p, std::size_t n, float tau, const Lut2& lut,
                                     std::byte* out);
-void threshold2_encode_feedback(float* p, std::size_t n, float tau, const Lut2& lut,
-                                std::byte* out);
+void threshold2_encode_feedback(float* p, std::size_t n, float tau, const Lut2& lut, std::byte* out,
+                                const Pending* pending = nullptr);
 
 // ---- stochastic ternary codes (TernGrad) ----------------------------------------------
 // a_i = min(|g_i|, bound); code 11 (g_i > 0) or 10 (g_i < 0) if rng.uniform(i) < a_i / s,
@@ -80,11 +83,11 @@ enum class SignRule : std::uint8_t {
 };
 void sign_encode_ref(const float* p, std::size_t n, float t, SignRule rule, std::byte* out);
 void sign_encode(const float* p, std::size_t n, float t, SignRule rule, std::byte* out);
-// The same bits, and p[i] += lut.v[bit_i] in the same pass.
+// The same bits, and p[i] += lut.v[bit_i] in the same pass (p formed in it with a pending).
 void sign_encode_feedback_ref(float* p, std::size_t n, float t, SignRule rule, const Lut1& lut,
                               std::byte* out);
 void sign_encode_feedback(float* p, std::size_t n, float t, SignRule rule, const Lut1& lut,
-                          std::byte* out);
+                          std::byte* out, const Pending* pending = nullptr);
 
 // ---- decoding: out[i] += lut.v[code_i] ------------------------------------------------
 void unpack2_add_ref(const std::byte* in, std::size_t n, const Lut2& lut, float* out);

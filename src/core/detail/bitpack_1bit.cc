@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "detail/bitpack_internal.h"
+#include "detail/pending.h"
 #include "gradcomp/wire.h"
 
 namespace gradcomp::detail {
@@ -125,12 +126,19 @@ void sign_encode_feedback_ref(float* p, std::size_t n, float t, SignRule rule, c
 }
 
 void sign_encode_feedback(float* p, std::size_t n, float t, SignRule rule, const Lut1& lut,
-                          std::byte* out) {
-  for_chunks(n, [&](std::size_t b, std::size_t e) {
+                          std::byte* out, const Pending* pending) {
+  const auto range = [&](std::size_t b, std::size_t e) {
     if (rule == SignRule::kGreater) {
       sign_range<true, SignRule::kGreater>(p, p, b, e, t, lut, out);
     } else {
       sign_range<true, SignRule::kGreaterEqual>(p, p, b, e, t, lut, out);
+    }
+  };
+  for_chunks(n, [&](std::size_t b, std::size_t e) {
+    if (pending == nullptr) {
+      range(b, e);
+    } else {
+      pending->blocks(b, e, range);  // pieces start on multiples of 32: whole words
     }
   });
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "detail/bitpack_internal.h"
+#include "detail/pending.h"
 #include "gradcomp/wire.h"
 
 namespace gradcomp::detail {
@@ -115,10 +116,18 @@ void threshold2_encode_feedback_ref(float* p, std::size_t n, float tau, const Lu
   });
 }
 
-void threshold2_encode_feedback(float* p, std::size_t n, float tau, const Lut2& lut,
-                                std::byte* out) {
-  for_chunks(
-      n, [&](std::size_t b, std::size_t e) { threshold2_range<true>(p, p, b, e, tau, lut, out); });
+void threshold2_encode_feedback(float* p, std::size_t n, float tau, const Lut2& lut, std::byte* out,
+                                const Pending* pending) {
+  for_chunks(n, [&](std::size_t b, std::size_t e) {
+    if (pending == nullptr) {
+      threshold2_range<true>(p, p, b, e, tau, lut, out);
+    } else {
+      // Pieces start on kFillBlock (a multiple of 16) boundaries: whole packed words.
+      pending->blocks(b, e, [&](std::size_t pb, std::size_t pe) {
+        threshold2_range<true>(p, p, pb, pe, tau, lut, out);
+      });
+    }
+  });
 }
 
 // ---- decoding -----------------------------------------------------------------------------

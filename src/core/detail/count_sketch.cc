@@ -1,13 +1,17 @@
 // Count sketch kernels (see count_sketch.h).
 //
 // Speed notes (25M coordinates, 5 rows, one thread). Building is a scatter of r*n
-// additions into the table: it runs row by row, so that the row being filled (c
-// floats; 500 KB at the default c = n/200) stays in L2 while x streams through, and
-// within a row in chunks of kChunk coordinates: a vectorised pass computes the chunk's
-// columns and signed values (the multiply-add-shift hash is three 32x32 multiplies),
-// then a scalar loop adds them into the row. Estimating gathers r cells per coordinate
-// chunk by chunk, then takes the median with a min/max sorting network that vectorises
-// across the chunk.
+// additions into the table: it runs two rows at a time (x is read ceil(r/2) times, and
+// the two rows' independent read-modify-writes keep more misses in flight; the two rows,
+// 1 MB at the default c = n/200, stay in L2 on a 1 MB-L2 core while x streams through),
+// and within them in chunks of kBuildChunk coordinates: a vectorised pass computes the
+// chunk's columns and signed values (the multiply-add-shift hash is three 32x32
+// multiplies, the sign an xor), then a scalar loop adds them into the rows. That loop
+// is bound by the cells' L1 misses: ~1 ns per addition with a 500 KB row, ~0.6 ns when
+// the row fits in L1, so no reordering of a single-threaded scalar scatter gets far
+// below r*n ns (measured 2026-11-26; docs/measurements/codec-speed.md). Estimating gathers r cells
+// per coordinate chunk by chunk, then takes the median with a min/max sorting network that
+// vectorises across the chunk.
 #include "detail/count_sketch.h"
 
 #include <algorithm>
@@ -28,6 +32,7 @@ namespace gradcomp::detail {
 namespace {
 
 constexpr std::size_t kChunk = 1024;                        // coordinates per inner pass
+constexpr std::size_t kBuildChunk = 4096;                   // the same, building
 constexpr std::size_t kParallelMin = std::size_t{1} << 17;  // below this, one thread
 
 // v with its sign bit flipped where `mask` (0 or 0x80000000) says: s * v, exactly.
@@ -118,10 +123,13 @@ MedianFn median_for(std::uint32_t r) {
 // and one 32-bit multiply per eight coordinates; GCC's own vectorisation of the 64-bit
 // arithmetic spends most of its time shuffling), the scalar definitions for the tail.
 // kPacked: col[t] = column | sign mask (columns are < 2^31), sgn unused: the scatter
-// then reads one array instead of two.
+// then reads one array instead of two. With xs (the build): val[t] receives the signed
+// value s * (scale * x[t]) (scale == 1: s * x[t]), sgn unused, so that the scatter is one
+// load of the column, one of the value and the cell's read-modify-write.
 template <bool kPacked>
 void hash_chunk(const SketchHash::Row& row, std::uint32_t cols, std::uint32_t s, std::size_t m,
-                std::uint32_t* col, std::uint32_t* sgn) {
+                std::uint32_t* col, std::uint32_t* sgn, const float* xs = nullptr,
+                float scale = 1.0f, float* val = nullptr) {
   const std::uint32_t a_lo = row.a_lo, a_hi = row.a_hi;
   const std::uint64_t b = row.b;
   std::size_t t = 0;
@@ -147,6 +155,11 @@ void hash_chunk(const SketchHash::Row& row, std::uint32_t cols, std::uint32_t s,
     if constexpr (kPacked) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(col + t),
                          _mm256_or_si256(c, _mm256_slli_epi32(h, 31)));
+    } else if (xs != nullptr) {
+      __m256 v = _mm256_loadu_ps(xs + t);
+      if (scale != 1.0f) v = _mm256_mul_ps(_mm256_set1_ps(scale), v);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(col + t), c);
+      _mm256_store_ps(val + t, _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(h, 31))));
     } else {
       _mm256_store_si256(reinterpret_cast<__m256i*>(col + t), c);
       _mm256_store_si256(reinterpret_cast<__m256i*>(sgn + t), _mm256_slli_epi32(h, 31));
@@ -160,6 +173,9 @@ void hash_chunk(const SketchHash::Row& row, std::uint32_t cols, std::uint32_t s,
     const std::uint32_t h = static_cast<std::uint32_t>(p >> 32) + a_hi * ii;
     if constexpr (kPacked) {
       col[t] = SketchHash::column_of(h, cols) | (h << 31);
+    } else if (xs != nullptr) {
+      col[t] = SketchHash::column_of(h, cols);
+      val[t] = flip(scale == 1.0f ? xs[t] : scale * xs[t], h << 31);
     } else {
       col[t] = SketchHash::column_of(h, cols);
       sgn[t] = h << 31;
@@ -235,28 +251,37 @@ void sketch_accumulate(const SketchHash& h, std::span<const float> x, float scal
   check_table(h, table.size(), x.size(), "sketch accumulate");
   const std::size_t n = x.size();
   const std::uint32_t c = h.cols();
-  const auto rows = static_cast<std::ptrdiff_t>(h.rows());
-  // Rows are independent: one thread per row keeps every cell's addition order.
+  const std::uint32_t r = h.rows();
+  const auto pairs = static_cast<std::ptrdiff_t>((r + 1) / 2);
+  // Rows are independent; a row's cells receive their additions in ascending i, as in
+  // the reference, whichever thread fills it. Rows go in pairs: x is read once per pair
+  // (half the passes over memory), and the two rows' read-modify-writes are independent,
+  // so twice as many cache misses are in flight. One thread per pair.
 #ifdef GRADCOMP_OPENMP
-#pragma omp parallel for schedule(static, 1) if (n * h.rows() > kParallelMin)
+#pragma omp parallel for schedule(static, 1) if (n * r > kParallelMin)
 #endif
-  for (std::ptrdiff_t jj = 0; jj < rows; ++jj) {
-    const auto j = static_cast<std::uint32_t>(jj);
-    float* row = table.data() + std::size_t{j} * c;
-    alignas(64) std::uint32_t col[kChunk];
-    for (std::size_t s = 0; s < n; s += kChunk) {
-      const std::size_t m = std::min(kChunk, n - s);
+  for (std::ptrdiff_t pp = 0; pp < pairs; ++pp) {
+    const auto j0 = static_cast<std::uint32_t>(2 * pp);
+    const bool two = j0 + 1 < r;
+    float* row0 = table.data() + std::size_t{j0} * c;
+    float* row1 = two ? row0 + c : nullptr;
+    alignas(64) std::uint32_t col[2][kBuildChunk];
+    alignas(64) float val[2][kBuildChunk];
+    for (std::size_t s = 0; s < n; s += kBuildChunk) {
+      const std::size_t m = std::min(kBuildChunk, n - s);
       const float* xs = x.data() + s;
-      hash_chunk<true>(h.row(j), c, static_cast<std::uint32_t>(s), m, col, nullptr);
+      const auto s32 = static_cast<std::uint32_t>(s);
+      hash_chunk<false>(h.row(j0), c, s32, m, col[0], nullptr, xs, scale, val[0]);
       // The scatter: independent read-modify-writes that the CPU overlaps; equal columns
-      // within the chunk are forwarded store to load, in order.
-      constexpr std::uint32_t kCol = 0x7FFFFFFFu, kSign = 0x80000000u;
-      if (scale == 1.0f) {
-        for (std::size_t t = 0; t < m; ++t) row[col[t] & kCol] += flip(xs[t], col[t] & kSign);
-      } else {
+      // within a row are forwarded store to load, in order.
+      if (two) {
+        hash_chunk<false>(h.row(j0 + 1), c, s32, m, col[1], nullptr, xs, scale, val[1]);
         for (std::size_t t = 0; t < m; ++t) {
-          row[col[t] & kCol] += flip(scale * xs[t], col[t] & kSign);
+          row0[col[0][t]] += val[0][t];
+          row1[col[1][t]] += val[1][t];
         }
+      } else {
+        for (std::size_t t = 0; t < m; ++t) row0[col[0][t]] += val[0][t];
       }
     }
   }

@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #endif
 
+#include "detail/pending.h"
 #include "detail/scratch.h"
 
 namespace gradcomp::detail {
@@ -65,8 +66,11 @@ double combine16(const double* l) {
 }
 
 // Sum of |x| over one block [begin, end), begin a multiple of 16 relative to the block.
+// With a pending, the block is filled in kFillBlock pieces (multiples of 16), each summed
+// right after it is filled; the lanes and their order are those of the unfilled sum.
 template <bool kFast>
-double abs_sum_block(const float* x, std::size_t begin, std::size_t end) {
+double abs_sum_block(const float* x, std::size_t begin, std::size_t end,
+                     const Pending* pending = nullptr) {
   alignas(32) double lanes[16] = {};
   std::size_t i = begin;
 #ifdef __AVX2__
@@ -74,18 +78,34 @@ double abs_sum_block(const float* x, std::size_t begin, std::size_t end) {
     const __m256 mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
     __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
                       _mm256_setzero_pd()};
-    for (; i + 16 <= end; i += 16) {
-      const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), mask);
-      const __m256 b = _mm256_and_ps(_mm256_loadu_ps(x + i + 8), mask);
-      acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
-      acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
-      acc[2] = _mm256_add_pd(acc[2], _mm256_cvtps_pd(_mm256_castps256_ps128(b)));
-      acc[3] = _mm256_add_pd(acc[3], _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)));
+    const auto sum16 = [&](std::size_t piece_end) {
+      for (; i + 16 <= piece_end; i += 16) {
+        const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), mask);
+        const __m256 b = _mm256_and_ps(_mm256_loadu_ps(x + i + 8), mask);
+        acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
+        acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
+        acc[2] = _mm256_add_pd(acc[2], _mm256_cvtps_pd(_mm256_castps256_ps128(b)));
+        acc[3] = _mm256_add_pd(acc[3], _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)));
+      }
+    };
+    if (pending == nullptr) {
+      sum16(end);
+    } else {
+      pending->blocks(begin, end, [&](std::size_t, std::size_t pe) { sum16(pe); });
     }
     for (int k = 0; k < 4; ++k) _mm256_store_pd(lanes + 4 * k, acc[k]);
+    for (; i < end; ++i) lanes[(i - begin) % 16] += static_cast<double>(std::fabs(x[i]));
+    return combine16(lanes);
   }
 #endif
-  for (; i < end; ++i) lanes[(i - begin) % 16] += static_cast<double>(std::fabs(x[i]));
+  const auto sum1 = [&](std::size_t piece_end) {
+    for (; i < piece_end; ++i) lanes[(i - begin) % 16] += static_cast<double>(std::fabs(x[i]));
+  };
+  if (pending == nullptr) {
+    sum1(end);
+  } else {
+    pending->blocks(begin, end, [&](std::size_t, std::size_t pe) { sum1(pe); });
+  }
   return combine16(lanes);
 }
 
@@ -161,9 +181,13 @@ T blocked_sum(const float* x, std::size_t n, const BlockFn& block, const Add& ad
 }
 
 template <bool kFast>
-double abs_sum_impl(const float* x, std::size_t n) {
-  return blocked_sum<kFast, double>(x, n, abs_sum_block<kFast>,
-                                    [](double a, double b) { return a + b; });
+double abs_sum_impl(const float* x, std::size_t n, const Pending* pending = nullptr) {
+  return blocked_sum<kFast, double>(
+      x, n,
+      [pending](const float* xs, std::size_t b, std::size_t e) {
+        return abs_sum_block<kFast>(xs, b, e, pending);
+      },
+      [](double a, double b) { return a + b; });
 }
 
 template <bool kFast>
@@ -200,7 +224,9 @@ std::uint32_t abs_max_bits(const float* x, std::size_t n) {
 }
 
 double abs_sum_ref(const float* x, std::size_t n) { return abs_sum_impl<false>(x, n); }
-double abs_sum(const float* x, std::size_t n) { return abs_sum_impl<true>(x, n); }
+double abs_sum(const float* x, std::size_t n, const Pending* pending) {
+  return abs_sum_impl<true>(x, n, pending);
+}
 Moments moments_ref(const float* x, std::size_t n) { return moments_impl<false>(x, n); }
 Moments moments(const float* x, std::size_t n) { return moments_impl<true>(x, n); }
 

@@ -8,6 +8,8 @@
 
 namespace gradcomp::detail {
 
+struct Pending;  // detail/pending.h
+
 // max_i of the bit pattern of |x_i| (sign cleared). Order-independent and exact; a result
 // >= 0x7F800000 means some x_i is inf or NaN.
 std::uint32_t abs_max_bits_ref(const float* x, std::size_t n);
@@ -20,7 +22,8 @@ std::uint32_t abs_max_bits(const float* x, std::size_t n);
 inline constexpr std::size_t kSumBlock = std::size_t{1} << 16;
 inline constexpr int kSumScratchSlot = 3;
 double abs_sum_ref(const float* x, std::size_t n);  // sum |x_i|
-double abs_sum(const float* x, std::size_t n);
+// With a pending (detail/pending.h), x is formed block by block inside the sum's pass.
+double abs_sum(const float* x, std::size_t n, const Pending* pending = nullptr);
 struct Moments {
   double sum = 0;                  // sum x_i
   double sum_sq = 0;               // sum x_i^2 (each square is exact in double)

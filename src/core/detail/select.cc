@@ -21,6 +21,7 @@
 #include <immintrin.h>
 #endif
 
+#include "detail/pending.h"
 #include "detail/scratch.h"
 #include "gradcomp/error.h"
 
@@ -113,19 +114,27 @@ std::size_t apply_cut(std::span<const float> x, std::uint32_t* list, std::size_t
   return o;
 }
 
-// Level-0 histogram of abs_bits(x) >> 21 into hist[1024].
-void histogram_level0(const float* x, std::size_t n, std::uint32_t* hist) {
+// Level-0 histogram of abs_bits(x) >> 21 into hist[1024] (x formed in the pass with a
+// pending).
+void histogram_level0(const float* x, std::size_t n, std::uint32_t* hist, const Pending* pending) {
   // Four sub-histograms (16 KiB, L1-resident): consecutive equal buckets (common: most
   // gradients share a few exponents) would otherwise chain increments on one counter.
   alignas(64) std::uint32_t h[4][1024] = {};
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    ++h[0][abs_bits(x[i]) >> 21];
-    ++h[1][abs_bits(x[i + 1]) >> 21];
-    ++h[2][abs_bits(x[i + 2]) >> 21];
-    ++h[3][abs_bits(x[i + 3]) >> 21];
+  const auto range = [&](std::size_t begin, std::size_t end) {
+    std::size_t i = begin;
+    for (; i + 4 <= end; i += 4) {
+      ++h[0][abs_bits(x[i]) >> 21];
+      ++h[1][abs_bits(x[i + 1]) >> 21];
+      ++h[2][abs_bits(x[i + 2]) >> 21];
+      ++h[3][abs_bits(x[i + 3]) >> 21];
+    }
+    for (; i < end; ++i) ++h[0][abs_bits(x[i]) >> 21];
+  };
+  if (pending != nullptr) {
+    pending->blocks(0, n, range);
+  } else {
+    range(0, n);
   }
-  for (; i < n; ++i) ++h[0][abs_bits(x[i]) >> 21];
   for (std::uint32_t b = 0; b < 1024; ++b) hist[b] = h[0][b] + h[1][b] + h[2][b] + h[3][b];
 }
 
@@ -181,24 +190,40 @@ std::size_t topk_among_values(std::span<const float> x, std::uint32_t* list, std
   return apply_cut(x, list, m, cut);
 }
 
-// Indices with u >= thr into idx/vals; kNpos as soon as more than cap are found.
+// Indices with u >= thr into idx/vals; kNpos as soon as more than cap are found. With a
+// pending, x is formed block by block in the same pass, to the end even when the pass
+// has stopped collecting (over the cap, or a non-finite value: reported after it).
 std::size_t select_capped(std::span<const float> x, std::uint32_t thr, std::uint32_t* idx,
-                          std::uint32_t* vals, std::size_t cap, std::string_view op) {
+                          std::uint32_t* vals, std::size_t cap, std::string_view op,
+                          const Pending* pending = nullptr) {
   std::size_t c = 0;
   bool over = false;
+  bool non_finite = false;
   // Exceptions and early exits from inside the visitor: a flag keeps the loop simple;
   // once over, the remaining hits are skipped cheaply.
-  for_each_at_least(x.data(), x.size(), thr, [&](std::size_t i, std::uint32_t u) {
-    if (over) return;
-    if (u >= kNonFiniteBits) throw_non_finite(x, op);
-    if (c == cap) {
-      over = true;
-      return;
-    }
-    idx[c] = static_cast<std::uint32_t>(i);
-    vals[c] = u;
-    ++c;
-  });
+  const auto range = [&](std::size_t begin, std::size_t end) {
+    for_each_at_least(x.data() + begin, end - begin, thr, [&](std::size_t j, std::uint32_t u) {
+      if (over || non_finite) return;
+      if (u >= kNonFiniteBits) {
+        if (pending == nullptr) throw_non_finite(x, op);
+        non_finite = true;
+        return;
+      }
+      if (c == cap) {
+        over = true;
+        return;
+      }
+      idx[c] = static_cast<std::uint32_t>(begin + j);
+      vals[c] = u;
+      ++c;
+    });
+  };
+  if (pending != nullptr) {
+    pending->blocks(0, x.size(), range);
+  } else {
+    range(0, x.size());
+  }
+  if (non_finite) throw_non_finite(x, op);
   return over ? kNpos : c;
 }
 
@@ -213,12 +238,15 @@ std::size_t count_for_fraction(double fraction, std::size_t n) {
 }
 
 std::size_t select_topk_exact(std::span<const float> x, std::size_t k, std::span<std::uint32_t> out,
-                              std::string_view op) {
+                              std::string_view op, const Pending* pending) {
   const std::size_t n = x.size();
   k = std::min(k, n);
-  if (k == 0) return 0;
+  if (k == 0) {
+    fill_all(pending, n);
+    return 0;
+  }
   std::uint32_t hist[1024];
-  histogram_level0(x.data(), n, hist);
+  histogram_level0(x.data(), n, hist, pending);
   for (std::uint32_t b = kFirstNonFiniteBucket; b < 1024; ++b) {
     if (hist[b] != 0) throw_non_finite(x, op);
   }
@@ -275,7 +303,7 @@ std::uint32_t kth_largest_abs_bits(std::span<const float> x, std::size_t k, std:
                           " of n " + std::to_string(n));
   }
   std::uint32_t hist[1024];
-  histogram_level0(x.data(), n, hist);
+  histogram_level0(x.data(), n, hist, nullptr);
   for (std::uint32_t b = kFirstNonFiniteBucket; b < 1024; ++b) {
     if (hist[b] != 0) throw_non_finite(x, op);
   }
@@ -308,11 +336,14 @@ std::size_t select_at_least(std::span<const float> x, std::uint32_t thr_bits,
 
 std::size_t select_topk_sampled(std::span<const float> x, std::size_t k, double sample,
                                 const CounterRng& rng, std::span<std::uint32_t> out,
-                                std::string_view op) {
+                                std::string_view op, const Pending* pending) {
   const std::size_t n = x.size();
   k = std::min(k, n);
-  if (k == 0) return 0;
-  if (k == n) return select_topk_exact(x, k, out, op);  // everything; no threshold needed
+  if (k == 0) {
+    fill_all(pending, n);
+    return 0;
+  }
+  if (k == n) return select_topk_exact(x, k, out, op, pending);  // everything; no threshold
 
   // Sampling whole 64-byte lines (16 floats) instead of single elements: a random
   // element costs a full cache-line fetch anyway, so a line gives 16 samples for the
@@ -326,18 +357,23 @@ std::size_t select_topk_sampled(std::span<const float> x, std::size_t k, double 
   const std::size_t want = std::max(count_for_fraction(sample, n), min_samples);
   const std::size_t lines_total = n / kLine;
   const std::size_t lines = (want + kLine - 1) / kLine;
-  if (lines >= lines_total) return select_topk_exact(x, k, out, op);
+  if (lines >= lines_total) return select_topk_exact(x, k, out, op, pending);
   const std::size_t samples = lines * kLine;
 
   std::uint32_t thr = 0;
   {
     std::uint32_t* su = scratch<std::uint32_t>(3, samples).data();
+    float peeked[kLine];
     for (std::size_t j = 0; j < lines; ++j) {
       const std::size_t begin = j * lines_total / lines;
       const std::size_t end = (j + 1) * lines_total / lines;
       const std::size_t line =
           begin + rng.below(static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(end - begin));
       const float* src = x.data() + line * kLine;
+      if (pending != nullptr) {
+        pending->peek(line * kLine, (line + 1) * kLine, peeked);
+        src = peeked;
+      }
       for (std::size_t t = 0; t < kLine; ++t) su[j * kLine + t] = abs_bits(src[t]);
     }
     // top-(density * samples) of the sample; k * samples < 2^64 as both are < 2^32.
@@ -354,7 +390,8 @@ std::size_t select_topk_sampled(std::span<const float> x, std::size_t k, double 
   std::uint32_t* vals = scratch<std::uint32_t>(2, cap).data();
   constexpr int kMaxRetries = 10;
   for (int attempt = 0;; ++attempt) {
-    std::size_t c = select_capped(x, thr, idx, vals, cap, op);
+    // The first pass forms x (pending); later ones (DGC's retries) read it.
+    std::size_t c = select_capped(x, thr, idx, vals, cap, op, attempt == 0 ? pending : nullptr);
     if (c == kNpos) return select_topk_exact(x, k, out, op);
     if (10 * c > 13 * k) {
       c = topk_among_values(x, idx, vals, c, k);  // hierarchical re-selection

@@ -26,6 +26,8 @@
 
 namespace gradcomp::detail {
 
+struct Pending;  // detail/pending.h
+
 inline constexpr std::uint32_t kNonFiniteBits = 0x7F800000u;
 
 // |v| as its bit pattern (ordered like |v| for every float, NaNs above +inf).
@@ -41,8 +43,10 @@ std::size_t count_for_fraction(double fraction, std::size_t n);
 // first) in ascending order to out (out.size() >= min(k, n)); returns min(k, n).
 // O(n): a histogram pass over the top 10 bits of |x|, a pass gathering the bucket that
 // holds the k-th largest, radix refinement of that (small) bucket, then a merge.
+// With a pending (detail/pending.h), x is formed inside the histogram pass: two passes
+// over x in all, the first of which also forms it.
 std::size_t select_topk_exact(std::span<const float> x, std::size_t k, std::span<std::uint32_t> out,
-                              std::string_view op);
+                              std::string_view op, const Pending* pending = nullptr);
 
 // Exact top-k among a subset: `list` holds strictly ascending indices into x whose
 // values are finite. Keeps the top min(k, list.size()) of them (ties: lower index) in
@@ -75,8 +79,12 @@ constexpr std::size_t sampled_max_count(std::size_t k) {
 // hold sampled_max_count(k)), always a valid top set: every selected |x| >= every
 // unselected one. When the sample would be (nearly) the whole tensor, the exact top-k is
 // returned (sampling buys nothing there). Deterministic in (x, k, sample, rng).
+// With a pending (detail/pending.h): the sample is peeked before x exists, and the first
+// selection pass forms x block by block and selects in the same pass; the result is the
+// same. When that first threshold is accepted (the common case), x is read once in all,
+// besides the sample and the selected entries.
 std::size_t select_topk_sampled(std::span<const float> x, std::size_t k, double sample,
                                 const CounterRng& rng, std::span<std::uint32_t> out,
-                                std::string_view op);
+                                std::string_view op, const Pending* pending = nullptr);
 
 }  // namespace gradcomp::detail

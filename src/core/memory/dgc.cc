@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "detail/pending.h"
 #include "detail/scratch.h"
 #include "detail/select.h"
 #include "detail/sparse_message.h"
@@ -170,12 +171,25 @@ class Dgc final : public Memory {
       throw InvalidArgument(std::string(kOp) + ": output buffer of " + std::to_string(out.size()) +
                             " bytes < max_encoded_bytes " + std::to_string(max_encoded_bytes()));
     }
-    accumulate(clipped(grad, ctx));
-
     const double density = detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step,
                                                ctx.steps_per_epoch, ctx.total_steps);
     const std::size_t k = detail::count_for_fraction(density, n_);
-    const auto idx = select(k, ctx);
+    // Without clipping (the default), the accumulation is fused into the selection's
+    // first pass (detail/pending.h): the sampled selection then reads g, u and v once,
+    // as error feedback's top-k does (topk.cc). Clipping needs ||g|| before any update,
+    // and its clipped copy lives in scratch slot 1, which the selection uses: separate
+    // passes then.
+    std::span<const std::uint32_t> idx;
+    const float scale = clip_scale(grad, ctx.world);
+    if (scale == 1.0f) {
+      const detail::Pending pending{
+          [&](std::size_t b, std::size_t e) { accumulate(grad, b, e); },
+          [&](std::size_t b, std::size_t e, float* dst) { peek(grad, b, e, dst); }};
+      idx = select(k, ctx, &pending);
+    } else {
+      accumulate(clipped(grad, scale));
+      idx = select(k, ctx);
+    }
     const std::size_t payload =
         detail::write_sparse(v_, idx, detail::SparseValues::kFp32, out.subspan(kHeaderBytes));
     write_header(out, codec_->wire_id(), codec_->config_tag(), n_, payload);
@@ -233,7 +247,9 @@ class Dgc final : public Memory {
   // memory, so that s*g is rounded once on its own whatever the compiler contracts
   // (scratch slot 1 is free until select()).
   std::span<const float> clipped(std::span<const float> grad, const StepContext& ctx) const {
-    const float s = clip_scale(grad, ctx.world);
+    return clipped(grad, clip_scale(grad, ctx.world));
+  }
+  std::span<const float> clipped(std::span<const float> grad, float s) const {
     if (s == 1.0f) return grad;
     const auto out = detail::scratch<float>(1, n_);
     for (std::size_t i = 0; i < n_; ++i) out[i] = s * grad[i];
@@ -252,24 +268,26 @@ class Dgc final : public Memory {
   // u, v update with the (clipped) gradient. m*u + g is an explicit fma, so the result
   // does not depend on whether the compiler contracts (tests replay it with std::fma);
   // Nesterov's m*(u+g) is stored to u, which keeps GCC from fusing it into v's sum.
-  void accumulate(std::span<const float> grad) {
+  void accumulate(std::span<const float> grad) { accumulate(grad, 0, n_); }
+
+  // The same on [begin, end) (the fused path forms v range by range).
+  void accumulate(std::span<const float> grad, std::size_t begin, std::size_t end) {
     const float* g = grad.data();
     float* v = v_.data();
-    const std::size_t n = n_;
     if (!o_.correction) {
-      for (std::size_t i = 0; i < n; ++i) v[i] += g[i];
+      for (std::size_t i = begin; i < end; ++i) v[i] += g[i];
       return;
     }
     float* u = u_.data();
     const float m = o_.momentum;
     if (o_.nesterov) {
-      for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t i = begin; i < end; ++i) {
         const float ui = m * (u[i] + g[i]);
         u[i] = ui;
         v[i] = (v[i] + ui) + g[i];
       }
     } else {
-      for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t i = begin; i < end; ++i) {
         const float ui = std::fma(m, u[i], g[i]);
         u[i] = ui;
         v[i] += ui;
@@ -277,16 +295,39 @@ class Dgc final : public Memory {
     }
   }
 
+  // What accumulate would make v[begin, end), into dst, changing nothing.
+  void peek(std::span<const float> grad, std::size_t begin, std::size_t end, float* dst) const {
+    const float* g = grad.data();
+    const float* v = v_.data();
+    if (!o_.correction) {
+      for (std::size_t i = begin; i < end; ++i) dst[i - begin] = v[i] + g[i];
+      return;
+    }
+    const float* u = u_.data();
+    const float m = o_.momentum;
+    for (std::size_t i = begin; i < end; ++i) {
+      if (o_.nesterov) {
+        float ui = m * (u[i] + g[i]);
+        asm("" : "+x"(ui));  // as accumulate's store to u: no contraction into the sum
+        dst[i - begin] = (v[i] + ui) + g[i];
+      } else {
+        dst[i - begin] = v[i] + std::fma(m, u[i], g[i]);
+      }
+    }
+  }
+
   // The selected indices of |v|, ascending, in scratch slot 0.
-  std::span<const std::uint32_t> select(std::size_t k, const StepContext& ctx) const {
+  // (v formed by pending if given)
+  std::span<const std::uint32_t> select(std::size_t k, const StepContext& ctx,
+                                        const detail::Pending* pending = nullptr) const {
     const std::size_t cap = o_.select == Select::kSampled ? detail::sampled_max_count(k) : k;
     const auto out = detail::scratch<std::uint32_t>(0, cap, max_count_);
     std::size_t c = 0;
     if (o_.select == Select::kSampled) {
       const CounterRng rng = CounterRng::for_step(ctx, RngScope::kPerRank);
-      c = detail::select_topk_sampled(v_, k, o_.sample, rng, out, kOp);
+      c = detail::select_topk_sampled(v_, k, o_.sample, rng, out, kOp, pending);
     } else {
-      c = detail::select_topk_exact(v_, k, out, kOp);
+      c = detail::select_topk_exact(v_, k, out, kOp, pending);
     }
     return out.first(c);
   }

@@ -1,11 +1,15 @@
 // Error feedback (Seide et al. 2014; Stich et al. 2018; Karimireddy et al. 2019), as in
 // docs/algorithms/error-feedback.md:
 //   p <- g + e ;  msg <- encode(p) ;  e <- p - decode(msg)
-// The residual buffer holds p during the step and e afterwards, so a step costs one
-// pass to add g plus the codec's fused encode_feedback (e.g. top-k only zeroes the k
-// sent positions; 2-bit updates the residual while packing). Conservation holds
-// exactly for integer-valued inputs: sum of decoded messages + e_final = sum of g.
-// efm(...) (momentum correction, memory.h) feeds the momentum u into the same residual.
+// The residual buffer holds p during the step and e afterwards. Both memories hand the
+// codec the residual and a ResidualUpdate (codec.h) and let Codec::encode_with_residual
+// form p where it reads it: the streaming codecs (2bit with a fixed threshold, 1bit,
+// signsgd) and top-k's sampled selection make one pass over g and e; codecs without a
+// fused path add g in one pass and then run encode_feedback (e.g. top-k's exact
+// selection, 2bit's adaptive threshold: see their files). Conservation holds exactly for
+// integer-valued inputs: sum of decoded messages + e_final = sum of g.
+// efm(...) (momentum correction, memory.h) feeds the momentum u into the same residual,
+// through the same hook.
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,11 +45,7 @@ class ErrorFeedback final : public Memory {
       throw InvalidArgument("ef compress: gradient of " + std::to_string(grad.size()) +
                             " elements, memory holds " + std::to_string(residual_.size()));
     }
-    float* e = residual_.data();
-    const float* g = grad.data();
-    const std::size_t n = residual_.size();
-    for (std::size_t i = 0; i < n; ++i) e[i] += g[i];
-    return codec_->encode_feedback(residual_, ctx, out);
+    return codec_->encode_with_residual(ResidualUpdate(grad), residual_, ctx, out);
   }
 
   void compress_dense(std::span<const float> grad, const StepContext& /*ctx*/,
@@ -81,8 +81,9 @@ class MomentumErrorFeedback final : public Memory {
       throw InvalidArgument("efm compress: gradient of " + std::to_string(grad.size()) +
                             " elements, memory holds " + std::to_string(residual_.size()));
     }
-    accumulate(grad, ctx);
-    return codec_->encode_feedback(residual_, ctx, out);
+    check_momentum(ctx);
+    return codec_->encode_with_residual(ResidualUpdate(grad, momentum_, ctx.momentum, ctx.nesterov),
+                                        residual_, ctx, out);
   }
 
   void compress_dense(std::span<const float> grad, const StepContext& ctx,
@@ -101,28 +102,18 @@ class MomentumErrorFeedback final : public Memory {
   }
 
  private:
-  // u <- m*u + g ; e <- e + u (Nesterov: u <- m*(u + g) ; e <- e + u + g).
-  void accumulate(std::span<const float> grad, const StepContext& ctx) {
+  static void check_momentum(const StepContext& ctx) {
     if (!(ctx.momentum >= 0.0f && ctx.momentum < 1.0f)) {
       throw InvalidArgument("efm compress: momentum " + std::to_string(ctx.momentum) +
                             " outside [0, 1)");
     }
-    const float m = ctx.momentum;
-    float* u = momentum_.data();
-    float* e = residual_.data();
-    const float* g = grad.data();
-    const std::size_t n = residual_.size();
-    if (ctx.nesterov) {
-      for (std::size_t i = 0; i < n; ++i) {
-        u[i] = m * (u[i] + g[i]);
-        e[i] += u[i] + g[i];
-      }
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        u[i] = m * u[i] + g[i];
-        e[i] += u[i];
-      }
-    }
+  }
+
+  // u <- m*u + g ; e <- e + u (Nesterov: u <- m*(u + g) ; e <- e + u + g).
+  void accumulate(std::span<const float> grad, const StepContext& ctx) {
+    check_momentum(ctx);
+    ResidualUpdate(grad, momentum_, ctx.momentum, ctx.nesterov)
+        .apply(residual_.data(), 0, residual_.size());
   }
 
   std::shared_ptr<const Codec> codec_;
