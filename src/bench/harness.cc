@@ -13,6 +13,7 @@
 
 #include "bench/timing.h"
 #include "gradcomp/cpu.h"
+#include "gradcomp/crc32c.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"
 #include "gradcomp/rng.h"
@@ -31,6 +32,9 @@ void finish_row(BenchRow& row, double memcpy_ms) {
   row.encode_gbps = gbps(row.n, row.encode_ms);
   row.codec_encode_gbps = gbps(row.n, row.codec_encode_ms);
   row.decode_gbps = gbps(row.n, row.decode_ms);
+  if (row.codec_encode_ms > 0 && std::isfinite(row.crc_ms)) {
+    row.crc_share_pct = 100.0 * row.crc_ms / row.codec_encode_ms;
+  }
   if (row.message_bytes > 0) {
     row.ratio = 4.0 * static_cast<double>(row.n) / static_cast<double>(row.message_bytes);
   }
@@ -141,10 +145,14 @@ BenchRow bench_spec(const CodecRegistry& registry, std::string_view spec,
   const Timing enc = time_calls(options.warmup, options.repeats, [&](int call) {
     memory->compress(input, step_context(options, call), msg);
   });
+  // Codec::encode and the checksum it includes, alternating call for call: the share
+  // compares two medians taken under the same load.
   std::size_t bytes = 0;
-  const Timing raw = time_calls(options.warmup, options.repeats, [&](int call) {
-    bytes = codec.encode(input, step_context(options, call), msg);
-  });
+  volatile std::uint32_t crc_sink = 0;  // keeps the checksum calls
+  const auto [raw, crc] = time_call_pairs(
+      options.warmup, options.repeats,
+      [&](int call) { bytes = codec.encode(input, step_context(options, call), msg); },
+      [&](int) { crc_sink = message_crc(std::span<const std::byte>(msg.data(), bytes)); });
   // Decode the last message; out accumulates (decode_add), as a reducer's sum does.
   const std::span<const std::byte> last(msg.data(), bytes);
   const Timing dec =
@@ -152,8 +160,10 @@ BenchRow bench_spec(const CodecRegistry& registry, std::string_view spec,
 
   row.encode_ms = enc.median_ms;
   row.codec_encode_ms = raw.median_ms;
+  row.crc_ms = crc.median_ms;
   row.decode_ms = dec.median_ms;
   row.encode_allocs_per_call = std::max(enc.allocations_per_call, raw.allocations_per_call);
+  (void)crc_sink;
   row.decode_allocs_per_call = dec.allocations_per_call;
   return row;
 }
@@ -251,7 +261,7 @@ std::string fmt_allocs(double v) {
 std::string format_table(const BenchReport& report) {
   const std::vector<std::string> header = {"spec",      "message B", "ratio",         "encode ms",
                                            "enc GB/s",  "% memcpy",  "codec ms",      "codec GB/s",
-                                           "decode ms", "dec GB/s",  "allocs enc/dec"};
+                                           "crc ms",    "crc %",     "decode ms", "dec GB/s",  "allocs enc/dec"};
   std::vector<std::vector<std::string>> cells;
   for (const auto& r : report.rows) {
     std::string name = r.name;
@@ -260,7 +270,8 @@ std::string format_table(const BenchReport& report) {
         {name, r.message_bytes > 0 ? std::to_string(r.message_bytes) : "-", fmt("%.2f", r.ratio),
          fmt("%.2f", r.encode_ms), fmt("%.2f", r.encode_gbps),
          fmt("%.0f%%", r.encode_vs_memcpy_pct), fmt("%.2f", r.codec_encode_ms),
-         fmt("%.2f", r.codec_encode_gbps), fmt("%.2f", r.decode_ms), fmt("%.2f", r.decode_gbps),
+         fmt("%.2f", r.codec_encode_gbps), fmt("%.3f", r.crc_ms), fmt("%.1f%%", r.crc_share_pct),
+         fmt("%.2f", r.decode_ms), fmt("%.2f", r.decode_gbps),
          fmt_allocs(r.encode_allocs_per_call) + " / " + fmt_allocs(r.decode_allocs_per_call)});
   }
   std::vector<std::size_t> width(header.size());
@@ -287,6 +298,8 @@ std::string format_table(const BenchReport& report) {
                     std::to_string(report.threads) + " thread(s), median of " +
                     std::to_string(report.repeats) + " calls; GB/s = fp32 input bytes / time\n";
   out += "ISA: " + isa_summary() + "\n";
+  out += "CRC-32C: " + std::string(crc32c_implementation()) +
+         "; crc % = message_crc() time / codec encode time (encode includes it)\n";
   out += line(header);
   std::size_t total = 0;
   for (std::size_t w : width) total += w + 2;
@@ -317,6 +330,8 @@ std::string format_json_lines(const BenchReport& report) {
         .add("encode_vs_memcpy_pct", r.encode_vs_memcpy_pct)
         .add("codec_encode_ms", r.codec_encode_ms)
         .add("codec_encode_gbps", r.codec_encode_gbps)
+        .add("crc_ms", r.crc_ms)
+        .add("crc_share_pct", r.crc_share_pct)
         .add("decode_ms", r.decode_ms)
         .add("decode_gbps", r.decode_gbps)
         .add("encode_allocs_per_call", r.encode_allocs_per_call)
