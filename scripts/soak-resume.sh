@@ -107,34 +107,54 @@ for round in $(seq 1 "$rounds"); do
   wall_ms=$(cat "$ref/wall_ms")
 
   run="$work/round-$round"
-  rm -rf "$run" && mkdir -p "$run"
-  victim_rank=$((RANDOM % world))
   # The CLI prints no per-step progress (stdout is a file: block-buffered), so the kill
   # is timed: uniformly within 10-90% of the uninterrupted run's wall time; the step it
-  # hit shows as the step the resumed run starts from.
-  kill_ms=$((wall_ms / 10 + RANDOM % (wall_ms * 8 / 10 + 1)))
-  "$gradcomp" train "${args[@]}" --checkpoint-dir "$run/ck" >"$run/killed.txt" 2>"$run/killed.err" &
-  launcher=$!
-  # Ranks are the launcher's children in rank order.
-  pids=()
-  for _ in $(seq 200); do
-    mapfile -t pids < <(pgrep -P "$launcher" | sort -n)
-    [ "${#pids[@]}" -ge "$world" ] && break
-    sleep 0.05
+  # hit shows as the step the resumed run starts from. The reference's wall time is a
+  # single measurement under whatever load there was then, so a kill late in the run can
+  # come after the run (or the victim rank) has finished: then the round is run again
+  # with a kill drawn from the first half of the run (at most 4 attempts), instead of
+  # being skipped as before.
+  attempt=0
+  retried=""
+  kstatus=0
+  while :; do
+    attempt=$((attempt + 1))
+    rm -rf "$run" && mkdir -p "$run"
+    victim_rank=$((RANDOM % world))
+    if [ $attempt -eq 1 ]; then
+      kill_ms=$((wall_ms / 10 + RANDOM % (wall_ms * 8 / 10 + 1)))
+    else
+      kill_ms=$((wall_ms / 10 + RANDOM % (wall_ms * 4 / 10 + 1)))
+    fi
+    "$gradcomp" train "${args[@]}" --checkpoint-dir "$run/ck" >"$run/killed.txt" 2>"$run/killed.err" &
+    launcher=$!
+    # Ranks are the launcher's children in rank order.
+    pids=()
+    for _ in $(seq 200); do
+      mapfile -t pids < <(pgrep -P "$launcher" | sort -n)
+      [ "${#pids[@]}" -ge "$world" ] && break
+      sleep 0.05
+    done
+    sleep "$(awk -v ms="$kill_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
+    miss=""
+    if ! kill -0 "$launcher" 2>/dev/null; then
+      wait "$launcher"
+      launcher=""
+      miss="the run ended before the kill at ${kill_ms} ms"
+    else
+      kill -KILL "${pids[$victim_rank]}" 2>/dev/null
+      wait "$launcher"
+      kstatus=$?
+      launcher=""
+      # Exit 0: the victim had finished already, nothing was killed.
+      [ $kstatus -ne 0 ] || miss="rank $victim_rank had finished before the kill at ${kill_ms} ms"
+    fi
+    [ -n "$miss" ] || break
+    retried+=" [attempt $attempt: $miss]"
+    [ $attempt -lt 4 ] || break
   done
-  sleep "$(awk -v ms="$kill_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
-  if ! kill -0 "$launcher" 2>/dev/null; then
-    wait "$launcher"
-    launcher=""
-    echo "round $round: $topo $spec: the run ended before the kill at ${kill_ms} ms (skipped)"
-    continue
-  fi
-  kill -KILL "${pids[$victim_rank]}" 2>/dev/null
-  wait "$launcher"
-  kstatus=$?
-  launcher=""
-  if [ $kstatus -eq 0 ]; then  # the victim had finished already: nothing was killed
-    echo "round $round: $topo $spec: rank $victim_rank had finished before the kill at ${kill_ms} ms (skipped)"
+  if [ -n "$miss" ]; then
+    echo "round $round: $topo $spec: skipped after $attempt attempts:$retried"
     continue
   fi
 
@@ -142,7 +162,7 @@ for round in $(seq 1 "$rounds"); do
     2>"$run/resumed.err"
   rstatus=$?
   from=$(sed -n 's/.*resumed from .* at step \([0-9]*\).*/\1/p' "$run/resumed.txt" | head -n 1)
-  what="$topo $spec: rank $victim_rank of $world killed ${kill_ms} ms into a ${wall_ms} ms run (exit $kstatus), resumed from step ${from:-0} of $total_steps"
+  what="$topo $spec: rank $victim_rank of $world killed ${kill_ms} ms into a ${wall_ms} ms run (exit $kstatus), resumed from step ${from:-0} of $total_steps${retried:+ (after$retried)}"
   verdict=""
   if [ $rstatus -ne 0 ]; then
     verdict="FAIL: resume exited $rstatus: $(tail -n 1 "$run/resumed.err")"
