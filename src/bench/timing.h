@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <utility>
+#include <functional>
 #include <vector>
 
 #include "bench/alloc_counter.h"
@@ -44,43 +44,41 @@ Timing time_calls(int warmup, int repeats, F&& f) {
   return t;
 }
 
-// Two kinds of call timed alternately, f(i) then g(i) in each round (warm-up rounds
-// first), so that both medians are taken under the same machine load. Allocation
-// counts cover both.
-template <class F, class G>
-std::pair<Timing, Timing> time_call_pairs(int warmup, int repeats, F&& f, G&& g) {
+// Several kinds of call timed alternately, fs[0](i), fs[1](i), ... in each round
+// (warm-up rounds first), so that all medians are taken under the same machine load.
+// Allocation counts cover all of them.
+inline std::vector<Timing> time_alternating(int warmup, int repeats,
+                                            const std::vector<std::function<void(int)>>& fs) {
   using Clock = std::chrono::steady_clock;
   int call = 0;
   for (; call < warmup; ++call) {
-    f(call);
-    g(call);
+    for (const auto& f : fs) f(call);
   }
-  std::vector<double> ms_f, ms_g;
-  ms_f.reserve(static_cast<std::size_t>(repeats));
-  ms_g.reserve(static_cast<std::size_t>(repeats));
+  std::vector<std::vector<double>> ms(fs.size());
+  for (auto& m : ms) m.reserve(static_cast<std::size_t>(repeats));
   const std::uint64_t allocs_before = allocation_count();
   for (int r = 0; r < repeats; ++r, ++call) {
-    const auto t0 = Clock::now();
-    f(call);
-    const auto t1 = Clock::now();
-    g(call);
-    const auto t2 = Clock::now();
-    ms_f.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-    ms_g.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    for (std::size_t k = 0; k < fs.size(); ++k) {
+      const auto t0 = Clock::now();
+      fs[k](call);
+      const auto t1 = Clock::now();
+      ms[k].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
   }
   const double allocs = repeats > 0
                             ? static_cast<double>(allocation_count() - allocs_before) / repeats
                             : 0.0;
-  auto summarise = [&](std::vector<double>& ms) {
-    std::sort(ms.begin(), ms.end());
+  std::vector<Timing> out;
+  for (auto& v : ms) {
+    std::sort(v.begin(), v.end());
     Timing t;
-    const std::size_t m = ms.size();
-    t.median_ms = m == 0 ? 0.0 : (m % 2 == 1 ? ms[m / 2] : 0.5 * (ms[m / 2 - 1] + ms[m / 2]));
-    t.min_ms = m == 0 ? 0.0 : ms.front();
+    const std::size_t m = v.size();
+    t.median_ms = m == 0 ? 0.0 : (m % 2 == 1 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]));
+    t.min_ms = m == 0 ? 0.0 : v.front();
     t.allocations_per_call = allocs;
-    return t;
-  };
-  return {summarise(ms_f), summarise(ms_g)};
+    out.push_back(t);
+  }
+  return out;
 }
 
 }  // namespace gradcomp::bench

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "detail/checksum_switch.h"
 #include "gradcomp/error.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"
@@ -209,6 +210,56 @@ TEST(WireChecksum, HeaderCarriesTheCrcOfHeaderAndPayload) {
   EXPECT_EQ(message_crc(msg), expected);
   EXPECT_EQ(read_header(msg, "t").crc32c, expected);
   EXPECT_EQ(msg[4], std::byte{kWireVersion});
+}
+
+// none and fp16 checksum their payload while writing it (chunks of 4096 elements) and
+// combine it with the header's: the result must be the CRC of one pass over the
+// message, at chunk boundaries and with error feedback too.
+TEST(WireChecksum, FusedChecksumEqualsOnePassOverTheMessage) {
+  for (const char* spec : {"none", "fp16", "fp16:format=bf16"}) {
+    auto c = builtin_registry().make_codec(spec);
+    for (std::size_t n : {0, 1, 7, 4095, 4096, 4097, 8192, 12289, 100000}) {
+      SCOPED_TRACE(std::string(spec) + " n=" + std::to_string(n));
+      const auto g = test::random_gradient(n, 30 + n);
+      std::vector<std::byte> msg(c->max_encoded_bytes(n));
+      const std::size_t bytes = c->encode(g, {}, msg);
+      msg.resize(bytes);
+      EXPECT_EQ(load_le<std::uint32_t>(msg.data() + kCrcOffset), message_crc(msg));
+      EXPECT_EQ(message_crc(msg),
+                crc32c_portable(std::span<const std::byte>(msg).subspan(kHeaderBytes),
+                                crc32c_portable(std::span<const std::byte>(msg).first(kCrcOffset))));
+      EXPECT_NO_THROW((void)test::decode(*c, msg, n));
+      // encode_feedback writes the same message.
+      auto p = g;
+      std::vector<std::byte> fb(c->max_encoded_bytes(n));
+      fb.resize(c->encode_feedback(p, {}, fb));
+      EXPECT_EQ(fb, msg);
+    }
+  }
+}
+
+// The benchmark-only switch: no checksum while it lives (decode then refuses the
+// message), the normal one after.
+TEST(WireChecksum, ScopedChecksumOffLeavesTheFieldZeroOnlyInItsScope) {
+  for (const char* spec : {"none", "fp16", "topk:ratio=0.1", "2bit"}) {
+    SCOPED_TRACE(spec);
+    auto c = builtin_registry().make_codec(spec);
+    const auto g = test::random_gradient(5000, 31);
+    std::vector<std::byte> msg(c->max_encoded_bytes(g.size()));
+    std::size_t bytes = 0;
+    {
+      const detail::ScopedChecksumOff off;
+      EXPECT_TRUE(detail::checksum_disabled());
+      bytes = c->encode(g, {}, msg);
+      EXPECT_EQ(load_le<std::uint32_t>(msg.data() + kCrcOffset), 0u);
+    }
+    EXPECT_FALSE(detail::checksum_disabled());
+    EXPECT_THROW((void)test::decode(*c, std::span<const std::byte>(msg.data(), bytes), g.size()),
+                 CorruptMessage);
+    const auto good = test::encode(*c, g);
+    EXPECT_EQ(load_le<std::uint32_t>(good.data() + kCrcOffset), message_crc(good));
+    EXPECT_NO_THROW((void)test::decode(*c, good, g.size()));
+  }
 }
 
 TEST(WireChecksum, MismatchIsRejectedNamingTheChecksumAndResealRestores) {
