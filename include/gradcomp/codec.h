@@ -96,10 +96,10 @@ class Codec {
                                               std::span<std::byte> payload) const;
 
   // Optional fusion of the checksum into the payload pass, for codecs whose encode is
-  // itself one pass over an output as large as their input (none copies, fp16
-  // converts): write the payload as encode_payload / encode_payload_feedback do, store
-  // its CRC-32C (crc32c.h, from 0) in *payload_crc while each piece of it is still in
-  // cache, and return its size; encode() then checksums only the header and combines
+  // itself one pass over an output as large as their input (none: a copy, see
+  // crc32c_copy): write the payload as encode_payload / encode_payload_feedback do,
+  // store its CRC-32C (crc32c.h, from 0) in *payload_crc, computed in the same pass,
+  // and return its size; encode() then checksums only the header and combines
   // the two. Returning kNoPayloadCrc instead (the default: encode_payload and a
   // separate checksum pass) is always correct.
   static constexpr std::size_t kNoPayloadCrc = static_cast<std::size_t>(-1);

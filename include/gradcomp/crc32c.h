@@ -36,6 +36,12 @@ std::uint32_t crc32c_portable(std::span<const std::byte> data, std::uint32_t crc
 // O(log len_b): lets a codec checksum its payload while writing it, before the header.
 std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t len_b);
 
+// Copies src to dst (src.size() bytes; the two must not overlap) and returns the
+// CRC-32C of those bytes continuing from crc: memcpy then crc32c(), in one pass where
+// the active path folds (each vector read is stored and folded), in cache-sized chunks
+// otherwise. The none codec's encode.
+std::uint32_t crc32c_copy(std::byte* dst, std::span<const std::byte> src, std::uint32_t crc = 0);
+
 // Whether crc32c() runs on a CPU instruction (any path but the portable one).
 bool crc32c_uses_hardware();
 
@@ -54,6 +60,10 @@ Crc32cPath crc32c_active_path();
 // crc32c() on a given path (tests and benchmarks); InvalidArgument if the CPU lacks it.
 std::uint32_t crc32c_on_path(Crc32cPath path, std::span<const std::byte> data,
                              std::uint32_t crc = 0);
+
+// crc32c_copy() on a given path (tests); InvalidArgument if the CPU lacks it.
+std::uint32_t crc32c_copy_on_path(Crc32cPath path, std::byte* dst,
+                                  std::span<const std::byte> src, std::uint32_t crc = 0);
 
 // Describes the active path, e.g. "vpclmul512 (VPCLMULQDQ folding, 512-bit)".
 const char* crc32c_implementation();

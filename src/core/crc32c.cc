@@ -296,35 +296,48 @@ GRADCOMP_TARGET_VPCLMUL256 inline __m256i fold256(__m256i x, __m256i k, __m256i 
                           data);
 }
 
-GRADCOMP_TARGET_VPCLMUL256 inline __m256i load256(const unsigned char* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
 GRADCOMP_TARGET_VPCLMUL256 inline __m256i constants256(FoldConstants k) {
   const auto lo = static_cast<long long>(k.low);
   const auto hi = static_cast<long long>(k.high);
   return _mm256_set_epi64x(hi, lo, hi, lo);
 }
 
-// Four 256-bit accumulators, 128 bytes a round.
-GRADCOMP_TARGET_VPCLMUL256 std::uint32_t update_vpclmul256(std::uint32_t crc,
-                                                           const unsigned char* p,
-                                                           std::size_t n) {
-  if (n < kMinVpclmul256) return update_sse42(crc, p, n);
+// The 32 bytes at q; kCopy: also stored at the same offset from dst as q from p0.
+template <bool kCopy>
+GRADCOMP_TARGET_VPCLMUL256 inline __m256i load256(const unsigned char* q, unsigned char* dst,
+                                                  const unsigned char* p0) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  if constexpr (kCopy) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (q - p0)), v);
+  return v;
+}
+
+// Four 256-bit accumulators, 128 bytes a round. kCopy: also store every vector read to
+// dst (crc32c_copy), the tail after the folded part copied by memcpy.
+template <bool kCopy>
+GRADCOMP_TARGET_VPCLMUL256 std::uint32_t fold_vpclmul256(std::uint32_t crc,
+                                                         const unsigned char* p, std::size_t n,
+                                                         unsigned char* dst) {
+  const unsigned char* const p0 = p;
+  if (n < kMinVpclmul256) {
+    if constexpr (kCopy) {
+      if (n > 0) std::memcpy(dst, p, n);
+    }
+    return update_sse42(crc, p, n);
+  }
   const __m256i k1024 = constants256(kFold1024);
   const __m256i k256 = constants256(kFold256);
-  __m256i x0 = _mm256_xor_si256(load256(p), _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0,
+  __m256i x0 = _mm256_xor_si256(load256<kCopy>(p, dst, p0), _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0,
                                                                static_cast<int>(crc)));
-  __m256i x1 = load256(p + 32);
-  __m256i x2 = load256(p + 64);
-  __m256i x3 = load256(p + 96);
+  __m256i x1 = load256<kCopy>(p + 32, dst, p0);
+  __m256i x2 = load256<kCopy>(p + 64, dst, p0);
+  __m256i x3 = load256<kCopy>(p + 96, dst, p0);
   p += 128;
   n -= 128;
   while (n >= 128) {
-    x0 = fold256(x0, k1024, load256(p));
-    x1 = fold256(x1, k1024, load256(p + 32));
-    x2 = fold256(x2, k1024, load256(p + 64));
-    x3 = fold256(x3, k1024, load256(p + 96));
+    x0 = fold256(x0, k1024, load256<kCopy>(p, dst, p0));
+    x1 = fold256(x1, k1024, load256<kCopy>(p + 32, dst, p0));
+    x2 = fold256(x2, k1024, load256<kCopy>(p + 64, dst, p0));
+    x3 = fold256(x3, k1024, load256<kCopy>(p + 96, dst, p0));
     p += 128;
     n -= 128;
   }
@@ -332,13 +345,20 @@ GRADCOMP_TARGET_VPCLMUL256 std::uint32_t update_vpclmul256(std::uint32_t crc,
   x2 = fold256(x1, k256, x2);
   x3 = fold256(x2, k256, x3);
   while (n >= 32) {
-    x3 = fold256(x3, k256, load256(p));
+    x3 = fold256(x3, k256, load256<kCopy>(p, dst, p0));
     p += 32;
     n -= 32;
   }
   const __m128i x = fold128(_mm256_castsi256_si128(x3), constants128(kFold128),
                             _mm256_extracti128_si256(x3, 1));
+  if constexpr (kCopy) {
+    if (n > 0) std::memcpy(dst + (p - p0), p, n);
+  }
   return finish_folding(x, p, n);
+}
+
+std::uint32_t update_vpclmul256(std::uint32_t crc, const unsigned char* p, std::size_t n) {
+  return fold_vpclmul256<false>(crc, p, n, nullptr);
 }
 
 GRADCOMP_TARGET_VPCLMUL512 inline __m512i fold512(__m512i x, __m512i k, __m512i data) {
@@ -347,36 +367,47 @@ GRADCOMP_TARGET_VPCLMUL512 inline __m512i fold512(__m512i x, __m512i k, __m512i 
                                    _mm512_clmulepi64_epi128(x, k, 0x11), data, 0x96);
 }
 
-GRADCOMP_TARGET_VPCLMUL512 inline __m512i load512(const unsigned char* p) {
-  return _mm512_loadu_si512(p);
-}
-
 GRADCOMP_TARGET_VPCLMUL512 inline __m512i constants512(FoldConstants k) {
   const auto lo = static_cast<long long>(k.low);
   const auto hi = static_cast<long long>(k.high);
   return _mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo);
 }
 
-// Four 512-bit accumulators, 256 bytes a round.
-GRADCOMP_TARGET_VPCLMUL512 std::uint32_t update_vpclmul512(std::uint32_t crc,
-                                                           const unsigned char* p,
-                                                           std::size_t n) {
-  if (n < kMinVpclmul512) return update_sse42(crc, p, n);
+template <bool kCopy>
+GRADCOMP_TARGET_VPCLMUL512 inline __m512i load512(const unsigned char* q, unsigned char* dst,
+                                                  const unsigned char* p0) {
+  const __m512i v = _mm512_loadu_si512(q);
+  if constexpr (kCopy) _mm512_storeu_si512(dst + (q - p0), v);
+  return v;
+}
+
+// Four 512-bit accumulators, 256 bytes a round. kCopy as in fold_vpclmul256.
+template <bool kCopy>
+GRADCOMP_TARGET_VPCLMUL512 std::uint32_t fold_vpclmul512(std::uint32_t crc,
+                                                         const unsigned char* p, std::size_t n,
+                                                         unsigned char* dst) {
+  const unsigned char* const p0 = p;
+  if (n < kMinVpclmul512) {
+    if constexpr (kCopy) {
+      if (n > 0) std::memcpy(dst, p, n);
+    }
+    return update_sse42(crc, p, n);
+  }
   const __m512i k2048 = constants512(kFold2048);
   const __m512i k512 = constants512(kFold512);
   __m512i x0 = _mm512_xor_si512(
-      load512(p), _mm512_inserti32x4(_mm512_setzero_si512(),
+      load512<kCopy>(p, dst, p0), _mm512_inserti32x4(_mm512_setzero_si512(),
                                      _mm_cvtsi32_si128(static_cast<int>(crc)), 0));
-  __m512i x1 = load512(p + 64);
-  __m512i x2 = load512(p + 128);
-  __m512i x3 = load512(p + 192);
+  __m512i x1 = load512<kCopy>(p + 64, dst, p0);
+  __m512i x2 = load512<kCopy>(p + 128, dst, p0);
+  __m512i x3 = load512<kCopy>(p + 192, dst, p0);
   p += 256;
   n -= 256;
   while (n >= 256) {
-    x0 = fold512(x0, k2048, load512(p));
-    x1 = fold512(x1, k2048, load512(p + 64));
-    x2 = fold512(x2, k2048, load512(p + 128));
-    x3 = fold512(x3, k2048, load512(p + 192));
+    x0 = fold512(x0, k2048, load512<kCopy>(p, dst, p0));
+    x1 = fold512(x1, k2048, load512<kCopy>(p + 64, dst, p0));
+    x2 = fold512(x2, k2048, load512<kCopy>(p + 128, dst, p0));
+    x3 = fold512(x3, k2048, load512<kCopy>(p + 192, dst, p0));
     p += 256;
     n -= 256;
   }
@@ -384,7 +415,7 @@ GRADCOMP_TARGET_VPCLMUL512 std::uint32_t update_vpclmul512(std::uint32_t crc,
   x2 = fold512(x1, k512, x2);
   x3 = fold512(x2, k512, x3);
   while (n >= 64) {
-    x3 = fold512(x3, k512, load512(p));
+    x3 = fold512(x3, k512, load512<kCopy>(p, dst, p0));
     p += 64;
     n -= 64;
   }
@@ -397,7 +428,14 @@ GRADCOMP_TARGET_VPCLMUL512 std::uint32_t update_vpclmul512(std::uint32_t crc,
   x = fold128(x, k128, load128(lanes + 16));
   x = fold128(x, k128, load128(lanes + 32));
   x = fold128(x, k128, load128(lanes + 48));
+  if constexpr (kCopy) {
+    if (n > 0) std::memcpy(dst + (p - p0), p, n);
+  }
   return finish_folding(x, p, n);
+}
+
+std::uint32_t update_vpclmul512(std::uint32_t crc, const unsigned char* p, std::size_t n) {
+  return fold_vpclmul512<false>(crc, p, n, nullptr);
 }
 
 // ---- run-time CPU checks ---------------------------------------------------------
@@ -568,6 +606,51 @@ std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint
     if (((bits >> k) & 1) != 0) shifted = multiply_mod(shifted, x2k[k]);
   }
   return shifted ^ crc_b;
+}
+
+namespace {
+
+// Copy and checksum in chunks small enough to stay in L1/L2 between the two.
+std::uint32_t copy_then_update(UpdateFn update, std::uint32_t reg, unsigned char* dst,
+                               const unsigned char* src, std::size_t n) {
+  constexpr std::size_t kChunk = 16384;
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const std::size_t m = n - i < kChunk ? n - i : kChunk;
+    std::memcpy(dst + i, src + i, m);
+    reg = update(reg, dst + i, m);
+  }
+  return reg;
+}
+
+std::uint32_t copy_on_path(Crc32cPath path, std::uint32_t reg, unsigned char* dst,
+                           const unsigned char* src, std::size_t n) {
+  switch (path) {
+#ifdef GRADCOMP_CRC32C_X86
+    case Crc32cPath::kVpclmul512:
+      return fold_vpclmul512<true>(reg, src, n, dst);
+    case Crc32cPath::kVpclmul256:
+      return fold_vpclmul256<true>(reg, src, n, dst);
+#endif
+    default:
+      return copy_then_update(update_of(path), reg, dst, src, n);
+  }
+}
+
+}  // namespace
+
+std::uint32_t crc32c_copy(std::byte* dst, std::span<const std::byte> src, std::uint32_t crc) {
+  return ~copy_on_path(dispatch().path, ~crc, reinterpret_cast<unsigned char*>(dst),
+                       bytes_of(src), src.size());
+}
+
+std::uint32_t crc32c_copy_on_path(Crc32cPath path, std::byte* dst,
+                                  std::span<const std::byte> src, std::uint32_t crc) {
+  if (!available(path)) {
+    throw InvalidArgument(std::string("crc32c_copy_on_path: this CPU cannot run the ") +
+                          crc32c_path_name(path) + " path");
+  }
+  return ~copy_on_path(path, ~crc, reinterpret_cast<unsigned char*>(dst), bytes_of(src),
+                       src.size());
 }
 
 bool crc32c_uses_hardware() { return dispatch().path != Crc32cPath::kPortable; }

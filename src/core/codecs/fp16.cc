@@ -13,7 +13,6 @@
 #include <string>
 
 #include "codecs.h"
-#include "detail/fused_crc.h"
 #include "detail/half.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
@@ -51,29 +50,6 @@ class Fp16Codec final : public Codec {
                                       std::span<std::byte> payload) const override {
     const std::size_t bad = detail::encode_halves_feedback(format_, p, payload.data());
     if (bad != p.size()) throw_non_finite(p[bad], bad);
-    return 2 * p.size();
-  }
-
-  // The conversion and its checksum in one pass (detail/fused_crc.h).
-  std::size_t encode_payload_crc(std::span<const float> in, const StepContext& /*ctx*/,
-                                 std::span<std::byte> payload,
-                                 std::uint32_t* payload_crc) const override {
-    std::byte* out = payload.data();
-    *payload_crc = detail::write_with_crc(in.size(), 2, out, [&](std::size_t i, std::size_t m) {
-      const std::size_t bad = detail::encode_halves(format_, in.subspan(i, m), out + 2 * i);
-      if (bad != m) throw_non_finite(in[i + bad], i + bad);
-    });
-    return 2 * in.size();
-  }
-
-  std::size_t encode_payload_feedback_crc(std::span<float> p, const StepContext& /*ctx*/,
-                                          std::span<std::byte> payload,
-                                          std::uint32_t* payload_crc) const override {
-    std::byte* out = payload.data();
-    *payload_crc = detail::write_with_crc(p.size(), 2, out, [&](std::size_t i, std::size_t m) {
-      const std::size_t bad = detail::encode_halves_feedback(format_, p.subspan(i, m), out + 2 * i);
-      if (bad != m) throw_non_finite(p[i + bad], i + bad);
-    });
     return 2 * p.size();
   }
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "codecs.h"
-#include "detail/fused_crc.h"
+#include "gradcomp/crc32c.h"
 #include "gradcomp/wire.h"
 
 namespace gradcomp {
@@ -39,14 +39,11 @@ class NoneCodec final : public Codec {
     for (std::size_t i = 0; i < n; ++i) dst[i] += alpha * load_le<float>(src + 4 * i);
   }
 
-  // The copy and its checksum in one pass (detail/fused_crc.h).
+  // The copy and its checksum in one pass (crc32c_copy).
   std::size_t encode_payload_crc(std::span<const float> in, const StepContext& /*ctx*/,
                                  std::span<std::byte> payload,
                                  std::uint32_t* payload_crc) const override {
-    std::byte* out = payload.data();
-    *payload_crc = detail::write_with_crc(in.size(), 4, out, [&](std::size_t i, std::size_t m) {
-      std::memcpy(out + 4 * i, in.data() + i, 4 * m);
-    });
+    *payload_crc = crc32c_copy(payload.data(), std::as_bytes(in));
     return 4 * in.size();
   }
 
