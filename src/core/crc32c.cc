@@ -524,7 +524,15 @@ bool available(Crc32cPath path) {
 #endif
 }
 
-// The best available path, capped by GRADCOMP_CRC32C when it is set.
+// The automatic choice, fastest first. pclmul is left out: four 128-bit PCLMULQDQ
+// folds ran at half the speed of three crc32 streams on Zen 4 (16.7 against 32.8 GB/s;
+// PCLMULQDQ issues every other cycle there), and no CPU without VPCLMULQDQ was at hand
+// to show it faster; GRADCOMP_CRC32C=pclmul still selects it.
+constexpr Crc32cPath kAutomaticOrder[] = {Crc32cPath::kVpclmul512, Crc32cPath::kVpclmul256,
+                                          Crc32cPath::kSse42, Crc32cPath::kPortable};
+
+// The best available path in kAutomaticOrder; GRADCOMP_CRC32C=<path> selects that path
+// if the CPU has it, else the best automatic one below it.
 Crc32cPath choose_path() {
   Crc32cPath cap = Crc32cPath::kVpclmul512;
   if (const char* env = std::getenv("GRADCOMP_CRC32C"); env != nullptr && *env != '\0') {
@@ -539,9 +547,10 @@ Crc32cPath choose_path() {
       throw InvalidArgument(std::string("GRADCOMP_CRC32C=") + env +
                             ": not one of portable, sse4.2, pclmul, vpclmul256, vpclmul512");
     }
+    if (available(cap)) return cap;
   }
-  for (int i = static_cast<int>(cap); i > 0; --i) {
-    if (available(static_cast<Crc32cPath>(i))) return static_cast<Crc32cPath>(i);
+  for (Crc32cPath p : kAutomaticOrder) {
+    if (static_cast<int>(p) <= static_cast<int>(cap) && available(p)) return p;
   }
   return Crc32cPath::kPortable;
 }
