@@ -117,6 +117,10 @@ for round in $(seq 1 "$rounds"); do
     touch "$ref/done"
   fi
   wall_ms=$(cat "$ref/wall_ms")
+  # One epoch's training time in the uninterrupted run (its report's cumulative seconds
+  # after the last epoch, over the epochs): most of a run this small is start-up.
+  epoch_ms=$(sed -n 's/^epoch [0-9]* step [0-9]* .* \([0-9.]*\) s$/\1/p' "$ref/out.txt" | tail -n 1 |
+    awk -v e="$epochs" '{ ms = int($1 * 1000 / e) } END { print (ms > 20 ? ms : 20) }')
 
   run="$work/round-$round"
   # Where the kill lands: after the checkpoint of epoch 0, 1 or 2 (drawn uniformly), so
@@ -125,7 +129,7 @@ for round in $(seq 1 "$rounds"); do
   # Gloo is much of a run this small). Epoch 0: 10-40% of the uninterrupted run's wall
   # time after the launch. Epoch e > 0: once every worker's rank-R.ckpt holds step
   # >= 32e (checkpoints are renamed into place, so they are read whole), plus a random
-  # delay of up to 1/8 of the wall time. A kill that comes after the run or the victim
+  # delay of up to one epoch's training time in the uninterrupted run. A kill that comes after the run or the victim
   # rank has finished is retried (at most 4 attempts) with the delay halved, instead of
   # skipping the round.
   attempt=0
@@ -139,7 +143,7 @@ for round in $(seq 1 "$rounds"); do
     if [ "$target_epoch" -eq 0 ]; then
       delay_ms=$((wall_ms / 10 + RANDOM % (wall_ms * 3 / 10 + 1)))
     else
-      delay_ms=$((RANDOM % (wall_ms / 8 + 1)))
+      delay_ms=$((RANDOM % epoch_ms))
     fi
     delay_ms=$((delay_ms >> (attempt - 1)))
     t_launch=$(date +%s%N)
