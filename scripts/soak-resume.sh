@@ -129,7 +129,8 @@ for round in $(seq 1 "$rounds"); do
   # Gloo is much of a run this small). Epoch 0: 10-40% of the uninterrupted run's wall
   # time after the launch. Epoch e > 0: once every worker's rank-R.ckpt holds step
   # >= 32e (checkpoints are renamed into place, so they are read whole), plus a random
-  # delay of up to one epoch's training time in the uninterrupted run. A kill that comes after the run or the victim
+  # delay of up to half an epoch's training time in the uninterrupted run (the poll
+  # itself lags under load). A kill that comes after the run or the victim
   # rank has finished is retried (at most 4 attempts) with the delay halved, instead of
   # skipping the round.
   attempt=0
@@ -143,7 +144,7 @@ for round in $(seq 1 "$rounds"); do
     if [ "$target_epoch" -eq 0 ]; then
       delay_ms=$((wall_ms / 10 + RANDOM % (wall_ms * 3 / 10 + 1)))
     else
-      delay_ms=$((RANDOM % epoch_ms))
+      delay_ms=$((RANDOM % (epoch_ms / 2 + 1)))
     fi
     delay_ms=$((delay_ms >> (attempt - 1)))
     t_launch=$(date +%s%N)
@@ -159,7 +160,7 @@ for round in $(seq 1 "$rounds"); do
     if [ "$target_epoch" -gt 0 ]; then
       while kill -0 "$launcher" 2>/dev/null; do
         [ "$(min_checkpoint_step "$run/ck" "$workers")" -ge $((target_epoch * steps_per_epoch)) ] && break
-        sleep 0.02
+        sleep 0.01
       done
     fi
     sleep "$(awk -v ms="$delay_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
