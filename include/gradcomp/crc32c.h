@@ -64,8 +64,8 @@ std::uint32_t crc32c_on_path(Crc32cPath path, std::span<const std::byte> data,
                              std::uint32_t crc = 0);
 
 // crc32c_copy() on a given path (tests); InvalidArgument if the CPU lacks it.
-std::uint32_t crc32c_copy_on_path(Crc32cPath path, std::byte* dst,
-                                  std::span<const std::byte> src, std::uint32_t crc = 0);
+std::uint32_t crc32c_copy_on_path(Crc32cPath path, std::byte* dst, std::span<const std::byte> src,
+                                  std::uint32_t crc = 0);
 
 // Describes the active path, e.g. "vpclmul512 (VPCLMULQDQ folding, 512-bit)".
 const char* crc32c_implementation();

@@ -37,8 +37,8 @@ void finish_row(BenchRow& row, double memcpy_ms) {
     row.crc_share_pct = 100.0 * row.crc_ms / row.codec_encode_ms;
   }
   if (row.codec_encode_ms > 0 && std::isfinite(row.no_crc_encode_ms)) {
-    row.crc_encode_share_pct = 100.0 * (row.codec_encode_ms - row.no_crc_encode_ms) /
-                               row.codec_encode_ms;
+    row.crc_encode_share_pct =
+        100.0 * (row.codec_encode_ms - row.no_crc_encode_ms) / row.codec_encode_ms;
   }
   if (row.message_bytes > 0) {
     row.ratio = 4.0 * static_cast<double>(row.n) / static_cast<double>(row.message_bytes);
@@ -273,9 +273,10 @@ std::string fmt_allocs(double v) {
 }  // namespace
 
 std::string format_table(const BenchReport& report) {
-  const std::vector<std::string> header = {"spec",      "message B", "ratio",         "encode ms",
-                                           "enc GB/s",  "% memcpy",  "codec ms",      "codec GB/s",
-                                           "crc ms",    "crc %",     "no-crc ms", "crc % in enc", "decode ms", "dec GB/s",  "allocs enc/dec"};
+  const std::vector<std::string> header = {
+      "spec",      "message B",    "ratio",      "encode ms", "enc GB/s",
+      "% memcpy",  "codec ms",     "codec GB/s", "crc ms",    "crc %",
+      "no-crc ms", "crc % in enc", "decode ms",  "dec GB/s",  "allocs enc/dec"};
   std::vector<std::vector<std::string>> cells;
   for (const auto& r : report.rows) {
     std::string name = r.name;
@@ -316,7 +317,7 @@ std::string format_table(const BenchReport& report) {
   out += "CRC-32C: " + std::string(crc32c_implementation()) +
          "; crc % = message_crc() time / codec encode time; crc % in enc = (codec encode - "
          "the same without the checksum) / codec encode (differs where the checksum is fused "
-         "into encode: none, fp16)\n";
+         "into encode: none)\n";
   out += line(header);
   std::size_t total = 0;
   for (std::size_t w : width) total += w + 2;

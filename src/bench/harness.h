@@ -14,7 +14,8 @@
 // the last three alternating call for call so that they see the same machine load, and
 // report medians. The CRC's share of encode is given two ways: checksum time / codec
 // encode time, and (codec encode - no-crc encode) / codec encode, which is the true
-// cost where encode computes the checksum in its own pass (none, fp16). GB/s is always 4n bytes of fp32 gradient per second.
+// cost where encode computes the checksum in its own pass (none: crc32c_copy).
+// GB/s is always 4n bytes of fp32 gradient per second.
 #pragma once
 
 #include <cstddef>
@@ -54,8 +55,8 @@ struct BenchRow {
   double encode_vs_memcpy_pct = kNotMeasured;  // memcpy time / encode time, in %
   double codec_encode_ms = kNotMeasured;       // Codec::encode without the memory
   double codec_encode_gbps = kNotMeasured;
-  double crc_ms = kNotMeasured;         // message_crc() of the codec's message
-  double crc_share_pct = kNotMeasured;  // crc_ms / codec_encode_ms, in %
+  double crc_ms = kNotMeasured;                // message_crc() of the codec's message
+  double crc_share_pct = kNotMeasured;         // crc_ms / codec_encode_ms, in %
   double no_crc_encode_ms = kNotMeasured;      // Codec::encode without the checksum
   double crc_encode_share_pct = kNotMeasured;  // (codec - no-crc) / codec encode, in %
   double decode_ms = kNotMeasured;

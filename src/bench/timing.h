@@ -65,9 +65,8 @@ inline std::vector<Timing> time_alternating(int warmup, int repeats,
       ms[k].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
   }
-  const double allocs = repeats > 0
-                            ? static_cast<double>(allocation_count() - allocs_before) / repeats
-                            : 0.0;
+  const double allocs =
+      repeats > 0 ? static_cast<double>(allocation_count() - allocs_before) / repeats : 0.0;
   std::vector<Timing> out;
   for (auto& v : ms) {
     std::sort(v.begin(), v.end());

@@ -84,8 +84,7 @@ std::size_t Codec::encode_payload_crc(std::span<const float> /*in*/, const StepC
   return kNoPayloadCrc;
 }
 
-std::size_t Codec::encode_payload_feedback_crc(std::span<float> /*p*/,
-                                               const StepContext& /*ctx*/,
+std::size_t Codec::encode_payload_feedback_crc(std::span<float> /*p*/, const StepContext& /*ctx*/,
                                                std::span<std::byte> /*payload*/,
                                                std::uint32_t* /*payload_crc*/) const {
   return kNoPayloadCrc;

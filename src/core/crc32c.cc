@@ -230,9 +230,8 @@ GRADCOMP_TARGET_PCLMUL inline __m128i constants128(FoldConstants k) {
 
 // x folded forward onto `data` (x * x^D + data, reduced to 128 bits).
 GRADCOMP_TARGET_PCLMUL inline __m128i fold128(__m128i x, __m128i k, __m128i data) {
-  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00),
-                                     _mm_clmulepi64_si128(x, k, 0x11)),
-                       data);
+  return _mm_xor_si128(
+      _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), data);
 }
 
 GRADCOMP_TARGET_PCLMUL inline __m128i load128(const unsigned char* p) {
@@ -291,9 +290,9 @@ GRADCOMP_TARGET_PCLMUL std::uint32_t update_pclmul(std::uint32_t crc, const unsi
 }
 
 GRADCOMP_TARGET_VPCLMUL256 inline __m256i fold256(__m256i x, __m256i k, __m256i data) {
-  return _mm256_xor_si256(_mm256_xor_si256(_mm256_clmulepi64_epi128(x, k, 0x00),
-                                           _mm256_clmulepi64_epi128(x, k, 0x11)),
-                          data);
+  return _mm256_xor_si256(
+      _mm256_xor_si256(_mm256_clmulepi64_epi128(x, k, 0x00), _mm256_clmulepi64_epi128(x, k, 0x11)),
+      data);
 }
 
 GRADCOMP_TARGET_VPCLMUL256 inline __m256i constants256(FoldConstants k) {
@@ -314,9 +313,8 @@ GRADCOMP_TARGET_VPCLMUL256 inline __m256i load256(const unsigned char* q, unsign
 // Four 256-bit accumulators, 128 bytes a round. kCopy: also store every vector read to
 // dst (crc32c_copy), the tail after the folded part copied by memcpy.
 template <bool kCopy>
-GRADCOMP_TARGET_VPCLMUL256 std::uint32_t fold_vpclmul256(std::uint32_t crc,
-                                                         const unsigned char* p, std::size_t n,
-                                                         unsigned char* dst) {
+GRADCOMP_TARGET_VPCLMUL256 std::uint32_t fold_vpclmul256(std::uint32_t crc, const unsigned char* p,
+                                                         std::size_t n, unsigned char* dst) {
   const unsigned char* const p0 = p;
   if (n < kMinVpclmul256) {
     if constexpr (kCopy) {
@@ -326,8 +324,8 @@ GRADCOMP_TARGET_VPCLMUL256 std::uint32_t fold_vpclmul256(std::uint32_t crc,
   }
   const __m256i k1024 = constants256(kFold1024);
   const __m256i k256 = constants256(kFold256);
-  __m256i x0 = _mm256_xor_si256(load256<kCopy>(p, dst, p0), _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0,
-                                                               static_cast<int>(crc)));
+  __m256i x0 = _mm256_xor_si256(load256<kCopy>(p, dst, p0),
+                                _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0, static_cast<int>(crc)));
   __m256i x1 = load256<kCopy>(p + 32, dst, p0);
   __m256i x2 = load256<kCopy>(p + 64, dst, p0);
   __m256i x3 = load256<kCopy>(p + 96, dst, p0);
@@ -349,8 +347,8 @@ GRADCOMP_TARGET_VPCLMUL256 std::uint32_t fold_vpclmul256(std::uint32_t crc,
     p += 32;
     n -= 32;
   }
-  const __m128i x = fold128(_mm256_castsi256_si128(x3), constants128(kFold128),
-                            _mm256_extracti128_si256(x3, 1));
+  const __m128i x =
+      fold128(_mm256_castsi256_si128(x3), constants128(kFold128), _mm256_extracti128_si256(x3, 1));
   if constexpr (kCopy) {
     if (n > 0) std::memcpy(dst + (p - p0), p, n);
   }
@@ -383,9 +381,8 @@ GRADCOMP_TARGET_VPCLMUL512 inline __m512i load512(const unsigned char* q, unsign
 
 // Four 512-bit accumulators, 256 bytes a round. kCopy as in fold_vpclmul256.
 template <bool kCopy>
-GRADCOMP_TARGET_VPCLMUL512 std::uint32_t fold_vpclmul512(std::uint32_t crc,
-                                                         const unsigned char* p, std::size_t n,
-                                                         unsigned char* dst) {
+GRADCOMP_TARGET_VPCLMUL512 std::uint32_t fold_vpclmul512(std::uint32_t crc, const unsigned char* p,
+                                                         std::size_t n, unsigned char* dst) {
   const unsigned char* const p0 = p;
   if (n < kMinVpclmul512) {
     if constexpr (kCopy) {
@@ -396,8 +393,8 @@ GRADCOMP_TARGET_VPCLMUL512 std::uint32_t fold_vpclmul512(std::uint32_t crc,
   const __m512i k2048 = constants512(kFold2048);
   const __m512i k512 = constants512(kFold512);
   __m512i x0 = _mm512_xor_si512(
-      load512<kCopy>(p, dst, p0), _mm512_inserti32x4(_mm512_setzero_si512(),
-                                     _mm_cvtsi32_si128(static_cast<int>(crc)), 0));
+      load512<kCopy>(p, dst, p0),
+      _mm512_inserti32x4(_mm512_setzero_si512(), _mm_cvtsi32_si128(static_cast<int>(crc)), 0));
   __m512i x1 = load512<kCopy>(p + 64, dst, p0);
   __m512i x2 = load512<kCopy>(p + 128, dst, p0);
   __m512i x3 = load512<kCopy>(p + 192, dst, p0);
@@ -463,8 +460,8 @@ CpuCrcFeatures detect_features() {
   const bool osxsave = (c & (1u << 27)) != 0;
   const bool avx = (c & (1u << 28)) != 0;
   const std::uint64_t xcr0 = osxsave ? read_xcr0() : 0;
-  const bool ymm_state = (xcr0 & 0x6) == 0x6;     // SSE + AVX state
-  const bool zmm_state = (xcr0 & 0xE6) == 0xE6;   // + opmask, ZMM_Hi256, Hi16_ZMM
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;    // SSE + AVX state
+  const bool zmm_state = (xcr0 & 0xE6) == 0xE6;  // + opmask, ZMM_Hi256, Hi16_ZMM
   if (__get_cpuid_max(0, nullptr) < 7) return f;
   __cpuid_count(7, 0, a, b, c, d);
   const bool avx2 = (b & (1u << 5)) != 0;
@@ -648,12 +645,12 @@ std::uint32_t copy_on_path(Crc32cPath path, std::uint32_t reg, unsigned char* ds
 }  // namespace
 
 std::uint32_t crc32c_copy(std::byte* dst, std::span<const std::byte> src, std::uint32_t crc) {
-  return ~copy_on_path(dispatch().path, ~crc, reinterpret_cast<unsigned char*>(dst),
-                       bytes_of(src), src.size());
+  return ~copy_on_path(dispatch().path, ~crc, reinterpret_cast<unsigned char*>(dst), bytes_of(src),
+                       src.size());
 }
 
-std::uint32_t crc32c_copy_on_path(Crc32cPath path, std::byte* dst,
-                                  std::span<const std::byte> src, std::uint32_t crc) {
+std::uint32_t crc32c_copy_on_path(Crc32cPath path, std::byte* dst, std::span<const std::byte> src,
+                                  std::uint32_t crc) {
   if (!available(path)) {
     throw InvalidArgument(std::string("crc32c_copy_on_path: this CPU cannot run the ") +
                           crc32c_path_name(path) + " path");
@@ -684,8 +681,7 @@ bool crc32c_path_available(Crc32cPath path) { return available(path); }
 
 Crc32cPath crc32c_active_path() { return dispatch().path; }
 
-std::uint32_t crc32c_on_path(Crc32cPath path, std::span<const std::byte> data,
-                             std::uint32_t crc) {
+std::uint32_t crc32c_on_path(Crc32cPath path, std::span<const std::byte> data, std::uint32_t crc) {
   if (!available(path)) {
     throw InvalidArgument(std::string("crc32c_on_path: this CPU cannot run the ") +
                           crc32c_path_name(path) + " path");

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <string>
 
-#include "gradcomp/codec.h"
 #include "detail/checksum_switch.h"
+#include "gradcomp/codec.h"
 #include "gradcomp/crc32c.h"
 #include "gradcomp/error.h"
 
@@ -33,9 +33,8 @@ std::string hex32(std::uint32_t v) {
 namespace {
 
 // Header fields, every check; the checksum field is left to the caller.
-void write_header_fields(std::span<std::byte> out, std::uint16_t codec_id,
-                         std::uint32_t config_tag, std::size_t elements,
-                         std::size_t payload_bytes) {
+void write_header_fields(std::span<std::byte> out, std::uint16_t codec_id, std::uint32_t config_tag,
+                         std::size_t elements, std::size_t payload_bytes) {
   if (out.size() < kHeaderBytes) {
     throw InvalidArgument("write_header: buffer of " + std::to_string(out.size()) +
                           " bytes < header " + std::to_string(kHeaderBytes));

@@ -162,8 +162,8 @@ TEST(Crc32c, EveryPathChainsAcrossSplits) {
   const auto s = std::span<const std::byte>(data);
   const std::uint32_t whole = crc32c_portable(s);
   std::mt19937_64 gen(15);
-  std::vector<std::size_t> cuts = {0, 1, 3, 4, 15, 16, 17, 63, 64, 127, 128, 255, 256,
-                                   511, 512, 513, 19487, 19488, 19999, 20000};
+  std::vector<std::size_t> cuts = {0,   1,   3,   4,   15,  16,  17,    63,    64,    127,
+                                   128, 255, 256, 511, 512, 513, 19487, 19488, 19999, 20000};
   for (int i = 0; i < 200; ++i) cuts.push_back(gen() % 20001);
   for (Crc32cPath p : runnable_paths()) {
     for (std::size_t cut : cuts) {
@@ -271,9 +271,10 @@ TEST(WireChecksum, FusedChecksumEqualsOnePassOverTheMessage) {
       const std::size_t bytes = c->encode(g, {}, msg);
       msg.resize(bytes);
       EXPECT_EQ(load_le<std::uint32_t>(msg.data() + kCrcOffset), message_crc(msg));
-      EXPECT_EQ(message_crc(msg),
-                crc32c_portable(std::span<const std::byte>(msg).subspan(kHeaderBytes),
-                                crc32c_portable(std::span<const std::byte>(msg).first(kCrcOffset))));
+      EXPECT_EQ(
+          message_crc(msg),
+          crc32c_portable(std::span<const std::byte>(msg).subspan(kHeaderBytes),
+                          crc32c_portable(std::span<const std::byte>(msg).first(kCrcOffset))));
       EXPECT_NO_THROW((void)test::decode(*c, msg, n));
       // encode_feedback writes the same message.
       auto p = g;
