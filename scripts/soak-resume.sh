@@ -12,6 +12,7 @@
 # printed test accuracy and loss. ps-async is not (the order in which the server applies
 # the workers' pushes depends on timing), so there the resumed run must finish, resume from
 # the checkpoints and reach an accuracy within 0.05 of the uninterrupted run's.
+# The kill lands in epoch 1, 2 or 3 (after 0, 1 or 2 checkpoints; see the loop below).
 # Prints one line per round and a summary; exits non-zero on any mismatch or failure.
 # Runs are tiny (synthetic data, 3 epochs of 32 steps); the work directory is
 # build/soak-resume/ (references cached in ref/, keyed by the binary's checksum).
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     --gradcomp) gradcomp=${2:?--gradcomp needs a path}; shift 2 ;;
     --only) only=${2:?--only needs a regex}; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "soak-resume.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -81,6 +82,17 @@ args_of() {
   printf '%s\n' "${a[@]}"
 }
 
+# The smallest step in the workers' checkpoints in DIR (0 while one is missing).
+min_checkpoint_step() {
+  local min="" r step
+  for ((r = 0; r < $2; r++)); do
+    step=$(od -An -t u8 -j 24 -N 8 "$1/rank-$r.ckpt" 2>/dev/null | tr -d ' ')
+    [ -n "$step" ] || { echo 0; return; }
+    [ -z "$min" ] || [ "$step" -lt "$min" ] && min=$step
+  done
+  echo "${min:-0}"
+}
+
 # The printed test accuracy and loss of a report.
 result_of() { grep -E '^  test (accuracy|loss)' "$1" | tr -s ' ' | sed 's/^ //' | tr '\n' ' '; }
 accuracy_of() { sed -n 's/^  test accuracy *//p' "$1" | head -n 1; }
@@ -105,36 +117,73 @@ for round in $(seq 1 "$rounds"); do
     touch "$ref/done"
   fi
   wall_ms=$(cat "$ref/wall_ms")
+  # One epoch's training time in the uninterrupted run (its report's cumulative seconds
+  # after the last epoch, over the epochs): most of a run this small is start-up.
+  epoch_ms=$(sed -n 's/^epoch [0-9]* step [0-9]* .* \([0-9.]*\) s$/\1/p' "$ref/out.txt" | tail -n 1 |
+    awk -v e="$epochs" '{ ms = int($1 * 1000 / e) } END { print (ms > 20 ? ms : 20) }')
 
   run="$work/round-$round"
-  rm -rf "$run" && mkdir -p "$run"
-  victim_rank=$((RANDOM % world))
-  # The CLI prints no per-step progress (stdout is a file: block-buffered), so the kill
-  # is timed: uniformly within 10-90% of the uninterrupted run's wall time; the step it
-  # hit shows as the step the resumed run starts from.
-  kill_ms=$((wall_ms / 10 + RANDOM % (wall_ms * 8 / 10 + 1)))
-  "$gradcomp" train "${args[@]}" --checkpoint-dir "$run/ck" >"$run/killed.txt" 2>"$run/killed.err" &
-  launcher=$!
-  # Ranks are the launcher's children in rank order.
-  pids=()
-  for _ in $(seq 200); do
-    mapfile -t pids < <(pgrep -P "$launcher" | sort -n)
-    [ "${#pids[@]}" -ge "$world" ] && break
-    sleep 0.05
+  # Where the kill lands: after the checkpoint of epoch 0, 1 or 2 (drawn uniformly), so
+  # that resumes from step 0, 32 and 64 are all exercised (a kill timed against the wall
+  # time alone mostly lands before the first checkpoint: the start-up of LibTorch and
+  # Gloo is much of a run this small). Epoch 0: 10-40% of the uninterrupted run's wall
+  # time after the launch. Epoch e > 0: once every worker's rank-R.ckpt holds step
+  # >= 32e (checkpoints are renamed into place, so they are read whole), plus a random
+  # delay of up to half an epoch's training time in the uninterrupted run (the poll
+  # itself lags under load). A kill that comes after the run or the victim
+  # rank has finished is retried (at most 4 attempts) with the delay halved, instead of
+  # skipping the round.
+  attempt=0
+  retried=""
+  kstatus=0
+  while :; do
+    attempt=$((attempt + 1))
+    rm -rf "$run" && mkdir -p "$run"
+    victim_rank=$((RANDOM % world))
+    target_epoch=$((RANDOM % epochs))
+    if [ "$target_epoch" -eq 0 ]; then
+      delay_ms=$((wall_ms / 10 + RANDOM % (wall_ms * 3 / 10 + 1)))
+    else
+      delay_ms=$((RANDOM % (epoch_ms / 2 + 1)))
+    fi
+    delay_ms=$((delay_ms >> (attempt - 1)))
+    t_launch=$(date +%s%N)
+    "$gradcomp" train "${args[@]}" --checkpoint-dir "$run/ck" >"$run/killed.txt" 2>"$run/killed.err" &
+    launcher=$!
+    # Ranks are the launcher's children in rank order.
+    pids=()
+    for _ in $(seq 200); do
+      mapfile -t pids < <(pgrep -P "$launcher" | sort -n)
+      [ "${#pids[@]}" -ge "$world" ] && break
+      sleep 0.05
+    done
+    if [ "$target_epoch" -gt 0 ]; then
+      while kill -0 "$launcher" 2>/dev/null; do
+        [ "$(min_checkpoint_step "$run/ck" "$workers")" -ge $((target_epoch * steps_per_epoch)) ] && break
+        sleep 0.01
+      done
+    fi
+    sleep "$(awk -v ms="$delay_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
+    kill_ms=$((($(date +%s%N) - t_launch) / 1000000))
+    miss=""
+    if ! kill -0 "$launcher" 2>/dev/null; then
+      wait "$launcher"
+      launcher=""
+      miss="the run ended before the kill at ${kill_ms} ms"
+    else
+      kill -KILL "${pids[$victim_rank]}" 2>/dev/null
+      wait "$launcher"
+      kstatus=$?
+      launcher=""
+      # Exit 0: the victim had finished already, nothing was killed.
+      [ $kstatus -ne 0 ] || miss="rank $victim_rank had finished before the kill at ${kill_ms} ms"
+    fi
+    [ -n "$miss" ] || break
+    retried+=" [attempt $attempt: $miss]"
+    [ $attempt -lt 4 ] || break
   done
-  sleep "$(awk -v ms="$kill_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
-  if ! kill -0 "$launcher" 2>/dev/null; then
-    wait "$launcher"
-    launcher=""
-    echo "round $round: $topo $spec: the run ended before the kill at ${kill_ms} ms (skipped)"
-    continue
-  fi
-  kill -KILL "${pids[$victim_rank]}" 2>/dev/null
-  wait "$launcher"
-  kstatus=$?
-  launcher=""
-  if [ $kstatus -eq 0 ]; then  # the victim had finished already: nothing was killed
-    echo "round $round: $topo $spec: rank $victim_rank had finished before the kill at ${kill_ms} ms (skipped)"
+  if [ -n "$miss" ]; then
+    echo "round $round: $topo $spec: skipped after $attempt attempts:$retried"
     continue
   fi
 
@@ -142,7 +191,7 @@ for round in $(seq 1 "$rounds"); do
     2>"$run/resumed.err"
   rstatus=$?
   from=$(sed -n 's/.*resumed from .* at step \([0-9]*\).*/\1/p' "$run/resumed.txt" | head -n 1)
-  what="$topo $spec: rank $victim_rank of $world killed ${kill_ms} ms into a ${wall_ms} ms run (exit $kstatus), resumed from step ${from:-0} of $total_steps"
+  what="$topo $spec: rank $victim_rank of $world killed ${kill_ms} ms into a ${wall_ms} ms run (exit $kstatus), resumed from step ${from:-0} of $total_steps${retried:+ (after$retried)}"
   verdict=""
   if [ $rstatus -ne 0 ]; then
     verdict="FAIL: resume exited $rstatus: $(tail -n 1 "$run/resumed.err")"

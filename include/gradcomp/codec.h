@@ -156,6 +156,20 @@ class Codec {
   virtual std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
                                                    const StepContext& ctx,
                                                    std::span<std::byte> payload) const;
+  // Optional fusion of the checksum into the payload pass, for codecs whose encode is
+  // itself one pass over an output as large as their input (none: a copy, see
+  // crc32c_copy): write the payload as encode_payload / encode_payload_feedback do,
+  // store its CRC-32C (crc32c.h, from 0) in *payload_crc, computed in the same pass,
+  // and return its size; encode() then checksums only the header and combines
+  // the two. Returning kNoPayloadCrc instead (the default: encode_payload and a
+  // separate checksum pass) is always correct.
+  static constexpr std::size_t kNoPayloadCrc = static_cast<std::size_t>(-1);
+  virtual std::size_t encode_payload_crc(std::span<const float> in, const StepContext& ctx,
+                                         std::span<std::byte> payload,
+                                         std::uint32_t* payload_crc) const;
+  virtual std::size_t encode_payload_feedback_crc(std::span<float> p, const StepContext& ctx,
+                                                  std::span<std::byte> payload,
+                                                  std::uint32_t* payload_crc) const;
 
  private:
   CodecIdentity identity_;

@@ -71,6 +71,12 @@ inline void store_le(std::byte* p, T v) {
 void write_header(std::span<std::byte> out, std::uint16_t codec_id, std::uint32_t config_tag,
                   std::size_t elements, std::size_t payload_bytes);
 
+// The same, for a payload whose CRC-32C (from 0) the caller computed while writing it:
+// only the header is checksummed here, then combined with it (crc32c_combine).
+void write_header_payload_crc(std::span<std::byte> out, std::uint16_t codec_id,
+                              std::uint32_t config_tag, std::size_t elements,
+                              std::size_t payload_bytes, std::uint32_t payload_crc);
+
 // The checksum a message of msg.size() >= kHeaderBytes bytes should carry.
 std::uint32_t message_crc(std::span<const std::byte> msg);
 

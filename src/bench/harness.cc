@@ -12,7 +12,9 @@
 #endif
 
 #include "bench/timing.h"
+#include "core/detail/checksum_switch.h"
 #include "gradcomp/cpu.h"
+#include "gradcomp/crc32c.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"
 #include "gradcomp/rng.h"
@@ -31,6 +33,13 @@ void finish_row(BenchRow& row, double memcpy_ms) {
   row.encode_gbps = gbps(row.n, row.encode_ms);
   row.codec_encode_gbps = gbps(row.n, row.codec_encode_ms);
   row.decode_gbps = gbps(row.n, row.decode_ms);
+  if (row.codec_encode_ms > 0 && std::isfinite(row.crc_ms)) {
+    row.crc_share_pct = 100.0 * row.crc_ms / row.codec_encode_ms;
+  }
+  if (row.codec_encode_ms > 0 && std::isfinite(row.no_crc_encode_ms)) {
+    row.crc_encode_share_pct =
+        100.0 * (row.codec_encode_ms - row.no_crc_encode_ms) / row.codec_encode_ms;
+  }
   if (row.message_bytes > 0) {
     row.ratio = 4.0 * static_cast<double>(row.n) / static_cast<double>(row.message_bytes);
   }
@@ -141,10 +150,22 @@ BenchRow bench_spec(const CodecRegistry& registry, std::string_view spec,
   const Timing enc = time_calls(options.warmup, options.repeats, [&](int call) {
     memory->compress(input, step_context(options, call), msg);
   });
+  // Codec::encode, the checksum it includes (message_crc of its message) and
+  // Codec::encode without the checksum (detail::ScopedChecksumOff: the header's CRC
+  // field stays 0, no fused checksum), alternating call for call so that the three
+  // medians are taken under the same load.
   std::size_t bytes = 0;
-  const Timing raw = time_calls(options.warmup, options.repeats, [&](int call) {
-    bytes = codec.encode(input, step_context(options, call), msg);
-  });
+  volatile std::uint32_t crc_sink = 0;  // keeps the checksum calls
+  std::vector<std::byte> msg_plain(msg.size());
+  const std::vector<Timing> t = time_alternating(
+      options.warmup, options.repeats,
+      {[&](int call) { bytes = codec.encode(input, step_context(options, call), msg); },
+       [&](int) { crc_sink = message_crc(std::span<const std::byte>(msg.data(), bytes)); },
+       [&](int call) {
+         const detail::ScopedChecksumOff off;
+         (void)codec.encode(input, step_context(options, call), msg_plain);
+       }});
+  const Timing& raw = t[0];
   // Decode the last message; out accumulates (decode_add), as a reducer's sum does.
   const std::span<const std::byte> last(msg.data(), bytes);
   const Timing dec =
@@ -152,8 +173,11 @@ BenchRow bench_spec(const CodecRegistry& registry, std::string_view spec,
 
   row.encode_ms = enc.median_ms;
   row.codec_encode_ms = raw.median_ms;
+  row.crc_ms = t[1].median_ms;
+  row.no_crc_encode_ms = t[2].median_ms;
   row.decode_ms = dec.median_ms;
   row.encode_allocs_per_call = std::max(enc.allocations_per_call, raw.allocations_per_call);
+  (void)crc_sink;
   row.decode_allocs_per_call = dec.allocations_per_call;
   return row;
 }
@@ -249,9 +273,10 @@ std::string fmt_allocs(double v) {
 }  // namespace
 
 std::string format_table(const BenchReport& report) {
-  const std::vector<std::string> header = {"spec",      "message B", "ratio",         "encode ms",
-                                           "enc GB/s",  "% memcpy",  "codec ms",      "codec GB/s",
-                                           "decode ms", "dec GB/s",  "allocs enc/dec"};
+  const std::vector<std::string> header = {
+      "spec",      "message B",    "ratio",      "encode ms", "enc GB/s",
+      "% memcpy",  "codec ms",     "codec GB/s", "crc ms",    "crc %",
+      "no-crc ms", "crc % in enc", "decode ms",  "dec GB/s",  "allocs enc/dec"};
   std::vector<std::vector<std::string>> cells;
   for (const auto& r : report.rows) {
     std::string name = r.name;
@@ -260,7 +285,9 @@ std::string format_table(const BenchReport& report) {
         {name, r.message_bytes > 0 ? std::to_string(r.message_bytes) : "-", fmt("%.2f", r.ratio),
          fmt("%.2f", r.encode_ms), fmt("%.2f", r.encode_gbps),
          fmt("%.0f%%", r.encode_vs_memcpy_pct), fmt("%.2f", r.codec_encode_ms),
-         fmt("%.2f", r.codec_encode_gbps), fmt("%.2f", r.decode_ms), fmt("%.2f", r.decode_gbps),
+         fmt("%.2f", r.codec_encode_gbps), fmt("%.3f", r.crc_ms), fmt("%.1f%%", r.crc_share_pct),
+         fmt("%.3f", r.no_crc_encode_ms), fmt("%.1f%%", r.crc_encode_share_pct),
+         fmt("%.2f", r.decode_ms), fmt("%.2f", r.decode_gbps),
          fmt_allocs(r.encode_allocs_per_call) + " / " + fmt_allocs(r.decode_allocs_per_call)});
   }
   std::vector<std::size_t> width(header.size());
@@ -287,6 +314,10 @@ std::string format_table(const BenchReport& report) {
                     std::to_string(report.threads) + " thread(s), median of " +
                     std::to_string(report.repeats) + " calls; GB/s = fp32 input bytes / time\n";
   out += "ISA: " + isa_summary() + "\n";
+  out += "CRC-32C: " + std::string(crc32c_implementation()) +
+         "; crc % = message_crc() time / codec encode time; crc % in enc = (codec encode - "
+         "the same without the checksum) / codec encode (differs where the checksum is fused "
+         "into encode: none)\n";
   out += line(header);
   std::size_t total = 0;
   for (std::size_t w : width) total += w + 2;
@@ -317,6 +348,10 @@ std::string format_json_lines(const BenchReport& report) {
         .add("encode_vs_memcpy_pct", r.encode_vs_memcpy_pct)
         .add("codec_encode_ms", r.codec_encode_ms)
         .add("codec_encode_gbps", r.codec_encode_gbps)
+        .add("crc_ms", r.crc_ms)
+        .add("crc_share_pct", r.crc_share_pct)
+        .add("no_crc_encode_ms", r.no_crc_encode_ms)
+        .add("crc_encode_share_pct", r.crc_encode_share_pct)
         .add("decode_ms", r.decode_ms)
         .add("decode_gbps", r.decode_gbps)
         .add("encode_allocs_per_call", r.encode_allocs_per_call)

@@ -8,7 +8,14 @@
 //   encode        Memory::compress (error feedback included when the spec has it),
 //   codec encode  Codec::encode alone,
 //   decode        Codec::decode_add into an fp32 buffer,
-// and report medians. GB/s is always 4n bytes of fp32 gradient per second.
+//   checksum      message_crc() over the message codec encode wrote (header + payload:
+//                 the CRC-32C that encode and decode each include),
+//   no-crc encode Codec::encode without the checksum (benchmark-only switch),
+// the last three alternating call for call so that they see the same machine load, and
+// report medians. The CRC's share of encode is given two ways: checksum time / codec
+// encode time, and (codec encode - no-crc encode) / codec encode, which is the true
+// cost where encode computes the checksum in its own pass (none: crc32c_copy).
+// GB/s is always 4n bytes of fp32 gradient per second.
 #pragma once
 
 #include <cstddef>
@@ -48,6 +55,10 @@ struct BenchRow {
   double encode_vs_memcpy_pct = kNotMeasured;  // memcpy time / encode time, in %
   double codec_encode_ms = kNotMeasured;       // Codec::encode without the memory
   double codec_encode_gbps = kNotMeasured;
+  double crc_ms = kNotMeasured;                // message_crc() of the codec's message
+  double crc_share_pct = kNotMeasured;         // crc_ms / codec_encode_ms, in %
+  double no_crc_encode_ms = kNotMeasured;      // Codec::encode without the checksum
+  double crc_encode_share_pct = kNotMeasured;  // (codec - no-crc) / codec encode, in %
   double decode_ms = kNotMeasured;
   double decode_gbps = kNotMeasured;
   double encode_allocs_per_call = kNotMeasured;  // steady state, all threads

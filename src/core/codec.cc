@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "detail/checksum_switch.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
 
@@ -40,6 +41,15 @@ void check_encode_args(const Codec& codec, std::size_t n, std::size_t out_bytes,
 std::size_t Codec::encode(std::span<const float> in, const StepContext& ctx,
                           std::span<std::byte> out) const {
   check_encode_args(*this, in.size(), out.size(), "encode");
+  std::uint32_t payload_crc = 0;
+  if (!detail::checksum_disabled()) {
+    const std::size_t payload =
+        encode_payload_crc(in, ctx, out.subspan(kHeaderBytes), &payload_crc);
+    if (payload != kNoPayloadCrc) {
+      write_header_payload_crc(out, wire_id(), config_tag(), in.size(), payload, payload_crc);
+      return kHeaderBytes + payload;
+    }
+  }
   const std::size_t payload = encode_payload(in, ctx, out.subspan(kHeaderBytes));
   write_header(out, wire_id(), config_tag(), in.size(), payload);
   return kHeaderBytes + payload;
@@ -52,6 +62,15 @@ void Codec::decode_add(std::span<const std::byte> msg, std::span<float> out, flo
 std::size_t Codec::encode_feedback(std::span<float> p, const StepContext& ctx,
                                    std::span<std::byte> out) const {
   check_encode_args(*this, p.size(), out.size(), "encode");
+  std::uint32_t payload_crc = 0;
+  if (!detail::checksum_disabled()) {
+    const std::size_t payload =
+        encode_payload_feedback_crc(p, ctx, out.subspan(kHeaderBytes), &payload_crc);
+    if (payload != kNoPayloadCrc) {
+      write_header_payload_crc(out, wire_id(), config_tag(), p.size(), payload, payload_crc);
+      return kHeaderBytes + payload;
+    }
+  }
   const std::size_t payload = encode_payload_feedback(p, ctx, out.subspan(kHeaderBytes));
   write_header(out, wire_id(), config_tag(), p.size(), payload);
   return kHeaderBytes + payload;
@@ -130,6 +149,16 @@ void ResidualUpdate::peek(const float* e, std::size_t begin, std::size_t end, fl
       dst[i - begin] = e[i] + ui;
     }
   }
+std::size_t Codec::encode_payload_crc(std::span<const float> /*in*/, const StepContext& /*ctx*/,
+                                      std::span<std::byte> /*payload*/,
+                                      std::uint32_t* /*payload_crc*/) const {
+  return kNoPayloadCrc;
+}
+
+std::size_t Codec::encode_payload_feedback_crc(std::span<float> /*p*/, const StepContext& /*ctx*/,
+                                               std::span<std::byte> /*payload*/,
+                                               std::uint32_t* /*payload_crc*/) const {
+  return kNoPayloadCrc;
 }
 
 LinearRegion Codec::linear_region(std::size_t /*n*/) const {

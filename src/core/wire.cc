@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "detail/checksum_switch.h"
 #include "gradcomp/codec.h"
 #include "gradcomp/crc32c.h"
 #include "gradcomp/error.h"
@@ -29,8 +30,11 @@ std::string hex32(std::uint32_t v) {
 
 }  // namespace
 
-void write_header(std::span<std::byte> out, std::uint16_t codec_id, std::uint32_t config_tag,
-                  std::size_t elements, std::size_t payload_bytes) {
+namespace {
+
+// Header fields, every check; the checksum field is left to the caller.
+void write_header_fields(std::span<std::byte> out, std::uint16_t codec_id, std::uint32_t config_tag,
+                         std::size_t elements, std::size_t payload_bytes) {
   if (out.size() < kHeaderBytes) {
     throw InvalidArgument("write_header: buffer of " + std::to_string(out.size()) +
                           " bytes < header " + std::to_string(kHeaderBytes));
@@ -52,7 +56,37 @@ void write_header(std::span<std::byte> out, std::uint16_t codec_id, std::uint32_
                           " bytes > the " + std::to_string(out.size() - kHeaderBytes) +
                           " bytes after the header");
   }
+}
+
+thread_local int checksum_off_depth = 0;
+
+}  // namespace
+
+namespace detail {
+
+ScopedChecksumOff::ScopedChecksumOff() { ++checksum_off_depth; }
+ScopedChecksumOff::~ScopedChecksumOff() { --checksum_off_depth; }
+bool checksum_disabled() { return checksum_off_depth > 0; }
+
+}  // namespace detail
+
+void write_header(std::span<std::byte> out, std::uint16_t codec_id, std::uint32_t config_tag,
+                  std::size_t elements, std::size_t payload_bytes) {
+  write_header_fields(out, codec_id, config_tag, elements, payload_bytes);
+  if (detail::checksum_disabled()) {
+    store_le<std::uint32_t>(out.data() + kCrcOffset, 0);
+    return;
+  }
   reseal_message(out.first(kHeaderBytes + payload_bytes));
+}
+
+void write_header_payload_crc(std::span<std::byte> out, std::uint16_t codec_id,
+                              std::uint32_t config_tag, std::size_t elements,
+                              std::size_t payload_bytes, std::uint32_t payload_crc) {
+  write_header_fields(out, codec_id, config_tag, elements, payload_bytes);
+  const std::uint32_t header_crc = crc32c(std::span<const std::byte>(out.data(), kCrcOffset));
+  store_le<std::uint32_t>(out.data() + kCrcOffset,
+                          crc32c_combine(header_crc, payload_crc, payload_bytes));
 }
 
 std::uint32_t message_crc(std::span<const std::byte> msg) {

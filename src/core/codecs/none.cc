@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "codecs.h"
+#include "gradcomp/crc32c.h"
 #include "gradcomp/wire.h"
 
 namespace gradcomp {
@@ -36,6 +37,22 @@ class NoneCodec final : public Codec {
     float* dst = out.data();
     const std::size_t n = out.size();
     for (std::size_t i = 0; i < n; ++i) dst[i] += alpha * load_le<float>(src + 4 * i);
+  }
+
+  // The copy and its checksum in one pass (crc32c_copy).
+  std::size_t encode_payload_crc(std::span<const float> in, const StepContext& /*ctx*/,
+                                 std::span<std::byte> payload,
+                                 std::uint32_t* payload_crc) const override {
+    *payload_crc = crc32c_copy(payload.data(), std::as_bytes(in));
+    return 4 * in.size();
+  }
+
+  std::size_t encode_payload_feedback_crc(std::span<float> p, const StepContext& ctx,
+                                          std::span<std::byte> payload,
+                                          std::uint32_t* payload_crc) const override {
+    const std::size_t bytes = encode_payload_crc(p, ctx, payload, payload_crc);
+    for (float& v : p) v -= v;  // as encode_payload_feedback
+    return bytes;
   }
 
   // e = p - p = 0: nothing is held back.
