@@ -156,6 +156,7 @@ class Codec {
   virtual std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
                                                    const StepContext& ctx,
                                                    std::span<std::byte> payload) const;
+
   // Optional fusion of the checksum into the payload pass, for codecs whose encode is
   // itself one pass over an output as large as their input (none: a copy, see
   // crc32c_copy): write the payload as encode_payload / encode_payload_feedback do,
