@@ -149,6 +149,8 @@ void ResidualUpdate::peek(const float* e, std::size_t begin, std::size_t end, fl
       dst[i - begin] = e[i] + ui;
     }
   }
+}
+
 std::size_t Codec::encode_payload_crc(std::span<const float> /*in*/, const StepContext& /*ctx*/,
                                       std::span<std::byte> /*payload*/,
                                       std::uint32_t* /*payload_crc*/) const {
