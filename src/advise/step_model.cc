@@ -135,7 +135,7 @@ std::optional<double> accuracy_cost(const std::string& spec) {
       {"efm(efsign)", -0.21},
       {"sketched-sgd", -2.40},
       {"fetchsgd", -3.93},
-      {"atomo:budget=3", -0.70},
+      {"atomo:budget=3", -0.63},
       {"powersgd:rank=2", -0.70},
   };
   auto it = table.find(spec);
