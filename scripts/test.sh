@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs dependencies, builds every target in
-# build/ (reusing what scripts/run.sh built there), runs every ctest while it builds the
-# core with clang, AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/) at low
-# priority, runs the core tests under them and runs every fuzz target for a short while
-# (libFuzzer). Exits non-zero on the first failure.
+# build/ (reusing what scripts/run.sh built there), runs every ctest, then builds the core
+# with clang, AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/), runs the
+# core tests under them and runs every fuzz target for a short while (libFuzzer). Exits
+# non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${GRADCOMP_JOBS:-2}
@@ -29,28 +29,15 @@ CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebI
   -DGRADCOMP_SANITIZE=fuzzer-no-link,address,undefined -DGRADCOMP_BUILD_TOOLS=OFF \
   -DGRADCOMP_BUILD_BENCH=OFF -DGRADCOMP_BUILD_DIST=OFF >/dev/null
 
-# It is built while the Release tests run, at the lowest CPU priority: those tests spend
-# much of their time waiting (for peers, timeouts, process start-up; ~0.8 of the 2 cores
-# busy on average), and a nice-19 build only takes what they leave idle, so their timing
-# is not disturbed. Its own process group, so that a failure stops all of it.
-sanitize_targets=(gradcomp_core_tests gradcomp_decode_fuzz gradcomp_spec_fuzz gradcomp_checkpoint_fuzz)
-sanitize_log=build-sanitize/build.log
-setsid nice -n 19 cmake --build build-sanitize -j "$jobs" --target "${sanitize_targets[@]}" \
-  -- "${quiet[@]}" >"$sanitize_log" 2>&1 &
-sanitize_pid=$!
-trap 'kill -- -"$sanitize_pid" 2>/dev/null || true' EXIT
-
-echo "== tests (Release; the sanitizer build runs beside them at nice 19) (at ${SECONDS} s)"
+echo "== tests (Release) (at ${SECONDS} s)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+# Built after the Release tests, not beside them: built at nice 19 during them (tried
+# 2026-11-26), it slowed them more than it saved (cli.train 77 -> 120 s; the whole command
+# 560 -> 604 s on a 2-core VM: a niced process still shares caches and memory bandwidth,
+# and the tests sleep and wake often enough to hand it much of the CPU).
 echo "== core tests under ASan+UBSan, assertions on (clang; build-sanitize/) (at ${SECONDS} s)"
-if ! wait "$sanitize_pid"; then
-  cat "$sanitize_log" >&2
-  echo "test.sh: the sanitizer build failed (log above: $sanitize_log)" >&2
-  exit 1
-fi
-trap - EXIT
-echo "   (sanitizer build done at ${SECONDS} s)"
+cmake --build build-sanitize -j "$jobs" --target gradcomp_core_tests -- "${quiet[@]}"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-sanitize --output-on-failure -j "$jobs" -L core
 
