@@ -7,8 +7,8 @@
 # of the mean to the dense row's mean. A method the binary does not know, or a seed
 # that fails, is listed as "not available" with the reason.
 #
-#   usage: scripts/accuracy-table.sh [--epochs N] [--seeds "42 43 44"] [--out DIR]
-#                                    [-- extra train flags]
+#   usage: scripts/accuracy-table.sh [--epochs N] [--seeds "42 43 44"] [--workers W]
+#                                    [--out DIR] [-- extra train flags]
 #   env:   GRADCOMP (default build/bin/gradcomp), METHODS (space-separated
 #          "label=spec" pairs overriding the default list)
 #   a quick check of the script itself: METHODS="dense=none 2bit=2bit" \
@@ -22,12 +22,14 @@ cd "$(dirname "$0")/.."
 
 epochs=3
 seeds="42 43 44"
+workers=4
 out=accuracy-table
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --epochs) epochs=${2:?--epochs needs a value}; shift 2 ;;
     --seeds) seeds=${2:?--seeds needs a value}; shift 2 ;;
+    --workers) workers=${2:?--workers needs a value}; shift 2 ;;
     --out) out=${2:?--out needs a value}; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "accuracy-table: unknown argument '$1'" >&2; exit 2 ;;
@@ -55,7 +57,7 @@ for pair in $methods; do
     metrics="$out/$label-s$seed.jsonl"
     rm -f "$metrics"
     echo "== $label ($spec), seed $seed" >&2
-    if "$gradcomp" train --workers 4 --epochs "$epochs" --seed "$seed" --compressor "$spec" \
+    if "$gradcomp" train --workers "$workers" --epochs "$epochs" --seed "$seed" --compressor "$spec" \
          --metrics "$metrics" "${extra[@]}" > "$log" 2>&1; then
       summary=$(grep '"type":"summary"' "$metrics" | tail -n 1)
       runs+=("{\"seed\":$seed,\"available\":true,\"summary\":$summary}")

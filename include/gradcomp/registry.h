@@ -9,6 +9,9 @@
 // A plain biased codec (traits.needs_memory) gets error feedback by default;
 // noef(...) switches it off for ablations; ef(...) adds it to any codec; efm(...) is
 // error feedback with momentum correction (make_momentum_error_feedback, memory.h).
+// Which of ef and efm a bare codec gets depends on the optimizer: see
+// CodecRegistry::with_default_memory, which every way in (gradcomp train, the LibTorch
+// GradientExchange, the Python hook) applies before it builds anything.
 // The grammar is strict: names and keys are [a-z0-9_-]+, values are consumed whole
 // by std::from_chars, no whitespace inside. Unknown names and keys, duplicate keys,
 // malformed and out-of-range values throw InvalidArgument listing the known choices.
@@ -148,6 +151,13 @@ class CodecRegistry {
 
   // A full compressor spec, wrappers and named memories allowed, for a bucket of n elements.
   std::unique_ptr<Memory> make_memory(std::string_view spec, std::size_t n) const;
+
+  // The spec a bare biased codec means under an optimizer with momentum m: "efm(spec)"
+  // when m > 0 (momentum correction: the measured best recipe for every biased codec
+  // under momentum SGD, docs/measurements/accuracy.md), "ef(spec)" when m == 0. Wrapped
+  // specs, named memories, unbiased codecs and names this registry does not know (the
+  // reducer schemes) come back unchanged; a bad spec throws as make_memory would.
+  std::string with_default_memory(std::string_view spec, double momentum) const;
 
   // The codec inside a compressor spec: ef(...) and noef(...) are stripped, so
   // "ef(topk:ratio=0.01)" gives the codec that decodes what make_memory's memory sends;

@@ -89,7 +89,9 @@ class CompressionState:
                     "(call dist.init_process_group('gloo', ...) first)"
                 )
             process_group = dist.distributed_c10d._get_default_group()
-        self.compressor = compressor
+        # As given; the exchanger's spec (self.compressor) gains the default memory of a
+        # bare biased codec when gradcomp.torch.SGD attaches (efm(...) under momentum).
+        self._given_compressor = compressor
         self.dense_share = float(dense_share)
         self.min_elements = int(min_elements)
         self.dense_steps = int(dense_steps)
@@ -169,6 +171,18 @@ class CompressionState:
         if bucket.is_last():
             self._end_step(compressed)
         return future
+
+    @property
+    def compressor(self) -> str:
+        """The spec that runs: a bare biased codec ("topk") reads ef(...) or, once a
+        gradcomp.torch.SGD with momentum is attached, efm(...)."""
+        return self._exchanger.compressor
+
+    def _attach_optimizer(self, optimizer: "SGD", momentum: float) -> None:
+        self._optimizer = weakref.ref(optimizer)
+        # Momentum-corrected error feedback for a bare biased codec under momentum SGD
+        # (CodecRegistry::with_default_memory), as gradcomp train and GradientExchange do.
+        self._exchanger.use_momentum(momentum)
 
     def _context(self) -> "_C.StepContext":
         ctx = _C.StepContext()
@@ -343,7 +357,7 @@ class CompressionState:
                 memories[i] = {name: t.clone() for name, t in values.items()}
         return {
             "format": _FORMAT,
-            "compressor": self.compressor,
+            "compressor": self._given_compressor,
             "step": self.step,
             "params": list(self._params),
             "dense": None if self._dense is None else list(self._dense),
@@ -354,10 +368,10 @@ class CompressionState:
         """Restores a state_dict() before the first step of a resumed run."""
         if state.get("format") != _FORMAT:
             raise ValueError(f"gradcomp: not a {_FORMAT} state (format {state.get('format')!r})")
-        if state["compressor"] != self.compressor:
+        if state["compressor"] != self._given_compressor:
             raise ValueError(
                 f"gradcomp: the state was saved with {state['compressor']!r}, "
-                f"this run compresses with {self.compressor!r}"
+                f"this run compresses with {self._given_compressor!r}"
             )
         if self.step != 0 or self._groups or self._index:
             raise RuntimeError("gradcomp: load_state_dict() must come before the first step")
@@ -384,7 +398,9 @@ class SGD(torch.optim.Optimizer):
     cooperates with a :class:`CompressionState`.
 
     Compressors that keep the optimizer's momentum in their memory (``efm(...)``,
-    ``dgc``, ``sketched-sgd``, ``fetchsgd``) apply momentum *before* compression, so the
+    ``dgc``, ``sketched-sgd``, ``fetchsgd``, and a bare biased codec such as ``topk`` or
+    ``2bit`` once this optimizer with momentum > 0 is attached: it then runs as
+    ``efm(...)``, momentum-corrected error feedback) apply momentum *before* compression, so the
     optimizer must not apply it again to the tensors they compressed; this optimizer
     skips it there (and keeps it for dense tensors and dense steps), and gives the
     exchange its learning rate, momentum and Nesterov flag. With any other compressor
@@ -409,7 +425,7 @@ class SGD(torch.optim.Optimizer):
             params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
         )
         self._gradcomp = state
-        state._optimizer = weakref.ref(self)
+        state._attach_optimizer(self, momentum)
 
     @torch.no_grad()
     def step(self, closure=None):

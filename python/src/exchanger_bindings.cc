@@ -170,6 +170,7 @@ class PyExchanger {
   }
 
   const dist::Exchanger& exchanger() const { return *exchanger_; }
+  dist::Exchanger& exchanger() { return *exchanger_; }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
 
@@ -235,6 +236,12 @@ void bind_exchanger(py::module_& m) {
       .def_property_readonly(
           "momentum_in_memory",
           [](const PyExchanger& e) { return e.exchanger().momentum_in_memory(); })
+      .def("use_momentum",
+           [](PyExchanger& e, double momentum) { e.exchanger().use_momentum(momentum); },
+           py::arg("momentum"),
+           "A bare biased codec gets efm(...) when momentum > 0 (before the first step).")
+      .def_property_readonly("compressor",
+                             [](const PyExchanger& e) { return e.exchanger().compressor(); })
       .def_property_readonly("describe",
                              [](const PyExchanger& e) { return e.exchanger().describe(); })
       .def_property_readonly("rank", &PyExchanger::rank)

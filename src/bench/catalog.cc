@@ -12,7 +12,10 @@ namespace gradcomp::bench {
 namespace {
 
 constexpr const char* kRule =
-    "codecs marked 'error feedback by default' get it unless wrapped in noef(...)";
+    "codecs marked 'error feedback by default' get it unless wrapped in noef(...): "
+    "efm(...), momentum-corrected, when the optimizer uses momentum (gradcomp train's "
+    "--momentum, except on ps-async; gradcomp.torch.SGD; ExchangeOptions::momentum), "
+    "ef(...) otherwise";
 
 struct WrapperDoc {
   const char* name;
@@ -23,7 +26,11 @@ struct WrapperDoc {
 constexpr WrapperDoc kWrappers[] = {
     {"ef", "ef(SPEC)",
      "error feedback: p = g + e; send encode(p); e = p - decode(msg). Adds a residual to any "
-     "codec; the default for biased codecs"},
+     "codec; the default for biased codecs without momentum"},
+    {"efm", "efm(SPEC)",
+     "error feedback with momentum correction (DGC's, without masking or warm-up): u = m*u + g; "
+     "p = e + u; send encode(p); e = p - decode(msg); the optimizer skips its momentum on "
+     "these tensors. The default for biased codecs under momentum SGD"},
     {"noef", "noef(SPEC)",
      "no memory: send encode(g) and forget the error (ablations of biased codecs)"},
 };
@@ -182,7 +189,11 @@ std::string describe_codecs_json(const CodecRegistry& registry,
   for (const auto& w : kWrappers) {
     JsonObject o;
     o.add("kind", "wrapper").add("name", w.name).add("usage", w.usage).add("help", w.help);
-    if (std::string(w.name) == "ef") o.add("default_for", "codecs with traits.memory (biased)");
+    if (std::string(w.name) == "ef") {
+      o.add("default_for", "codecs with traits.memory (biased), optimizer without momentum");
+    } else if (std::string(w.name) == "efm") {
+      o.add("default_for", "codecs with traits.memory (biased), optimizer with momentum");
+    }
     out += o.str() + "\n";
   }
   for (const MemoryInfo* m : registry.memories()) {

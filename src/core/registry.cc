@@ -163,6 +163,14 @@ std::unique_ptr<Memory> CodecRegistry::make_memory(std::string_view spec, std::s
                                       : make_pass_through(std::move(codec), n);
 }
 
+std::string CodecRegistry::with_default_memory(std::string_view spec, double momentum) const {
+  const SpecNode node = parse_spec(spec);
+  if (find(node.name) == nullptr || !make_codec(node)->traits().needs_memory) {
+    return std::string(spec);
+  }
+  return std::string(momentum > 0.0 ? "efm(" : "ef(") + std::string(spec) + ")";
+}
+
 const CodecRegistry& builtin_registry() {
   static const CodecRegistry registry = [] {
     CodecRegistry r;

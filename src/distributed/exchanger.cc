@@ -36,19 +36,37 @@ std::string describe_shapes(std::span<const BucketShape> shapes) {
 
 Exchanger::Exchanger(Communicator& comm, std::string compressor_spec, ReducerKind kind,
                      const CodecRegistry& registry)
-    : comm_(comm), spec_(std::move(compressor_spec)), kind_(kind), registry_(registry) {
+    : comm_(comm), kind_(kind), registry_(registry) {
+  adopt_spec(std::move(compressor_spec));
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Exchanger::adopt_spec(std::string spec) {
   // A one-element probe validates the spec and answers what the reducer is; reducers
   // issue no collective when they are built, so this is local.
   const BucketShape probe{0, 1, true, 0};
   const auto reducer =
-      make_reducer(spec_, kind_, comm_, std::span<const BucketShape>(&probe, 1), registry_);
+      make_reducer(spec, kind_, comm_, std::span<const BucketShape>(&probe, 1), registry_);
+  if (reducer->owns_weights()) {
+    throw InvalidArgument("exchanger: " + reducer->describe() +
+                          " exchanges weights, not gradients");
+  }
+  spec_ = std::move(spec);
   describe_ = reducer->describe();
   momentum_in_memory_ = reducer->momentum_in_memory();
   dense_only_ = reducer->dense_only();
-  if (reducer->owns_weights()) {
-    throw InvalidArgument("exchanger: " + describe_ + " exchanges weights, not gradients");
+}
+
+void Exchanger::use_momentum(double momentum) {
+  std::string resolved = registry_.with_default_memory(spec_, momentum);
+  if (resolved == spec_) return;
+  std::lock_guard lock(groups_mutex_);
+  if (!groups_.empty()) {
+    throw InvalidArgument("exchanger: " + spec_ + " was already built without momentum; " +
+                          "give the exchanger the optimizer (momentum " + std::to_string(momentum) +
+                          ") before the first compressed step");
   }
-  thread_ = std::thread([this] { loop(); });
+  adopt_spec(std::move(resolved));
 }
 
 Exchanger::~Exchanger() {

@@ -160,8 +160,8 @@ void check_spec_momentum(const JobOptions& o) {
   }
 }
 
-// --resume with several ranks: every worker must start from the same step. Each keeps
-// its last two checkpoints (rank-R.ckpt and rank-R.ckpt.prev), so a run killed while
+// --resume with several ranks: every synchronous worker must start from the same step.
+// Each keeps its last two checkpoints (rank-R.ckpt and rank-R.ckpt.prev), so a run killed while
 // some ranks had written an epoch's checkpoint and others had not resumes from the
 // newest step every worker holds. A collective of the whole group: parameter servers
 // take part with nothing (they find their own state by the step the workers push).
@@ -188,6 +188,15 @@ std::filesystem::path agree_resume_file(dist::Communicator& comm, const JobOptio
     any = any || st[0] >= 0 || st[1] >= 0;
   }
   if (!any) return {};
+  if (o.topology == dist::Topology::kPsAsync) {
+    // Asynchronous workers never share a step while they run (one may finish while
+    // another is epochs behind), so each resumes from its own newest checkpoint; the
+    // servers resume from theirs and take each worker's clock from its first push.
+    if (!worker) return {};
+    const auto& me = steps[static_cast<std::size_t>(rank)];
+    if (me[0] < 0 && me[1] < 0) return {};
+    return me[0] >= me[1] ? cur : prev;
+  }
   std::int64_t agreed = -1;
   for (const std::int64_t candidate : steps[0]) {
     if (candidate <= agreed) continue;
@@ -500,11 +509,21 @@ void print_report(std::ostream& out, const TrainSummary& s, const JobOptions& o,
   row("BLAS", s.blas);
 }
 
+// The compressor every rank runs: a bare biased codec gets its default memory here, once
+// (CodecRegistry::with_default_memory), so the header, the cross-rank check and the
+// checkpoints all name what runs. Under momentum SGD that is momentum-corrected error
+// feedback, efm(...), except on ps-async, whose servers apply the momentum themselves.
+std::string job_compressor(const JobOptions& o) {
+  const double m = o.topology == dist::Topology::kPsAsync ? 0.0 : o.train.sgd.momentum;
+  return builtin_registry().with_default_memory(o.compressor, m);
+}
+
 int run_job(const JobOptions& options, std::ostream& out, std::ostream& err) {
   if (options.workers < 0) throw InvalidArgument("--workers must be >= 1");
-  if (is_distributed_worker(options)) return run_worker(options, out);
   JobOptions local = options;
-  if (local.workers == 0) local.workers = std::max(1, options.default_workers);
+  local.compressor = job_compressor(options);
+  if (is_distributed_worker(local)) return run_worker(local, out);
+  if (local.workers == 0) local.workers = std::max(1, local.default_workers);
   if (local.workers > 1) return run_local_launch(local, err);
   // One process: a world of one, whatever the environment says.
   local.rendezvous.rank = "0";

@@ -43,6 +43,18 @@ else
   fail "efm(topk)"; cat efm.err efm.txt
 fi
 
+# A bare biased codec gets momentum-corrected error feedback under momentum SGD (the
+# default --momentum 0.9), plain error feedback without momentum; the report says which.
+"$GRADCOMP" train --workers 2 --compressor "topk:ratio=0.05" "${small[@]}" --steps 4 > bare.txt 2>&1
+"$GRADCOMP" train --workers 2 --compressor "topk:ratio=0.05" "${small[@]}" --steps 4 \
+  --momentum 0 > bare0.txt 2>&1
+if grep -qE '^  compressor +efm\(topk:ratio=0.05\)$' bare.txt &&
+   grep -qE '^  compressor +ef\(topk:ratio=0.05\)$' bare0.txt; then
+  pass "bare topk: efm under momentum, ef without"
+else
+  fail "bare topk's default memory"; grep -h compressor bare.txt bare0.txt
+fi
+
 # Training learns: accuracy well above chance (10 classes).
 acc=$(sed -n 's/^  test accuracy *//p' run1.txt)
 if awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5) }'; then pass "learns (accuracy $acc)"; else
@@ -259,6 +271,21 @@ if [ $status -eq 0 ] && grep -q "^server-0.step-90.ckpt$" first.txt && [ -f ck_a
   pass "ps-async: the server resumes its weights and version (accuracy $acc)"
 else
   fail "ps-async resume (exit $status)"; cat first.txt; ls ck_async; cat e.txt resumed.txt
+fi
+
+# ps-async workers drift apart and may share no checkpointed step: each resumes from its
+# own newest (rank 0 from step 20, rank 1 from step 45, the server from its newest).
+rm -rf ck_a ck_b ck_drift
+"$GRADCOMP" train "${psa[@]}" --checkpoint-dir ck_a --steps 20 > /dev/null 2> e.txt &&
+"$GRADCOMP" train "${psa[@]}" --checkpoint-dir ck_b --steps 45 > /dev/null 2>> e.txt &&
+  cp -r ck_b ck_drift && cp ck_a/rank-0.ckpt ck_drift/rank-0.ckpt &&
+  rm -f ck_drift/rank-0.ckpt.prev &&
+"$GRADCOMP" train "${psa[@]}" --checkpoint-dir ck_drift --resume > drift.txt 2>> e.txt
+status=$?
+if [ $status -eq 0 ] && grep -q "test accuracy" drift.txt; then
+  pass "ps-async: workers resume from checkpoints of different steps"
+else
+  fail "ps-async resume from drifted workers (exit $status)"; ls ck_drift; cat e.txt
 fi
 
 # Flags that do not fit a topology are refused before anything starts.

@@ -110,11 +110,13 @@ TEST_P(HookVsAfterBackward, BitIdenticalGradients) {
     ExchangeOptions o = options_for(spec);
     o.min_group_mb = min_group_mb;
     GradientExchange exchange(hooked.named_parameters(), comm, o);
-    // The reference reducer, built like the trainer's (one reducer, every bucket).
+    // The reference reducer, built like the trainer's (one reducer, every bucket), from
+    // the spec as the exchange resolves it (a bare biased codec: efm under momentum).
     const auto plan = exchange.buckets();
     std::vector<BucketShape> shapes;
     for (const BucketPlan& b : plan) shapes.push_back({b.id, b.numel, b.compressible, b.rows});
-    auto reducer = dist::make_reducer(spec, dist::ReducerKind::kAuto, comm, shapes);
+    const std::string resolved = builtin_registry().with_default_memory(spec, o.momentum);
+    auto reducer = dist::make_reducer(resolved, dist::ReducerKind::kAuto, comm, shapes);
     for (int step = 0; step < 4; ++step) {
       for (auto* net : {&hooked, &plain}) net->zero_grad();
       loss_of(hooked, comm.rank(), step).backward();
@@ -185,6 +187,27 @@ TEST(GradientExchange, TwoBackwardsBeforeFinishAreRefused) {
     loss_of(net, 0, 0).backward();
     EXPECT_THROW(loss_of(net, 0, 1).backward(), std::exception);
     exchange.finish();
+  });
+}
+
+// A bare biased codec gets momentum-corrected error feedback when the optimizer has
+// momentum (then momentum lives in the memory), plain error feedback when it has none.
+TEST(GradientExchange, BareBiasedCodecsGetTheMemoryOfTheOptimizer) {
+  run_ranks(1, [](Communicator& comm) {
+    Net net;
+    ExchangeOptions o = options_for("2bit");
+    o.momentum = 0.9f;
+    GradientExchange with(net.named_parameters(), comm, o);
+    EXPECT_NE(with.describe().find("(efm(2bit:"), std::string::npos) << with.describe();
+    EXPECT_TRUE(with.momentum_in_memory());
+  });
+  run_ranks(1, [](Communicator& comm) {
+    Net net;
+    ExchangeOptions o = options_for("2bit");
+    o.momentum = 0.0f;
+    GradientExchange without(net.named_parameters(), comm, o);
+    EXPECT_NE(without.describe().find("(ef(2bit:"), std::string::npos) << without.describe();
+    EXPECT_FALSE(without.momentum_in_memory());
   });
 }
 

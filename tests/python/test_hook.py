@@ -46,6 +46,14 @@ def test_every_spec_trains_a_multi_bucket_model(spec):
     assert torch.equal(flat0, flat1), "replicas diverged"
     assert stats0["steps"] == 5
     assert stats0["bytes_sent_per_step"] > 0
+    if spec in ("2bit", "efsign"):
+        # A bare biased codec under gc.SGD(momentum=0.9): momentum-corrected error feedback.
+        assert f"efm({spec}:" in describe, describe
+
+
+def test_bare_biased_codec_with_torch_sgd_is_plain_error_feedback():
+    for describe in ddp_support.run(workers.bare_codec_with_torch_sgd, 2, "topk:ratio=0.1"):
+        assert describe.startswith("allgather(ef(topk:"), describe
 
 
 @pytest.mark.parametrize("spec", ["efm(topk:ratio=0.05)", "powersgd:rank=2", "fetchsgd"])

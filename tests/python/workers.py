@@ -175,6 +175,19 @@ def momentum_without_optimizer(rank, world):
     return "trained"
 
 
+def bare_codec_with_torch_sgd(rank, world, spec):
+    model = ddp(small_model())
+    state = gc.CompressionState(spec, dense_share=0.0)
+    model.register_comm_hook(state, gc.hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for step in range(3):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return state._exchanger.describe
+
+
 def dead_peer(rank, world, timeout_s):
     model = ddp(small_model())
     state = gc.CompressionState("ef(topk:ratio=0.1)", dense_share=0.0,

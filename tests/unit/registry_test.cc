@@ -115,6 +115,24 @@ TEST(Registry, BiasedCodecsGetErrorFeedbackByDefault) {
             "ef(toy:ratio=0.01,levels=16,mode=exact,biased=1)");
 }
 
+TEST(Registry, DefaultMemoryIsMomentumCorrectedUnderMomentum) {
+  auto r = toy_registry();
+  EXPECT_EQ(r.with_default_memory("toy", 0.9), "efm(toy)");
+  EXPECT_EQ(r.with_default_memory("toy:ratio=0.5", 0.0), "ef(toy:ratio=0.5)");
+  EXPECT_TRUE(r.make_memory(r.with_default_memory("toy", 0.9), 8)->carries_momentum());
+  EXPECT_FALSE(r.make_memory(r.with_default_memory("toy", 0.0), 8)->carries_momentum());
+  // Unbiased codecs, wrapped specs and names that are not codecs stay as written.
+  EXPECT_EQ(r.with_default_memory("toy:biased=0", 0.9), "toy:biased=0");
+  EXPECT_EQ(r.with_default_memory("ef(toy)", 0.9), "ef(toy)");
+  EXPECT_EQ(r.with_default_memory("noef(toy)", 0.9), "noef(toy)");
+  EXPECT_EQ(r.with_default_memory("powersgd:rank=2", 0.9), "powersgd:rank=2");
+  // Resolving twice changes nothing.
+  EXPECT_EQ(r.with_default_memory(r.with_default_memory("toy", 0.9), 0.0), "efm(toy)");
+  // A bad spec fails as make_memory does.
+  EXPECT_NE(error_of([&] { (void)r.with_default_memory("toy:ratio=7", 0.9); }).find("ratio"),
+            std::string::npos);
+}
+
 TEST(Registry, MakeCodecOfStripsMemoryWrappers) {
   auto r = toy_registry();
   const auto plain = r.make_codec("toy:ratio=0.5");

@@ -108,7 +108,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                   "write a checkpoint per rank (and parameter server) each epoch and at the "
                   "stop; the previous one is kept as .prev");
   cmd->add_flag("--resume", j.train.resume,
-                "continue from --checkpoint-dir, at the newest step every worker holds");
+                "continue from --checkpoint-dir, at the newest step every worker holds "
+                "(ps-async: each worker at its own newest)");
   cmd->add_option("--metrics", j.train.metrics_path, "JSON lines: one per epoch and a summary");
   cmd->add_option("--synthetic-train", j.data.synthetic_train, "synthetic: train samples");
   cmd->add_option("--rank", flags->rank, "this process's rank (multi-machine)");

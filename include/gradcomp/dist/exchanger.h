@@ -90,6 +90,14 @@ class Exchanger {
   // exchange); a no-op when it exists with these shapes.
   void prepare(std::uint64_t key, std::span<const BucketShape> shapes);
 
+  // Gives a bare biased codec its memory for an optimizer with this momentum
+  // (CodecRegistry::with_default_memory: efm(...) when momentum > 0). For callers that
+  // learn the optimizer after constructing the exchanger (the Python hook); throws
+  // InvalidArgument when a group was already built with another memory.
+  void use_momentum(double momentum);
+  // The compressor spec the groups are built from (after use_momentum).
+  const std::string& compressor() const { return spec_; }
+
   // True when the compressor keeps the optimizer's momentum in its memories (efm, dgc,
   // sketched-sgd, fetchsgd): the optimizer must then skip momentum for compressed tensors.
   bool momentum_in_memory() const { return momentum_in_memory_; }
@@ -109,6 +117,8 @@ class Exchanger {
     Done done;
   };
 
+  // Sets spec_ and what a one-element probe reducer says about it (describe_, ...).
+  void adopt_spec(std::string spec);
   Group& group_for(std::uint64_t key, std::span<const BucketShape> shapes);
   void enqueue(Job job);
   void loop();

@@ -47,7 +47,8 @@ class Communicator;
 
 struct ExchangeOptions {
   // Any spec `gradcomp list` accepts: codecs, ef/efm/noef, dgc, powersgd, sketched-sgd,
-  // fetchsgd, atomo.
+  // fetchsgd, atomo. A bare biased codec ("topk", "2bit") gets error feedback: with
+  // momentum > 0 below, momentum-corrected (efm(...)), so momentum_in_memory() is true.
   std::string compressor = "efm(topk:ratio=0.01)";
   std::string reducer = "auto";  // auto | dense | allreduce | allgather
   // bucket_mb 0: one bucket per compressible tensor; min_elements; dense_share.
@@ -66,7 +67,8 @@ struct ExchangeOptions {
   // to 1/8 of the run when warmup_epochs would take more.
   std::uint64_t total_steps = 0;
   // The optimizer's momentum and Nesterov flag, for compressors that carry momentum in
-  // their memory (efm, dgc, sketched-sgd, fetchsgd): see momentum_in_memory().
+  // their memory (efm, dgc, sketched-sgd, fetchsgd, and bare biased codecs when
+  // momentum > 0): see momentum_in_memory().
   float momentum = 0.0f;
   bool nesterov = false;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
