@@ -110,6 +110,14 @@ std::vector<std::string> start_warnings(std::string_view spec, const RunShape& r
   }
 
   const SpecNode node = parse_spec(spec);
+  if ((node.name == "ef" || node.name == "efm") && node.inner && node.inner->name == "sketch") {
+    out.push_back("warning: " + node.name +
+                  "(sketch): count-sketch estimates are not a contraction, so error feedback "
+                  "can diverge (the default MLP job: loss NaN at step 20); the bare sketch runs "
+                  "without memory, and sketched-sgd / fetchsgd keep their error consistently "
+                  "with the summed sketch");
+    return out;
+  }
   if (node.name == "sketched-sgd" || node.name == "fetchsgd") {
     const SchemeDescription* info = nullptr;
     for (const SchemeDescription& d : scheme_descriptions()) {

@@ -46,12 +46,13 @@ inline std::size_t k_for(const Geometry& g, std::size_t n) {
   return detail::count_for_fraction(g.ratio, n);
 }
 
-inline std::vector<ParamDef> geometry_params(double default_ratio, double default_table) {
+inline std::vector<ParamDef> geometry_params(double default_ratio, double default_table,
+                                             std::int64_t default_rows) {
   return {int_param("k", 0, 0, std::int64_t{1} << 31,
                     "coordinates updated per bucket and step; 0: ceil(ratio*n)"),
           float_param("ratio", default_ratio, 0.0, 1.0, "with k=0: k as a fraction of the bucket",
                       true),
-          int_param("rows", 5, 1, detail::kMaxSketchRows, "sketch rows r"),
+          int_param("rows", default_rows, 1, detail::kMaxSketchRows, "sketch rows r"),
           int_param("cols", 0, 0, std::int64_t{1} << 24, "sketch columns c; 0: ceil(table*n/rows)"),
           float_param("table", default_table, 0.0, 1.0,
                       "with cols=0: sketch cells r*c as a fraction of the bucket", true)};

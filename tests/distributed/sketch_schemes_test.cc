@@ -387,7 +387,7 @@ TEST(SketchSchemes, ForcedReducerKindsAndBadParamsThrow) {
   ASSERT_NE(find_scheme("sketched-sgd"), nullptr);
   ASSERT_NE(find_scheme("fetchsgd"), nullptr);
   EXPECT_EQ(canonical_scheme_spec(*find_scheme("fetchsgd"), parse_spec("fetchsgd:k=3")),
-            "fetchsgd:k=3,ratio=0.01,rows=5,cols=0,table=0.1,momentum=0.9");
+            "fetchsgd:k=3,ratio=0.005,rows=1,cols=0,table=0.09,momentum=0.9");
 }
 
 }  // namespace

@@ -74,12 +74,19 @@ TEST(RunChecks, SketchSmallerThanItsCandidates) {
   // Big enough: one column per candidate.
   EXPECT_TRUE(start_warnings("sketched-sgd:table=0.2", run(100, 300, {78400})).empty());
   EXPECT_TRUE(start_warnings("sketched-sgd:cols=3136", run(100, 300, {78400})).empty());
-  // fetchsgd ranks k: 0.1 * 78400 / 5 = 1568 columns >= 784: fine; table=0.02: 314 < 784.
+  // fetchsgd ranks k: by default 0.09 * 78400 / 1 = 7056 columns >= k = 392; with 5 rows,
+  // k = 1% and table=0.02: 314 < 784.
   EXPECT_TRUE(start_warnings("fetchsgd", run(100, 300, {78400})).empty());
-  w = start_warnings("fetchsgd:table=0.02", run(100, 300, {78400}));
+  w = start_warnings("fetchsgd:rows=5,ratio=0.01,table=0.02", run(100, 300, {78400}));
   ASSERT_EQ(w.size(), 1u);
   EXPECT_TRUE(contains(w[0], "fetchsgd: a sketch of 5 x 314 cells for 784 candidates to rank (k)"))
       << w[0];
+  // Error feedback around the sketch codec: warned; the bare codec (no memory): not.
+  w = start_warnings("ef(sketch)", run(100, 300, {78400}));
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_TRUE(contains(w[0], "ef(sketch): count-sketch estimates are not a contraction")) << w[0];
+  EXPECT_EQ(start_warnings("efm(sketch:rows=3)", run(100, 300, {78400})).size(), 1u);
+  EXPECT_TRUE(start_warnings("sketch", run(100, 300, {78400})).empty());
   // Nothing compressed: nothing to check; other specs: nothing.
   EXPECT_TRUE(start_warnings("sketched-sgd", run(100, 300)).empty());
   EXPECT_TRUE(start_warnings("efm(topk:ratio=0.01)", run(100, 300, {78400})).empty());

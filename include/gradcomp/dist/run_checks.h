@@ -35,7 +35,8 @@ std::string describe_schedule(std::string_view spec, const RunShape& run);
 //   warm-up that is off because the steps per epoch are unknown;
 // - sketched-sgd / fetchsgd: a sketch with fewer columns than the candidates it must rank
 //   (sketched-sgd: p2*k, fetchsgd: k) in some bucket: every row then has collisions
-//   among them whatever the hashes.
+//   among them whatever the hashes;
+// - ef(sketch) / efm(sketch): error feedback on count-sketch estimates can diverge.
 std::vector<std::string> start_warnings(std::string_view spec, const RunShape& run);
 
 // The runtime check of a fixed 2-bit threshold (2bit:threshold=T, T > 0, bare or inside

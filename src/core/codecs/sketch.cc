@@ -24,6 +24,12 @@
 // coordinate picks up the colliding coordinates' mass, ~sqrt(n/c) times its own
 // size), so error feedback on it diverges; the top-|estimate| coordinates are the
 // sketch's reliable part (Sketched-SGD's "unsketch").
+// Why no memory by default: the heavy hitters' estimates are not a contraction either.
+// ef(sketch) and efm(sketch) diverged on the default job (loss NaN at step 20: the
+// residual feeds each step's collision error back into the next sketch), where the bare
+// codec trains (docs/measurements/accuracy.md). Error feedback that works with sketches
+// keeps the error consistently with the summed sketch: the sketched-sgd and fetchsgd
+// schemes.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -52,7 +58,7 @@ class SketchCodec final : public Codec {
   SketchCodec(CodecIdentity id, std::uint32_t rows, std::uint32_t cols, double ratio, double heavy)
       : Codec(std::move(id), CodecTraits{.linear = rows == 1 && heavy >= 1.0,
                                          .unbiased = false,
-                                         .needs_memory = true,
+                                         .needs_memory = false,
                                          .stochastic = false}),
         rows_(rows),
         cols_(cols),
@@ -141,7 +147,7 @@ void register_sketch(CodecRegistry& registry) {
        .wire_id = 13,
        .summary = "count sketch (rows x cols fp32 table); decodes the heavy hitters of the "
                   "median estimates",
-       .traits = {.linear = false, .unbiased = false, .needs_memory = true, .stochastic = false},
+       .traits = {.linear = false, .unbiased = false, .needs_memory = false, .stochastic = false},
        .params = {int_param("rows", 5, 1, detail::kMaxSketchRows, "sketch rows r (hash functions)"),
                   int_param("cols", 0, 0, std::int64_t{1} << 24,
                             "sketch columns c; 0: ceil(ratio*n/rows)"),
