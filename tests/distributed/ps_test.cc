@@ -318,7 +318,7 @@ std::string server_error_for(const std::function<void(ps::Frame&, std::vector<st
     ps::Frame hello;
     hello.kind = ps::Kind::kHello;
     hello.aux = 1;
-    hello.aux64 = ps::config_hash(cfg, "ef(2bit:threshold=0,scale=1)", shapes);
+    hello.aux64 = ps::config_hash(cfg, "ef(2bit:threshold=0,scale=2)", shapes);
     ps::send_message(comm, 1, ps::kTagPushFrame, ps::kTagPushPayload, hello, {});
     ps::FrameBytes ack{};
     comm.recv_bytes(1, ps::kTagReplyFrame, ack);

@@ -34,7 +34,7 @@ const std::vector<float> kHandDecoded = {0.5f, -0.5f, 0.0f, 0.5f, -0.5f, 0.0f, 0
 
 TEST(TwoBit, HandComputedMessage) {
   auto c = builtin_registry().make_codec("2bit:threshold=0.5");
-  EXPECT_EQ(c->spec(), "2bit:threshold=0.5,scale=1");
+  EXPECT_EQ(c->spec(), "2bit:threshold=0.5,scale=2");
   EXPECT_EQ(c->wire_id(), 7);
   const auto msg = test::encode(*c, kHandInput);
   ASSERT_EQ(msg.size(), kHeaderBytes + 8);
@@ -43,7 +43,7 @@ TEST(TwoBit, HandComputedMessage) {
   EXPECT_EQ(h.codec_id, 7);
   EXPECT_EQ(h.elements, 18u);
   EXPECT_EQ(h.payload_bytes, 8u);
-  EXPECT_EQ(h.config_tag, fnv1a32("2bit:threshold=0.5,scale=1"));
+  EXPECT_EQ(h.config_tag, fnv1a32("2bit:threshold=0.5,scale=2"));
 
   const auto d = test::decode(*c, msg, kHandInput.size());
   EXPECT_EQ(d, kHandDecoded);
@@ -90,14 +90,14 @@ TEST(TwoBit, OtherThresholds) {
 
 TEST(TwoBit, ParametersAndTraits) {
   auto c = builtin_registry().make_codec("2bit");
-  EXPECT_EQ(c->spec(), "2bit:threshold=0,scale=1");  // the adaptive default
+  EXPECT_EQ(c->spec(), "2bit:threshold=0,scale=2");  // the adaptive default
   EXPECT_TRUE(c->traits().needs_memory);
   EXPECT_FALSE(c->traits().unbiased);
   EXPECT_FALSE(c->traits().linear);
   EXPECT_FALSE(c->traits().stochastic);
-  EXPECT_EQ(builtin_registry().make_memory("2bit", 10)->spec(), "ef(2bit:threshold=0,scale=1)");
+  EXPECT_EQ(builtin_registry().make_memory("2bit", 10)->spec(), "ef(2bit:threshold=0,scale=2)");
   EXPECT_EQ(builtin_registry().make_memory("2bit:threshold=0.5", 10)->spec(),
-            "ef(2bit:threshold=0.5,scale=1)");
+            "ef(2bit:threshold=0.5,scale=2)");
   EXPECT_THROW(builtin_registry().make_codec("2bit:threshold=-0.5"), InvalidArgument);
   EXPECT_THROW(builtin_registry().make_codec("2bit:threshold=nan"), InvalidArgument);
   EXPECT_THROW(builtin_registry().make_codec("2bit:scale=0"), InvalidArgument);
@@ -154,7 +154,7 @@ std::vector<std::byte> reference_payload(const RefMessage& m) {
 }
 
 TEST(TwoBitAdaptive, HandComputedMessage) {
-  auto c = builtin_registry().make_codec("2bit");
+  auto c = builtin_registry().make_codec("2bit:scale=1");
   // mean |p| = (1 + 0.5 + 0.25 + 0.25 + 3 + 0) / 6 = 0.8333...: only 1 and 3 are sent.
   const std::vector<float> p = {1.0f, -0.5f, 0.25f, -0.25f, 3.0f, 0.0f};
   const auto msg = test::encode(*c, p);
@@ -168,6 +168,13 @@ TEST(TwoBitAdaptive, HandComputedMessage) {
   EXPECT_EQ(read_header(msg, "test").config_tag, fnv1a32("2bit:threshold=0,scale=1"));
   EXPECT_EQ(test::decode(*c, msg, p.size()),
             (std::vector<float>{tau, 0.0f, 0.0f, 0.0f, tau, 0.0f}));
+  // The default, scale=2: tau = 1.6667: only 3 is sent.
+  auto c2 = builtin_registry().make_codec("2bit");
+  const auto msg2 = test::encode(*c2, p);
+  const float tau2 = static_cast<float>(2.0 * 5.0 / 6.0);
+  EXPECT_EQ(read_header(msg2, "test").config_tag, fnv1a32("2bit:threshold=0,scale=2"));
+  EXPECT_EQ(test::decode(*c2, msg2, p.size()),
+            (std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f, tau2, 0.0f}));
   // scale=0.25: tau = 0.2083: everything but the zero is sent.
   auto c4 = builtin_registry().make_codec("2bit:scale=0.25");
   const auto msg4 = test::encode(*c4, p);

@@ -17,10 +17,13 @@
 //       (reductions.h) and rounded to fp32, sent in the message. A fixed tau only works near
 //       the gradients' scale, which differs by orders of magnitude between models, layers
 //       and steps (0.5 is ~1000x this MLP's gradients: nothing is sent until the residual
-//       has accumulated ~1000 steps). With tau = mean |p| an entry is sent once it reaches
-//       the bucket's average magnitude (about 40% of the entries of a Gaussian p); entries
-//       below it accumulate in the residual as with a fixed tau. Each message carries its
-//       own tau, so decoders need no state.
+//       has accumulated ~1000 steps). With tau = scale * mean |p| an entry is sent once it
+//       reaches that multiple of the bucket's average magnitude (scale 2, the default:
+//       about 11% of the entries of a Gaussian p; scale 1: 42%); entries below it
+//       accumulate in the residual as with a fixed tau. Each message carries its own tau,
+//       so decoders need no state.
+//       scale 2 is the measured best (default job, 3 seeds, under efm: scale 1 -0.78
+//       points from dense, 2 -0.49, 3 -0.56; docs/measurements/accuracy.md).
 //
 //   Wire payload (after the header):
 //     fixed:    4*ceil(n/16) bytes of 2-bit codes, four per byte with the first value in
@@ -174,11 +177,11 @@ void register_threshold_2bit(CodecRegistry& registry) {
                               "fixed tau: send +tau where p >= tau, -tau where p <= -tau, "
                               "exactly MXNet's 2bit (MXNet's default: 0.5); 0 = adaptive: tau = "
                               "scale * mean |p| of each message, sent in it"),
-                  float_param("scale", 1.0, 0.0, 1e6,
+                  float_param("scale", 2.0, 0.0, 1e6,
                               "adaptive (threshold=0): tau = scale * mean |p|; ignored with a "
                               "fixed threshold",
                               true)},
-       .examples = {"2bit:scale=2", "2bit:threshold=0.5", "2bit:threshold=0.001"},
+       .examples = {"2bit:scale=1", "2bit:threshold=0.5", "2bit:threshold=0.001"},
        .make = [](CodecIdentity id, const Params& params) -> std::unique_ptr<Codec> {
          // A fixed threshold below fp32's range stays fixed (the smallest denormal).
          const double t = params.get_float("threshold");
