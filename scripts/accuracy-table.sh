@@ -92,23 +92,27 @@ def mean(v):
 dense = next((mean(accs(r)) for r in rows if ok(r) and r["label"] == "dense"), None)
 def size(b):
     return f"{b/1e6:.2f} MB" if b >= 1e6 else f"{b/1e3:.1f} kB"
-print("| method | spec | seeds | test accuracy (mean) | spread (sd; min..max) | vs dense (mean) "
-      "| sent per worker per step | compression | step ms (median) |")
+# The gap to dense is the fourth column, with U+2212 as the minus sign: the layout of
+# docs/measurements/accuracy.md, whose rows the advisor's accuracy column must match.
+print("| method | spec | test accuracy (mean) | vs dense (points) | spread (sd; min..max) "
+      "| seeds | sent per worker per step | compression | step ms (median) |")
 print("|---|---|---|---|---|---|---|---|---|")
+def points(v):
+    return f"{v:+.2f}".replace("-", "\u2212")
 for r in rows:
     seeds = " ".join(str(x["seed"]) for x in r["runs"])
     if not ok(r):
         bad = next(x for x in r["runs"] if not x["available"])
-        print(f"| {r['label']} | `{r['spec']}` | {seeds} | not available | | | | | "
+        print(f"| {r['label']} | `{r['spec']}` | not available | | | {seeds} | | | "
               f"seed {bad['seed']}: {bad['error']} |")
         continue
     a = accs(r)
     s = [x["summary"] for x in r["runs"]]
     m = mean(a)
     sd = statistics.stdev(a) if len(a) > 1 else 0.0
-    gap = "" if dense is None or r["label"] == "dense" else f"{(m - dense) * 100:+.2f} pt"
-    print(f"| {r['label']} | `{r['spec']}` | {seeds} | {m:.4f} | {sd * 100:.2f} pt; "
-          f"{min(a):.4f}..{max(a):.4f} | {gap} | "
+    gap = "" if dense is None or r["label"] == "dense" else points((m - dense) * 100)
+    print(f"| {r['label']} | `{r['spec']}` | {m:.4f} | {gap} | {sd * 100:.2f} pt; "
+          f"{min(a):.4f}..{max(a):.4f} | {seeds} | "
           f"{size(mean([x['bytes_sent_per_worker_per_step'] for x in s]))} | "
           f"{mean([x['compression_ratio'] for x in s]):.1f}x | "
           f"{statistics.median([x['step_ms_median'] for x in s]):.1f} |")

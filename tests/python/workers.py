@@ -162,30 +162,27 @@ def resume(rank, world, spec, steps, stop, path):
     return torch.equal(straight, resumed), (straight - resumed).abs().max().item()
 
 
-def momentum_without_optimizer(rank, world):
-    model = ddp(small_model())
-    state = gc.CompressionState("efm(topk:ratio=0.1)", dense_share=0.0)
-    model.register_comm_hook(state, gc.hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    for step in range(2):
-        x, y = batch(rank, step)
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    return "trained"
-
-
-def bare_codec_with_torch_sgd(rank, world, spec):
+def _train_with_torch_sgd(rank, spec, steps):
+    """`steps` steps of DDP with the hook under torch.optim.SGD (not gradcomp's)."""
     model = ddp(small_model())
     state = gc.CompressionState(spec, dense_share=0.0)
     model.register_comm_hook(state, gc.hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    for step in range(3):
+    for step in range(steps):
         x, y = batch(rank, step)
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
-    return state._exchanger.describe
+    return state
+
+
+def momentum_without_optimizer(rank, world):
+    _train_with_torch_sgd(rank, "efm(topk:ratio=0.1)", 2)
+    return "trained"
+
+
+def bare_codec_with_torch_sgd(rank, world, spec):
+    return _train_with_torch_sgd(rank, spec, 3).describe
 
 
 def dead_peer(rank, world, timeout_s):
