@@ -238,7 +238,7 @@ void check_against_simulation(const std::string& spec, SimConfig cfg, int world)
 
 TEST(PowerSgd, MatchesSimulation) {
   for (int world = 1; world <= 4; ++world) {
-    check_against_simulation("powersgd", {}, world);
+    check_against_simulation("powersgd:rank=2", {}, world);
   }
   check_against_simulation("powersgd:rank=3,warm_start=false", {3, true, false}, 3);
   check_against_simulation("powersgd:rank=1,error_feedback=false", {1, false, true}, 2);
@@ -401,7 +401,7 @@ TEST(PowerSgd, DenseWarmUp) {
 TEST(PowerSgd, DenseStepLeavesStateAlone) {
   const std::vector<BucketShape> shapes = {{0, 40 * 50, true, 40}};
   run_ranks(2, [&](Communicator& comm) {
-    const auto reducer = make_reducer("powersgd", ReducerKind::kAuto, comm, shapes);
+    const auto reducer = make_reducer("powersgd:rank=2", ReducerKind::kAuto, comm, shapes);
     auto g = gradcomp::test::random_gradient(shapes[0].numel, 1 + comm.rank());
     BucketRef ref{0, g, true};
     reducer->reduce(std::span<const BucketRef>(&ref, 1), {kSeed, 0, 0, 0});
@@ -464,8 +464,8 @@ TEST(PowerSgd, ErrorFeedbackConserves) {
 TEST(PowerSgd, StateRestoresWarmStart) {
   const std::vector<BucketShape> shapes = {{4, 40 * 50, true, 40}};
   run_ranks(1, [&](Communicator& comm) {
-    const auto a = make_reducer("powersgd", ReducerKind::kAuto, comm, shapes);
-    const auto b = make_reducer("powersgd", ReducerKind::kAuto, comm, shapes);
+    const auto a = make_reducer("powersgd:rank=2", ReducerKind::kAuto, comm, shapes);
+    const auto b = make_reducer("powersgd:rank=2", ReducerKind::kAuto, comm, shapes);
     for (int t = 0; t < 3; ++t) {
       auto g = gradcomp::test::random_gradient(shapes[0].numel, 50 + t);
       const BucketRef ref{4, g, true};
@@ -484,7 +484,7 @@ TEST(PowerSgd, StateRestoresWarmStart) {
     b->reduce(std::span<const BucketRef>(&rb, 1), {kSeed, 3, 0, 0});
     EXPECT_TRUE(gradcomp::test::same_bits(ga, gb));
     // Without the restored Q, b would have drawn a fresh one: a different result.
-    const auto c = make_reducer("powersgd", ReducerKind::kAuto, comm, shapes);
+    const auto c = make_reducer("powersgd:rank=2", ReducerKind::kAuto, comm, shapes);
     auto sc = c->state();
     std::copy(sa[0].data.begin(), sa[0].data.end(), sc[0].data.begin());  // e only
     auto gc = gradcomp::test::random_gradient(shapes[0].numel, 99);
@@ -498,7 +498,7 @@ TEST(PowerSgd, StateRestoresWarmStart) {
 // the dense buckets; ring allreduce sends 2 (W-1)/W of the buffer.
 TEST(PowerSgd, ByteCounts) {
   run_ranks(2, [&](Communicator& comm) {
-    const auto reducer = make_reducer("powersgd", ReducerKind::kAuto, comm, kShapes);
+    const auto reducer = make_reducer("powersgd:rank=2", ReducerKind::kAuto, comm, kShapes);
     std::vector<std::vector<float>> grads;
     std::vector<BucketRef> refs;
     for (std::size_t b = 0; b < kShapes.size(); ++b)
@@ -542,9 +542,9 @@ TEST(PowerSgd, BadParametersAndShapesThrow) {
     }
     // 10 elements are not a matrix of 3 rows.
     const std::vector<BucketShape> bad = {{0, 10, true, 3}};
-    EXPECT_THROW(make_reducer("powersgd", ReducerKind::kAuto, comm, bad), InvalidArgument);
+    EXPECT_THROW(make_reducer("powersgd:rank=2", ReducerKind::kAuto, comm, bad), InvalidArgument);
     // reduce() with buckets that do not match the construction.
-    const auto reducer = make_reducer("powersgd", ReducerKind::kAuto, comm, kShapes);
+    const auto reducer = make_reducer("powersgd:rank=2", ReducerKind::kAuto, comm, kShapes);
     std::vector<float> g(5);
     const BucketRef one{10, g, true};
     EXPECT_THROW(reducer->reduce(std::span<const BucketRef>(&one, 1), {}), InvalidArgument);
@@ -557,7 +557,7 @@ TEST(PowerSgd, NonFiniteGradientThrowsOnEveryRank) {
   const std::vector<BucketShape> shapes = {{0, 40 * 50, true, 40}};
   std::vector<int> threw(3, 0);
   run_ranks(3, [&](Communicator& comm) {
-    const auto reducer = make_reducer("powersgd", ReducerKind::kAuto, comm, shapes);
+    const auto reducer = make_reducer("powersgd:rank=2", ReducerKind::kAuto, comm, shapes);
     auto g = gradcomp::test::random_gradient(shapes[0].numel, 1);
     if (comm.rank() == 1) g[77] = std::numeric_limits<float>::infinity();
     const BucketRef ref{0, g, true};

@@ -34,8 +34,8 @@ using namespace gradcomp::advise;
 // The README's tables' methods (accuracy and network lab), plus the allreduce-able
 // sparsifier and the 16-bit baseline.
 constexpr const char* kDefaultMethods =
-    "none fp16 efm(topk:ratio=0.01) ef(topk:ratio=0.01) dgc:density=0.001,warmup_epochs=0.25 "
-    "powersgd:rank=2 qsgd 2bit randomk:ratio=0.01 sketched-sgd fetchsgd";
+    "none fp16 efm(topk:ratio=0.01) ef(topk:ratio=0.01) dgc:density=0.001 powersgd "
+    "powersgd:rank=2 qsgd 2bit randomk sketched-sgd fetchsgd";
 
 struct AdviseFlags {
   std::string model = "mlp";
