@@ -236,10 +236,11 @@ void bind_exchanger(py::module_& m) {
       .def_property_readonly(
           "momentum_in_memory",
           [](const PyExchanger& e) { return e.exchanger().momentum_in_memory(); })
-      .def("use_momentum",
-           [](PyExchanger& e, double momentum) { e.exchanger().use_momentum(momentum); },
-           py::arg("momentum"),
-           "A bare biased codec gets efm(...) when momentum > 0 (before the first step).")
+      .def(
+          "use_momentum",
+          [](PyExchanger& e, double momentum) { e.exchanger().use_momentum(momentum); },
+          py::arg("momentum"),
+          "A bare biased codec gets efm(...) when momentum > 0 (before the first step).")
       .def_property_readonly("compressor",
                              [](const PyExchanger& e) { return e.exchanger().compressor(); })
       .def_property_readonly("describe",

@@ -156,7 +156,8 @@ struct GradientExchange::Impl {
     }
     form_groups(order);
     // A bare biased codec gets its memory for this optimizer: efm(...) under momentum.
-    options.compressor = builtin_registry().with_default_memory(options.compressor, options.momentum);
+    options.compressor =
+        builtin_registry().with_default_memory(options.compressor, options.momentum);
     exchanger = std::make_unique<dist::Exchanger>(*comm, options.compressor,
                                                   dist::parse_reducer_kind(options.reducer));
     inv_world = 1.0f / static_cast<float>(comm->world_size());
