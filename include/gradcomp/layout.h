@@ -61,4 +61,18 @@ std::vector<BucketPlan> plan_buckets(std::span<const ParamInfo> params,
 // What a Reducer needs to know about a bucket (gradcomp/reducer.h's BucketShape).
 std::vector<BucketShape> bucket_shapes(std::span<const BucketPlan> plan);
 
+// The order in which backward completes the buckets: the compressible ones from the last
+// layer to the first, then the dense bucket (it holds tensors of every layer). Plan
+// indices.
+std::vector<std::size_t> hand_over_order(std::span<const BucketPlan> plan);
+
+// Exchange groups (GradientExchange): the buckets in hand-over order, cut into runs of at
+// least min_group_mb MiB of fp32 (0: a bucket each); a last run below it joins the one
+// before (the dense bucket, complete only when backward ends, goes with the first
+// layers' bucket, complete at the same time). Each group is one exchange job, so one set
+// of collectives per step. A pure function of the plan: the same groups on every rank.
+// Throws InvalidArgument for a negative or non-finite min_group_mb.
+std::vector<std::vector<std::size_t>> exchange_groups(std::span<const BucketPlan> plan,
+                                                      double min_group_mb);
+
 }  // namespace gradcomp

@@ -1,6 +1,8 @@
 #include "gradcomp/layout.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 
 #include "gradcomp/error.h"
 
@@ -90,6 +92,42 @@ std::vector<BucketShape> bucket_shapes(std::span<const BucketPlan> plan) {
   out.reserve(plan.size());
   for (const BucketPlan& b : plan) out.push_back({b.id, b.numel, b.compressible, b.rows});
   return out;
+}
+
+std::vector<std::size_t> hand_over_order(std::span<const BucketPlan> plan) {
+  std::vector<std::size_t> order;
+  order.reserve(plan.size());
+  for (std::size_t b = plan.size(); b-- > 0;) {
+    if (plan[b].compressible) order.push_back(b);
+  }
+  for (std::size_t b = 0; b < plan.size(); ++b) {
+    if (!plan[b].compressible) order.push_back(b);
+  }
+  return order;
+}
+
+std::vector<std::vector<std::size_t>> exchange_groups(std::span<const BucketPlan> plan,
+                                                      double min_group_mb) {
+  if (!(min_group_mb >= 0) || !std::isfinite(min_group_mb)) {
+    throw InvalidArgument("min_group_mb must be >= 0, got " + std::to_string(min_group_mb));
+  }
+  const double min_bytes = min_group_mb * 1024.0 * 1024.0;
+  std::vector<std::vector<std::size_t>> groups;
+  double bytes = 0;
+  for (std::size_t b : hand_over_order(plan)) {
+    if (groups.empty() || bytes >= min_bytes || min_bytes == 0) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(b);
+    bytes += 4.0 * static_cast<double>(plan[b].numel);
+  }
+  if (groups.size() > 1 && bytes < min_bytes) {
+    std::vector<std::size_t> last = std::move(groups.back());
+    groups.pop_back();
+    groups.back().insert(groups.back().end(), last.begin(), last.end());
+  }
+  return groups;
 }
 
 }  // namespace gradcomp

@@ -144,7 +144,7 @@ struct GradientExchange::Impl {
         param_offset[s.param] = s.offset;
       }
     }
-    const std::vector<std::size_t> order = hand_over_order();
+    const std::vector<std::size_t> order = hand_over_order(plan);
     std::size_t total = 0;
     for (std::size_t b : order) total += plan[b].numel;
     arena.assign(total, 0.0f);
@@ -154,7 +154,7 @@ struct GradientExchange::Impl {
       buffers[b] = std::span<float>(arena.data() + at, plan[b].numel);
       at += plan[b].numel;
     }
-    form_groups(order);
+    form_groups();
     // A bare biased codec gets its memory for this optimizer: efm(...) under momentum.
     options.compressor =
         builtin_registry().with_default_memory(options.compressor, options.momentum);
@@ -181,43 +181,15 @@ struct GradientExchange::Impl {
     }
   }
 
-  // Backward produces gradients from the last layer to the first: compressible buckets
-  // in reverse, then the dense bucket, which holds tensors from every layer.
-  std::vector<std::size_t> hand_over_order() const {
-    std::vector<std::size_t> order;
-    for (std::size_t b = plan.size(); b-- > 0;) {
-      if (plan[b].compressible) order.push_back(b);
-    }
-    for (std::size_t b = 0; b < plan.size(); ++b) {
-      if (!plan[b].compressible) order.push_back(b);
-    }
-    return order;
-  }
-
-  // Consecutive buckets until a group holds min_group_mb; a last group below it joins
-  // the previous one (the dense bucket, complete only when backward ends, goes with the
-  // first layers' bucket, complete at the same time). A pure function of the plan and
-  // the options: the same groups, in the same order, on every rank.
-  void form_groups(const std::vector<std::size_t>& order) {
-    if (options.min_group_mb < 0 || !std::isfinite(options.min_group_mb)) {
-      throw InvalidArgument("GradientExchange: min_group_mb must be >= 0, got " +
-                            std::to_string(options.min_group_mb));
-    }
-    const double min_bytes = options.min_group_mb * 1024.0 * 1024.0;
-    double bytes = 0;
-    for (std::size_t b : order) {
-      if (groups.empty() || bytes >= min_bytes || min_bytes == 0) {
+  // The groups of gradcomp/layout.h's exchange_groups, each one exchange job.
+  void form_groups() {
+    try {
+      for (std::vector<std::size_t>& g : exchange_groups(plan, options.min_group_mb)) {
         groups.emplace_back();
-        bytes = 0;
+        groups.back().buckets = std::move(g);
       }
-      groups.back().buckets.push_back(b);
-      bytes += 4.0 * static_cast<double>(plan[b].numel);
-    }
-    if (groups.size() > 1 && bytes < min_bytes) {
-      Group last = std::move(groups.back());
-      groups.pop_back();
-      groups.back().buckets.insert(groups.back().buckets.end(), last.buckets.begin(),
-                                   last.buckets.end());
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("GradientExchange: ") + e.what());
     }
     bucket_group.assign(plan.size(), 0);
     for (std::size_t g = 0; g < groups.size(); ++g) {

@@ -176,5 +176,26 @@ TEST(LocalReducer, CompressesAndDecodesLikeOneWorker) {
                InvalidArgument);
 }
 
+// Exchange groups: hand-over order (compressible buckets last layer first, then the
+// dense bucket), cut at min_group_mb, a short last run joining the one before.
+TEST(Layout, ExchangeGroupsFollowBackwardsOrder) {
+  LayoutOptions o;
+  o.min_elements = 1024;
+  // Three matrices of 1 MiB, 2 MiB and 0.5 MiB of fp32, and a bias.
+  const std::vector<ParamInfo> ps = {
+      {"a", 262144, 2, 512}, {"b", 524288, 2, 512}, {"c", 131072, 2, 256}, {"bias", 10, 1, 10}};
+  const std::vector<BucketPlan> plan = plan_buckets(ps, o);
+  ASSERT_EQ(plan.size(), 4u);
+  EXPECT_EQ(hand_over_order(plan), (std::vector<std::size_t>{2, 1, 0, 3}));
+  using Groups = std::vector<std::vector<std::size_t>>;
+  // 1 MiB: c (0.5) is short, b closes the first group; a, then the bias joins a.
+  EXPECT_EQ(exchange_groups(plan, 1.0), (Groups{{2, 1}, {0, 3}}));
+  EXPECT_EQ(exchange_groups(plan, 0.0), (Groups{{2}, {1}, {0}, {3}}));
+  EXPECT_EQ(exchange_groups(plan, 100.0), (Groups{{2, 1, 0, 3}}));
+  EXPECT_TRUE(exchange_groups(std::vector<BucketPlan>{}, 1.0).empty());
+  EXPECT_THROW(exchange_groups(plan, -1.0), InvalidArgument);
+  EXPECT_THROW(exchange_groups(plan, std::nan("")), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace gradcomp::train
