@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,26 @@ std::vector<float> synthetic(std::size_t n) {
   return v;
 }
 
+// "fc2.weight + dense(6 tensors)": a group's buckets, by name.
+std::string describe(std::span<const BucketPlan> members) {
+  std::string out;
+  for (const BucketPlan& b : members) out += (out.empty() ? "" : " + ") + b.name;
+  return out;
+}
+
+// A share for a spec string: 3 significant digits (0.09, not 0.0900003), within (0, 1].
+std::string format_share(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", std::clamp(x, 1e-6, 1.0));
+  return buf;
+}
+
+std::size_t total_numel(std::span<const BucketPlan> buckets) {
+  std::size_t total = 0;
+  for (const BucketPlan& b : buckets) total += b.numel;
+  return total;
+}
+
 bool is_dense_spec(std::string_view spec) { return spec == "none" || spec == "dense"; }
 
 // Bytes of a linear region's element type.
@@ -54,7 +75,8 @@ bool powersgd_worth(std::size_t rows, std::size_t cols, std::size_t rank) {
   return rows * cols > 2 * rank * (rows + cols);
 }
 
-MethodPlan plan_dense(std::string_view spec, std::size_t total) {
+MethodPlan plan_dense(std::string_view spec, std::span<const BucketPlan> buckets) {
+  const std::size_t total = total_numel(buckets);
   MethodPlan m;
   m.spec = std::string(spec);
   m.canonical = "none";
@@ -67,8 +89,8 @@ MethodPlan plan_dense(std::string_view spec, std::size_t total) {
 }
 
 MethodPlan plan_scheme(std::string_view spec, const dist::SchemeDescription& info,
-                       const SpecNode& node, std::span<const BucketPlan> buckets,
-                       std::size_t total) {
+                       const SpecNode& node, std::span<const BucketPlan> buckets) {
+  const std::size_t total = total_numel(buckets);
   MethodPlan m;
   m.spec = std::string(spec);
   m.canonical = dist::canonical_scheme_spec(info, node);
@@ -113,6 +135,14 @@ MethodPlan plan_scheme(std::string_view spec, const dist::SchemeDescription& inf
     }
   }
   m.rounds.push_back({"sketches + dense", Collective::kAllreduce, kF32 * (cells + dense)});
+  if (m.compressed_elements > 0) {
+    const double n = static_cast<double>(m.compressed_elements);
+    const double decoded =
+        info.name == "sketched-sgd" ? std::min(n, candidates) : std::min(n, topk);
+    m.speed_spec = "sketch:rows=" + std::to_string(geo.rows) +
+                   ",ratio=" + format_share(std::min(1.0, cells / n)) +
+                   ",heavy=" + format_share(std::max(decoded / n, 1e-6));
+  }
   if (info.name == "sketched-sgd") {
     if (candidates > 0) {
       m.rounds.push_back({"candidates' values", Collective::kAllreduce, kF32 * candidates});
@@ -129,7 +159,8 @@ MethodPlan plan_scheme(std::string_view spec, const dist::SchemeDescription& inf
 }
 
 MethodPlan plan_codec(std::string_view spec, const CodecRegistry& registry,
-                      std::span<const BucketPlan> buckets, std::size_t total) {
+                      std::span<const BucketPlan> buckets) {
+  const std::size_t total = total_numel(buckets);
   MethodPlan m;
   m.spec = std::string(spec);
   m.gradient_bytes = kF32 * static_cast<double>(total);
@@ -195,17 +226,42 @@ std::size_t encoded_bytes(const CodecRegistry& registry, std::string_view spec, 
 
 MethodPlan plan_method(std::string_view spec, std::span<const ParamInfo> params,
                        const PlanOptions& options, const CodecRegistry& registry) {
-  std::size_t total = 0;
-  for (const ParamInfo& p : params) total += static_cast<std::size_t>(p.numel);
-  if (is_dense_spec(spec)) return plan_dense(spec, total);
   const std::vector<BucketPlan> buckets = plan_buckets(params, options.layout);
-  const SpecNode node = parse_spec(spec);
-  if (!node.inner) {
+  const bool dense = is_dense_spec(spec);
+  const SpecNode node = dense ? SpecNode{} : parse_spec(spec);
+  const dist::SchemeDescription* scheme = nullptr;
+  if (!dense && !node.inner) {
     for (const dist::SchemeDescription& info : dist::scheme_descriptions()) {
-      if (info.name == node.name) return plan_scheme(spec, info, node, buckets, total);
+      if (info.name == node.name) scheme = &info;
     }
   }
-  return plan_codec(spec, registry, buckets, total);
+  auto plan_of = [&](std::span<const BucketPlan> bs) {
+    if (dense) return plan_dense(spec, bs);
+    if (scheme != nullptr) return plan_scheme(spec, *scheme, node, bs);
+    return plan_codec(spec, registry, bs);
+  };
+  // The whole model's plan gives the byte counts and the parameter server's rounds; the
+  // allreduce topology's collectives are those of each exchange group in turn.
+  MethodPlan m = plan_of(buckets);
+  m.rounds.clear();
+  int number = 0;
+  for (const std::vector<std::size_t>& group : exchange_groups(buckets, options.min_group_mb)) {
+    std::vector<BucketPlan> members;
+    for (std::size_t b : group) members.push_back(buckets[b]);
+    const std::string tag = "group " + std::to_string(++number) + " (" + describe(members) + "): ";
+    // A group without a compressible bucket is averaged densely (GradientExchange).
+    const bool compressed = std::any_of(members.begin(), members.end(),
+                                        [](const BucketPlan& b) { return b.compressible; });
+    for (Round r : (compressed ? plan_of(members) : plan_dense(spec, members)).rounds) {
+      r.what = tag + r.what;
+      m.rounds.push_back(std::move(r));
+    }
+    for (Round r : plan_dense("none", members).rounds) {
+      r.what = tag + r.what;
+      m.dense_rounds.push_back(std::move(r));
+    }
+  }
+  return m;
 }
 
 }  // namespace gradcomp::advise

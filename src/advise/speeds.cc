@@ -12,9 +12,10 @@ namespace {
 
 // Per element, one core. Network lab (docs/measurements/network-lab.md), MLP at 1 Gbit/s,
 // 4 workers on 2 cores (so each figure is halved for one core), 3.56 M compressed
-// elements: powersgd:rank=2 encode 4.3 ms, decode 2.6 ms; fetchsgd encode 37.9 ms,
-// decode 71.4 ms. PowerSGD's products scale with the rank. Sketched-SGD was not in the
-// lab: it builds the same count sketch, so it borrows FetchSGD's figures.
+// elements: powersgd:rank=2 encode 4.3 ms, decode 2.6 ms; fetchsgd (5 rows) encode
+// 37.9 ms, decode 71.4 ms. PowerSGD's products scale with the rank. The sketch schemes
+// use their count sketch codec's measured speed (MethodPlan::speed_spec) when the table
+// has it; these figures only when it has not.
 constexpr double kLabElements = 3.56e6;
 constexpr double kLabOversubscription = 2.0;
 constexpr double kPowerSgdEncode = 4.3e-3 / kLabOversubscription / kLabElements;  // rank 2
@@ -92,9 +93,17 @@ CodecSpeed speed_of(const MethodPlan& plan, const SpeedTable& table) {
     const double r = plan.rank / 2.0;
     return {kPowerSgdEncode * r, kPowerSgdDecode * r, "lab constant"};
   }
-  if (plan.family == "fetchsgd") return {kSketchEncode, kSketchDecode, "lab constant"};
-  if (plan.family == "sketched-sgd")
-    return {kSketchEncode, kSketchDecode, "fetchsgd's lab constant"};
+  if (plan.family == "fetchsgd" || plan.family == "sketched-sgd") {
+    if (!plan.speed_spec.empty()) {
+      if (const CodecSpeed* s = table.find(plan.speed_spec)) {
+        CodecSpeed out = *s;
+        out.source = "as " + plan.speed_spec;
+        return out;
+      }
+    }
+    return {kSketchEncode, kSketchDecode,
+            plan.family == "fetchsgd" ? "lab constant" : "fetchsgd's lab constant"};
+  }
   if (const CodecSpeed* s = table.find(plan.spec)) return *s;
   if (const CodecSpeed* s = table.find(plan.canonical)) return *s;
   return {};

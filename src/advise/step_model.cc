@@ -37,6 +37,7 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
   const double f = oversubscription(s);
   Link link = s.link;
   link.collective_overhead *= f;
+  link.latency += s.oversubscribed_hop_delay * (f - 1.0);
   p.compute_s = f * s.compute_s;
 
   const CodecSpeed speed = speed_of(plan, speeds);
@@ -95,7 +96,10 @@ std::vector<Prediction> predict_all(const std::vector<MethodPlan>& plans, const 
   dense.family = "dense";
   if (!plans.empty()) {
     dense.gradient_bytes = plans.front().gradient_bytes;
-    dense.rounds.push_back({"fp32 gradient", Collective::kAllreduce, dense.gradient_bytes});
+    dense.rounds = plans.front().dense_rounds;
+    if (dense.rounds.empty()) {
+      dense.rounds.push_back({"fp32 gradient", Collective::kAllreduce, dense.gradient_bytes});
+    }
     dense.ps_rounds.push_back({"fp32", dense.gradient_bytes, dense.gradient_bytes});
   }
   const Prediction base = predict(dense, s, speeds);

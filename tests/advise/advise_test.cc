@@ -2,6 +2,7 @@
 // sizes against the codecs' real encodes, the ranking's two ends, bad inputs refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -25,13 +26,26 @@ namespace {
 
 TEST(AdviseCollectives, ClosedForms) {
   const Link link{.bandwidth = 1e6, .latency = 1e-3, .collective_overhead = 0.0};
-  // 2(W-1)/W * B/beta + 2(W-1) alpha
-  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, link), 2.0 * 3 / 4 * 1.0 + 6 * 1e-3);
+  // Gloo's ring pass: max(n s/beta + 2 alpha, ceil(n/2) (2 alpha + s/beta)).
+  EXPECT_DOUBLE_EQ(ring_pass_seconds(6, 125000, link), 6 * 0.125 + 2e-3);  // wire-bound
+  EXPECT_DOUBLE_EQ(ring_pass_seconds(6, 1000, link), 3 * (2e-3 + 1e-3));   // notice-bound
+  EXPECT_DOUBLE_EQ(ring_pass_seconds(5, 1000, link), 3 * (2e-3 + 1e-3));   // odd: ceil
+  EXPECT_EQ(ring_pass_seconds(0, 1000, link), 0.0);
+  // Allreduce, W = 4, 1 MB: 8 segments of 125 kB, two passes of 6: 2(W-1)/W * B/beta
+  // on the wire.
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, link), 2 * (6 * 0.125 + 2e-3));
   EXPECT_DOUBLE_EQ(allreduce_bytes(1e6, 4), 1.5e6);
-  EXPECT_DOUBLE_EQ(allreduce_seconds(8e5, 2, link), 0.8 + 2e-3);
-  // (W-1) m/beta + (W-1) alpha
-  EXPECT_DOUBLE_EQ(allgather_seconds(1e5, 8, link), 7 * 0.1 + 7 * 1e-3);
+  EXPECT_DOUBLE_EQ(allreduce_seconds(8e5, 2, link), 2 * (2 * 0.2 + 2e-3));
+  // A small buffer is latency-bound: 8 kB at W = 4, two passes of 3 notice rounds.
+  EXPECT_DOUBLE_EQ(allreduce_seconds(8000, 4, link), 2 * 3 * (2e-3 + 1e-3));
+  // Segments of at most 1 MiB: 10 MiB at W = 2 is 10 segments, passes of 5.
+  const double mib = 1024.0 * 1024.0;
+  EXPECT_DOUBLE_EQ(allreduce_seconds(10 * mib, 2, link),
+                   2 * std::max(5 * mib / 1e6 + 2e-3, 3 * (2e-3 + mib / 1e6)));
+  // Allgather: one pass of 2(W-1) half messages, (W-1) m/beta on the wire.
+  EXPECT_DOUBLE_EQ(allgather_seconds(1e5, 8, link), 14 * 0.05 + 2e-3);
   EXPECT_DOUBLE_EQ(allgather_bytes(1e5, 8), 7e5);
+  EXPECT_DOUBLE_EQ(allgather_seconds(8, 2, link), 2e-3 + 2 * 4e-6);
   // PS: max(1, W/S) * (push + pull)/beta + 2 alpha
   EXPECT_DOUBLE_EQ(ps_seconds(1e6, 1e6, 8, 2, link), 4 * 2.0 + 2e-3);
   EXPECT_DOUBLE_EQ(ps_seconds(1e6, 1e6, 2, 4, link), 2.0 + 2e-3);
@@ -39,7 +53,7 @@ TEST(AdviseCollectives, ClosedForms) {
   const Link costly{.bandwidth = 1e6, .latency = 1e-3, .collective_overhead = 5e-3};
   EXPECT_EQ(allreduce_seconds(1e6, 1, costly), 0.0);
   EXPECT_EQ(allgather_seconds(0.0, 4, costly), 0.0);
-  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, costly), 1.5 + 6e-3 + 5e-3);
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, costly), 1.5 + 4e-3 + 5e-3);
   // Halving-doubling: the same bytes, ceil(log2 W) latency steps per phase.
   Link hd = link;
   hd.algorithm = Algorithm::kHalvingDoubling;
@@ -49,7 +63,7 @@ TEST(AdviseCollectives, ClosedForms) {
   // Efficiency divides the bandwidth.
   Link slow = link;
   slow.efficiency = 0.5;
-  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, slow), 2.0 * 1.5 + 6e-3);
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, slow), 2.0 * 1.5 + 4e-3);
   // Allgathered bytes grow with W, allreduced ones stay under 2B.
   EXPECT_GT(allgather_bytes(1e5, 1024), 100 * allgather_bytes(1e5, 8));
   EXPECT_LT(allreduce_bytes(1e6, 1024), 2e6);
@@ -116,6 +130,52 @@ TEST(AdviseMessages, SchemesFromTheirParameters) {
   EXPECT_EQ(d.rounds[0].bytes, 4.0 * (1536 * 784 + 10));
 }
 
+// The trainer exchanges groups of buckets (layout.h's exchange_groups), each its own set
+// of collectives: the MLP's fc2 alone, then fc1 with the dense bucket.
+TEST(AdviseMessages, OneSetOfCollectivesPerExchangeGroup) {
+  const std::vector<ParamInfo> mlp = builtin_model("mlp").params;
+  const MethodPlan d = plan_method("none", mlp);
+  ASSERT_EQ(d.rounds.size(), 2u);
+  ASSERT_EQ(d.dense_rounds.size(), 2u);
+  EXPECT_EQ(d.rounds[0].bytes, 4.0 * 1536 * 1536);
+  EXPECT_EQ(d.rounds[0].bytes + d.rounds[1].bytes, d.gradient_bytes);
+  const MethodPlan t = plan_method("topk:ratio=0.01", mlp);
+  ASSERT_EQ(t.rounds.size(), 5u);  // sizes, messages; dense, sizes, messages
+  EXPECT_EQ(t.rounds[0].kind, Collective::kAllgather);
+  EXPECT_EQ(t.rounds[2].kind, Collective::kAllreduce);
+  EXPECT_NE(t.rounds[2].what.find("group 2"), std::string::npos) << t.rounds[2].what;
+  EXPECT_EQ(t.rounds[1].bytes + t.rounds[4].bytes, t.message_bytes);
+  const MethodPlan p = plan_method("powersgd:rank=2", mlp);
+  EXPECT_EQ(p.rounds.size(), 4u);  // P, Q per group
+  // One group when every bucket is: the same bytes in fewer collectives.
+  PlanOptions one;
+  one.min_group_mb = 1000;
+  const MethodPlan t1 = plan_method("topk:ratio=0.01", mlp, one);
+  EXPECT_EQ(t1.rounds.size(), 3u);
+  EXPECT_EQ(t1.rounds[2].bytes, t.message_bytes);
+}
+
+// The sketch schemes are costed as the count sketch codec of their geometry.
+TEST(AdviseSpeeds, SketchSchemesAsTheirCountSketch) {
+  const std::vector<ParamInfo> mlp = builtin_model("mlp").params;
+  const MethodPlan f = plan_method("fetchsgd:rows=3,table=0.06,ratio=0.002", mlp);
+  EXPECT_EQ(f.speed_spec.rfind("sketch:rows=3,ratio=0.06", 0), 0u) << f.speed_spec;
+  EXPECT_NE(f.speed_spec.find(",heavy=0.002"), std::string::npos) << f.speed_spec;
+  const MethodPlan s = plan_method("sketched-sgd:ratio=0.01,p2=4", mlp);
+  EXPECT_NE(s.speed_spec.find(",heavy=0.04"), std::string::npos) << s.speed_spec;
+  EXPECT_NO_THROW(builtin_registry().make_codec_of(f.speed_spec));
+  EXPECT_NO_THROW(builtin_registry().make_codec_of(s.speed_spec));
+  SpeedTable t;
+  t.set(f.speed_spec, {2e-9, 3e-9, "bench"});
+  const CodecSpeed got = speed_of(f, t);
+  EXPECT_EQ(got.encode, 2e-9);
+  EXPECT_EQ(got.decode, 3e-9);
+  EXPECT_EQ(got.source, "as " + f.speed_spec);
+  // Not measured: the lab's constants.
+  EXPECT_EQ(speed_of(s, t).source, "fetchsgd's lab constant");
+  EXPECT_TRUE(plan_method("powersgd", mlp).speed_spec.empty());
+}
+
 TEST(AdviseModels, ParameterCounts) {
   EXPECT_EQ(builtin_model("mlp").numel(), 3'581'962);
   EXPECT_EQ(builtin_model("lenet5").numel(), 61'706);
@@ -173,6 +233,19 @@ TEST(AdviseStepModel, OversubscriptionOverlapAndPs) {
   s.cores = 2;  // 8 workers on 2 cores: compute x4
   const Prediction shared = predict(ps[1], s, speeds());
   EXPECT_DOUBLE_EQ(shared.compute_s, 4 * alone.compute_s);
+  // ... and every ring hop waits for a worker to be scheduled: alpha + delay * (f - 1).
+  s.oversubscribed_hop_delay = 1e-3;
+  const Prediction waits = predict(ps[1], s, speeds());
+  s.oversubscribed_hop_delay = 0.0;
+  s.link.latency += 3e-3;
+  const Prediction slower_link = predict(ps[1], s, speeds());
+  EXPECT_GT(waits.comm_s, shared.comm_s);
+  EXPECT_DOUBLE_EQ(waits.comm_s, slower_link.comm_s);
+  s.link.latency -= 3e-3;
+  s.cores = 8;  // a core each: no wait
+  s.oversubscribed_hop_delay = 1e-3;
+  EXPECT_DOUBLE_EQ(predict(ps[1], s, speeds()).comm_s, alone.comm_s);
+  s.oversubscribed_hop_delay = kOversubscribedHopDelay;
   s.cores = 0;
   s.overlap = 1.0;
   const Prediction hidden = predict(ps[1], s, speeds());

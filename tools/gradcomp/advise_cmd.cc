@@ -52,10 +52,12 @@ struct AdviseFlags {
   int cores = 0;
   double overhead_ms = kGlooCollectiveOverhead * 1e3;
   double efficiency = kLinkEfficiency;
+  double hop_delay_ms = kOversubscribedHopDelay * 1e3;
   std::string codec_speeds;
   std::size_t bench_size = std::size_t{1} << 20;
   std::string methods = kDefaultMethods;
   double dense_share = 0.01;
+  double min_group_mb = PlanOptions{}.min_group_mb;
   std::int64_t min_elements = 1024;
   double bucket_mb = 0.0;
   bool json = false;
@@ -168,11 +170,13 @@ void run_advise(const AdviseFlags& f) {
   s.backward_share = f.backward_share;
   s.overlap = f.overlap;
   s.cores = f.cores;
+  s.oversubscribed_hop_delay = f.hop_delay_ms * 1e-3;
 
   PlanOptions po;
   po.layout.dense_share = f.dense_share;
   po.layout.min_elements = f.min_elements;
   po.layout.bucket_mb = f.bucket_mb;
+  po.min_group_mb = f.min_group_mb;
   std::vector<MethodPlan> plans;
   for (const std::string& spec : split_methods(f.methods)) {
     try {
@@ -192,16 +196,18 @@ void run_advise(const AdviseFlags& f) {
   bo.repeats = 3;
   bo.warmup = 1;
   for (const MethodPlan& m : plans) {
-    if (m.family != "allreduce" && m.family != "allgather") continue;
-    if (speeds.find(m.spec) || speeds.find(m.canonical)) continue;
+    const bool codec = m.family == "allreduce" || m.family == "allgather";
+    // A codec is measured itself; a sketch scheme as its count sketch (speed_spec).
+    const std::string& spec = codec ? m.spec : m.speed_spec;
+    if (spec.empty() || speeds.find(spec) || (codec && speeds.find(m.canonical))) continue;
     if (input.empty()) {
       bench::set_threads(1);
       input = bench::bench_input(bo.size, bo.seed);
     }
-    const bench::BenchRow r = bench::bench_spec(builtin_registry(), m.spec, input, bo);
+    const bench::BenchRow r = bench::bench_spec(builtin_registry(), spec, input, bo);
     const double n = static_cast<double>(r.n);
-    speeds.set(m.spec, {r.encode_ms * 1e-3 / n, r.decode_ms * 1e-3 / n, "bench", n,
-                        static_cast<double>(r.message_bytes)});
+    speeds.set(spec, {r.encode_ms * 1e-3 / n, r.decode_ms * 1e-3 / n, "bench", n,
+                      static_cast<double>(r.message_bytes)});
   }
   // Named memories: the bench decoded their warm-up message; use the steady state's.
   for (const MethodPlan& m : plans) {
@@ -293,6 +299,11 @@ void add_advise_command(CLI::App& app) {
                 "All W workers share this many cores (the network lab); 0: a machine each")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  a->add_option("--oversubscribed-hop-ms", f->hop_delay_ms,
+                "With --cores C < W: latency added to every ring hop per unit of W/C - 1 "
+                "(a worker waits to be scheduled)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   a->add_option("--collective-overhead-ms", f->overhead_ms,
                 "Gloo over TCP: constant cost per collective")
       ->capture_default_str()
@@ -315,6 +326,11 @@ void add_advise_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   a->add_option("--bucket-mb", f->bucket_mb, "As gradcomp train --bucket-mb")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  a->add_option("--min-group-mb", f->min_group_mb,
+                "Buckets exchanged together, at least this many MiB per group (the trainer's "
+                "GradientExchange: 1); each group is one set of collectives")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   a->add_flag("--json", f->json, "One JSON object per method");

@@ -22,15 +22,30 @@ struct Link {
   Algorithm algorithm = Algorithm::kRing;
 };
 
-// Ring allreduce of a B-byte buffer: reduce-scatter then allgather, 2(W-1) steps of B/W:
-//   2(W-1)/W * B/beta + 2(W-1) alpha (+ overhead). 0 for W = 1 or B = 0.
-// Halving-doubling: the same bytes, 2 ceil(log2 W) alpha.
+// Gloo's ring (gloo/allreduce.cc and gloo/allgather.cc in the libgloo c10d links) moves a
+// buffer as segments with at most two in flight per peer, and the TCP transport sends a
+// segment only once the receiver's notice that it is ready has arrived (tcp/pair.cc). A
+// pass of n segments of s bytes therefore takes the longer of its wire time plus one
+// notice-and-data round, and ceil(n/2) such rounds with a segment each:
+//   ring_pass(n, s) = max(n s/beta + 2 alpha, ceil(n/2) (2 alpha + s/beta)).
+// With alpha -> 0 it is the textbook n s/beta; a small buffer costs ~n alpha, twice the
+// textbook ring's (W-1) alpha per pass, because of the notice.
+double ring_pass_seconds(double segments, double segment_bytes, const Link& link);
+
+// Gloo's segment cap in the ring allreduce (AllreduceOptions::kMaxSegmentSize).
+inline constexpr double kGlooMaxSegmentBytes = 1024.0 * 1024.0;
+
+// Ring allreduce of a B-byte buffer: N = W ceil(max(ceil(B / 1 MiB), 2W) / W) segments of
+// B/N; a reduce-scatter pass and an allgather pass of (W-1) N/W segments each:
+//   2 ring_pass((W-1) N/W, B/N) (+ overhead), whose bytes are 2(W-1)/W * B/beta.
+// Halving-doubling: the same bytes, 2 ceil(log2 W) alpha. 0 for W = 1 or B = 0.
 double allreduce_seconds(double bytes, int workers, const Link& link);
 // Bytes one worker sends in it: 2(W-1)/W * B.
 double allreduce_bytes(double bytes, int workers);
 
-// Ring allgather of messages of at most m bytes (Gloo pads to the largest):
-//   (W-1) * m/beta + (W-1) alpha (+ overhead). Recursive doubling: ceil(log2 W) alpha.
+// Ring allgather of messages of at most m bytes (Gloo pads to the largest): one pass of
+// 2(W-1) half messages, ring_pass(2(W-1), m/2) (+ overhead), whose bytes are
+// (W-1) m/beta. Recursive doubling: the same bytes, ceil(log2 W) alpha.
 double allgather_seconds(double max_message_bytes, int workers, const Link& link);
 // Bytes one worker sends in it: (W-1) m.
 double allgather_bytes(double max_message_bytes, int workers);

@@ -40,7 +40,10 @@ struct MethodPlan {
   std::string spec;       // as given
   std::string canonical;  // the memory's or scheme's canonical spec
   std::string family;  // "dense", "allreduce", "allgather", "powersgd", "sketched-sgd", "fetchsgd"
-  std::vector<Round> rounds;            // allreduce topology
+  // Allreduce topology: every exchange group's collectives, group after group (the
+  // trainer's GradientExchange runs one job per group of buckets; layout.h).
+  std::vector<Round> rounds;
+  std::vector<Round> dense_rounds;      // what dense ("none") sends in the same groups
   std::vector<PsRound> ps_rounds;       // ps-sync; empty: not available there
   std::string ps_note;                  // why not, when ps_rounds is empty
   double gradient_bytes = 0.0;          // 4 * elements of the model
@@ -48,10 +51,16 @@ struct MethodPlan {
   double message_bytes = 0.0;           // one worker's compressed messages (codec specs)
   bool decode_per_peer = false;         // allgather: each worker decodes W messages
   int rank = 0;                         // powersgd: the rank (encode cost scales with it)
+  // The codec whose measured speed stands for a reducer scheme's: for the sketch schemes,
+  // the count sketch codec of the same rows, table share and decoded share (building the
+  // sketch is their encode, ranking every coordinate's estimate their decode). Empty:
+  // none (PowerSGD keeps its lab constants; codecs are measured themselves).
+  std::string speed_spec;
 };
 
 struct PlanOptions {
   LayoutOptions layout{.bucket_mb = 0.0, .min_elements = 1024, .dense_share = 0.01};
+  double min_group_mb = 1.0;  // GradientExchange's ExchangeOptions::min_group_mb
 };
 
 // Bytes of one message of `spec` (a codec or named-memory spec, wrappers allowed) for
