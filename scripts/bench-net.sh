@@ -22,6 +22,10 @@
 #                                  --netlab; see scripts/netlab.sh)  [DELAY]
 #   --workers N                    (default 4)                            [WORKERS]
 #   --steps N                      stop every run at step N; 0: one full epoch  [STEPS]
+#   --repeats N                    run every row N times, interleaved (all methods once,
+#                                  then again), so that a drift in the machine's load
+#                                  touches every method alike; the report gives the
+#                                  median and the spread (default 1)      [REPEATS]
 #   --methods "SPEC ..."           gradcomp compressors, space-separated  [METHODS]
 #                                  (default: none ef(topk:ratio=0.01) dgc:density=0.001 2bit
 #                                  powersgd:rank=2 fetchsgd); a spec the binary does not
@@ -47,6 +51,7 @@ BANDWIDTHS=${BANDWIDTHS:-"1gbit 100mbit"}
 DELAY=${DELAY:-}
 WORKERS=${WORKERS:-4}
 STEPS=${STEPS:-0}
+REPEATS=${REPEATS:-1}
 METHODS=${METHODS:-"none ef(topk:ratio=0.01) dgc:density=0.001 2bit powersgd:rank=2 fetchsgd"}
 DDP_METHODS=${DDP_METHODS-"dense powersgd gradcomp:powersgd:rank=2 gradcomp:efm(topk:ratio=0.01)"}
 GRADCOMP=${GRADCOMP:-build/bin/gradcomp}
@@ -63,6 +68,7 @@ while [ $# -gt 0 ]; do
     --delay) DELAY=${2:?--delay needs a duration such as 5ms}; shift 2 ;;
     --workers) WORKERS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
+    --repeats) REPEATS=$2; shift 2 ;;
     --methods) METHODS=$2; shift 2 ;;
     --ddp) DDP_METHODS=$2; shift 2 ;;
     --no-floor) FLOOR=0; shift ;;
@@ -77,6 +83,10 @@ log() { echo "bench-net: $*" >&2; }
 
 if [ -n "$DELAY" ] && ! [[ $DELAY =~ ^[0-9]+(\.[0-9]+)?(s|ms|us)$|^0$ ]]; then
   echo "bench-net: --delay '$DELAY': expected a duration such as 5ms, 500us or 0.1s" >&2
+  exit 2
+fi
+if ! [[ $REPEATS =~ ^[1-9][0-9]*$ ]]; then
+  echo "bench-net: --repeats '$REPEATS': expected a positive whole number" >&2
   exit 2
 fi
 netlab_require_root
@@ -96,10 +106,13 @@ torch_version=$([ "$have_torch" = 1 ] && "$PY" -c "import torch; print(torch.__v
 
 # A run's record, one JSON file in $OUT/runs (python3 does the quoting).
 # write_run FILE BANDWIDTH SYSTEM METHOD STATUS NOTE SUMMARY_FILE TX_BEFORE TX_AFTER
+#           [REPEAT LOAD]: LOAD is the 1-minute load average when the run started.
 write_run() {
-  python3 - "$@" "$WORKERS" <<'EOF'
+  python3 - "$WORKERS" "$@" <<'EOF'
 import json, sys
-path, bw, system, method, status, note, summary_file, tx0, tx1, workers = sys.argv[1:]
+workers, path, bw, system, method, status, note, summary_file, tx0, tx1 = sys.argv[1:11]
+repeat = sys.argv[11] if len(sys.argv) > 11 else "1"
+load = sys.argv[12] if len(sys.argv) > 12 else ""
 summary = None
 try:
     with open(summary_file) as f:
@@ -115,7 +128,8 @@ except (OSError, ValueError):
 a = [int(x) for x in tx0.split()] if tx0 else []
 b = [int(x) for x in tx1.split()] if tx1 else []
 rec = {"bandwidth": bw, "system": system, "method": method, "status": status, "note": note,
-       "workers": int(workers), "summary": summary,
+       "workers": int(workers), "summary": summary, "repeat": int(repeat),
+       "load_at_start": float(load) if load else None,
        "tx_bytes_per_rank": [y - x for x, y in zip(a, b)] if a and b else None}
 if status == "ok" and summary is None:
     rec["status"], rec["note"] = "failed", "no summary written"
@@ -148,11 +162,12 @@ gradcomp_args() {  # the common flags of every gradcomp run
 }
 mapfile -t COMMON < <(gradcomp_args)
 
-# run_one BANDWIDTH SYSTEM METHOD: one run in the lab, its record in $OUT/runs.
+# run_one BANDWIDTH SYSTEM METHOD REPEAT: one run in the lab, its record in $OUT/runs.
 run_one() {
-  local bw=$1 system=$2 method=$3
+  local bw=$1 system=$2 method=$3 repeat=${4:-1}
   local tag
   tag="$(safe "$bw")__${system}__$(safe "$method")"
+  [ "$REPEATS" -gt 1 ] && tag="${tag}__r${repeat}"
   local logs="$OUT/logs/$tag" rec="$OUT/runs/$tag.json" summary
   rm -rf "$logs"
   mkdir -p "$logs"
@@ -183,7 +198,10 @@ run_one() {
   local label=$method
   [ "$system" = ddp ] && label="ddp $method"
   [ "$system" = floor ] && label="compute floor"
-  log "$bw: $label ..."
+  [ "$REPEATS" -gt 1 ] && label="$label (run $repeat of $REPEATS)"
+  local load
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  log "$bw: $label ... (load $load)"
   local tx0 tx1 st
   tx0=$(netlab_tx_bytes | tr '\n' ' ')
   local t0=$SECONDS
@@ -202,12 +220,14 @@ run_one() {
   local record_system=$system
   [ "$system" = floor ] && record_system=gradcomp
   if [ "$st" -eq 0 ]; then
-    write_run "$rec" "$bw" "$record_system" "$record_method" ok "" "$summary" "$tx0" "$tx1"
+    write_run "$rec" "$bw" "$record_system" "$record_method" ok "" "$summary" "$tx0" "$tx1" \
+      "$repeat" "$load"
     log "$bw: $label done in $((SECONDS - t0)) s"
   else
     local why
     why=$(grep -h -m1 -i "error\|gradcomp:" "$logs"/rank-*.log 2>/dev/null | head -n 1 | cut -c1-120)
-    write_run "$rec" "$bw" "$record_system" "$record_method" failed "${why:-exit $st}" "" "" ""
+    write_run "$rec" "$bw" "$record_system" "$record_method" failed "${why:-exit $st}" "" "" "" \
+      "$repeat" "$load"
     log "$bw: $label FAILED (status $st; logs in $logs)"
   fi
 }
@@ -225,7 +245,7 @@ json.dump({"date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "cpu": "$cpu", "cores": $(n
            "kernel": "$(uname -r)", "load_start": "$(cut -d' ' -f1-3 /proc/loadavg)",
            "commit": "$commit", "torch": "$torch_version", "workers": $WORKERS,
            "model": "MLP 784-$HIDDEN-10 on Fashion-MNIST", "batch": $BATCH,
-           "length": "$length", "delay": "$DELAY", "delay_by": "$impairment", "bandwidths": "$BANDWIDTHS",
+           "length": "$length", "repeats": $REPEATS, "delay": "$DELAY", "delay_by": "$impairment", "bandwidths": "$BANDWIDTHS",
            "methods": "$METHODS", "ddp": "$DDP_METHODS"}, open(sys.argv[1], "w"))
 EOF
 
@@ -256,13 +276,15 @@ log "lab up: $WORKERS workers (namespaces ${NETLAB_PREFIX}-*); results in $OUT"
 
 if [ "$FLOOR" = 1 ]; then
   netlab_shape none || exit 1
-  run_one - floor "compute floor"
+  for ((r = 1; r <= REPEATS; r++)); do run_one - floor "compute floor" "$r"; done
 fi
 for bw in $BANDWIDTHS; do
   netlab_shape "$bw" "$DELAY" || { log "could not shape the links to $bw${DELAY:+ + $DELAY}"; exit 1; }
   [ -n "$DELAY" ] && log "$bw: delay $DELAY at each end of each link ($impairment)"
-  for m in "${available[@]}"; do run_one "$bw" gradcomp "$m"; done
-  for m in "${ddp_methods[@]}"; do run_one "$bw" ddp "$m"; done
+  for ((r = 1; r <= REPEATS; r++)); do
+    for m in "${available[@]}"; do run_one "$bw" gradcomp "$m" "$r"; done
+    for m in "${ddp_methods[@]}"; do run_one "$bw" ddp "$m" "$r"; done
+  done
   if [ "$impairment" = delayline ]; then
     # What the delay lines did over this bandwidth's runs; a packet passed undelayed
     # (hold full) or an overrun would make the rows' delay smaller than asked.

@@ -23,7 +23,16 @@ output of `gradcomp bench codec --json`).
     netlab_report.py [--dense-share X] --predict OUT_DIR
 
 re-reports an existing OUT_DIR/results.json (no runs/ needed) with the predictions beside
-the measured rows, printing the table and writing nothing. --dense-share: the runs'
+the measured rows, printing the table and writing nothing.
+
+    netlab_report.py --validate [--exclude SPEC]... OUT_DIR...
+
+prints the gradcomp rows of several sittings (e.g. W = 2, 4, 8, one with a delay) as one
+table of measured against predicted step time and bytes, predicted now by this checkout's
+model; exits 1 when a row misses the
+prediction by more than 15% (issue 13's bar). --exclude leaves a method's rows out (say
+why beside the table: e.g. DGC runs shorter than its warm-up, which the model does not
+predict). --dense-share: the runs'
 gradcomp train --dense-share when meta.json does not record it (default 0.01, train's
 default since commit 6f1b9dc; the committed run in docs/measurements/netlab used 0).
 """
@@ -32,6 +41,7 @@ import glob
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 
@@ -71,6 +81,8 @@ def row_of(run):
         "wire_bytes": None,
         "accuracy": s.get("test_accuracy"),
         "split_ms": None,
+        "repeat": run.get("repeat", 1),
+        "load": run.get("load_at_start"),
     }
     if run["system"] == "ddp":
         row["wire_bytes"] = s.get("wire_tx_bytes_per_step")
@@ -93,6 +105,33 @@ def row_of(run):
     return row
 
 
+def merge_repeats(rows):
+    """One row per (bandwidth, system, method). With repeats (bench-net.sh --repeats), the
+    row is the run whose step time is the median (the lower one of an even count), its
+    step time the median of the runs', plus runs_ms (every run's, sorted) and spread
+    ((max - min) / median); failed runs are counted in the note."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["bandwidth"], r["system"], r["method"]), []).append(r)
+    merged = []
+    for runs in groups.values():
+        ok = sorted((r for r in runs if r["status"] == "ok" and r["step_ms"]),
+                    key=lambda r: r["step_ms"])
+        if not ok:
+            merged.append(runs[0])
+            continue
+        row = dict(ok[(len(ok) - 1) // 2])
+        times = [r["step_ms"] for r in ok]
+        row["step_ms"] = statistics.median(times)
+        row["runs_ms"] = times
+        row["spread"] = (times[-1] - times[0]) / row["step_ms"] if len(times) > 1 else None
+        row["loads"] = [r["load"] for r in runs if r.get("load") is not None]
+        if len(ok) < len(runs):
+            row["note"] = "%d of %d runs failed" % (len(runs) - len(ok), len(runs))
+        merged.append(row)
+    return merged
+
+
 def label(row):
     if row["system"] == "ddp":
         return row["method"]
@@ -103,6 +142,14 @@ def label(row):
 
 def fmt_ms(v):
     return "—" if v is None else ("%.0f" % v if v >= 100 else "%.1f" % v)
+
+
+def fmt_step(r):
+    """The median step time; with repeats, the runs' range beside it."""
+    runs = r.get("runs_ms") or []
+    if len(runs) < 2:
+        return fmt_ms(r["step_ms"])
+    return "%s (%s–%s)" % (fmt_ms(r["step_ms"]), fmt_ms(runs[0]), fmt_ms(runs[-1]))
 
 
 def fmt_mb(v):
@@ -204,7 +251,7 @@ def fmt_err(v):
 def build(out):
     with open(os.path.join(out, "meta.json")) as f:
         meta = json.load(f)
-    rows = [row_of(r) for r in load_runs(out)]
+    rows = merge_repeats([row_of(r) for r in load_runs(out)])
     floor = next((r for r in rows if r["method"] == "compute floor" and r["step_ms"]), None)
     floor_ms = floor["step_ms"] if floor else None
     prediction_note = add_predictions(meta, rows, floor_ms)
@@ -265,6 +312,11 @@ def render_table(meta, rows, bandwidths, floor, targets, prediction_note=""):
                  % (meta["date"], meta["cpu"], meta["cores"], meta["kernel"],
                     meta["load_start"], meta.get("load_end", "?"), meta["commit"],
                     meta.get("torch", "—")))
+    loads = [v for r in rows for v in (r.get("loads") or [])]
+    if int(meta.get("repeats", 1)) > 1:
+        lines.append("Every row ran %s times, interleaved; its step time is the median, the "
+                     "runs' range in brackets; 1-minute load average at the start of a run: "
+                     "%.2f–%.2f." % (meta["repeats"], min(loads or [0]), max(loads or [0])))
     lines.append("")
     head = ("| link | method | step ms | × floor | vs gradcomp dense | vs DDP+PowerSGD "
             "| MB/worker/step (model) | MB/worker/step (wire) | test acc "
@@ -288,7 +340,7 @@ def render_table(meta, rows, bandwidths, floor, targets, prediction_note=""):
             "—" if v is None else "%.1f" % v for v in r["split_ms"])
         lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["bandwidth"] if r["method"] != "compute floor" else "(none)", label(r),
-            fmt_ms(r["step_ms"]), fmt_x(r["over_floor"]), fmt_x(r["vs_dense"]),
+            fmt_step(r), fmt_x(r["over_floor"]), fmt_x(r["vs_dense"]),
             fmt_x(r["vs_ddp_powersgd"]), fmt_mb(r["model_bytes"]), fmt_mb(r["wire_bytes"]),
             fmt_acc(r["accuracy"]), split, fmt_ms(r.get("predicted_ms")),
             fmt_err(r.get("predicted_error")), fmt_mb(r.get("predicted_bytes"))))
@@ -411,8 +463,62 @@ def repredict(out, dense_share=None):
     return render_table(meta, rows, bandwidths, floor, targets, note)
 
 
+def validate(dirs, limit=0.15, exclude=()):
+    """--validate: the cost model against several lab sittings (one OUT_DIR per workers /
+    delay setting, each with its results.json and predictions), as one table; returns
+    (table, worst absolute error, rows over the limit)."""
+    lines = ["| W | link | delay | method | measured ms: median (range) | predicted ms | error "
+             "| MB/worker/step: measured (model's count) | wire | predicted |",
+             "|" + "---|" * 10]
+    worst, over = 0.0, []
+    for d in dirs:
+        with open(os.path.join(d, "results.json")) as f:
+            result = json.load(f)
+        meta = result["meta"]
+        # Predicted now, by this checkout's model, not read from the sitting's results.
+        floor = next((r for r in result["rows"] if r["method"] == "compute floor"
+                      and r["step_ms"]), None)
+        note = add_predictions(meta, result["rows"], floor["step_ms"] if floor else None)
+        if note.startswith("no prediction"):
+            sys.exit("netlab_report.py --validate: %s: %s" % (d, note))
+        bandwidths = sorted({r["bandwidth"] for r in result["rows"] if r["bandwidth"] != "-"},
+                            key=rate_bps, reverse=True)
+        for bw in bandwidths:
+            for r in result["rows"]:
+                if (r["bandwidth"] != bw or r["system"] != "gradcomp" or r["status"] != "ok"
+                        or r.get("predicted_ms") is None or r["method"] in exclude):
+                    continue
+                err = r["predicted_error"]
+                worst = max(worst, abs(err))
+                if abs(err) > limit:
+                    over.append("W=%s %s %s %s: %+.1f%%" % (meta["workers"], bw,
+                                                             meta.get("delay") or "no delay",
+                                                             r["method"], 100 * err))
+                lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    meta["workers"], bw, meta.get("delay") or "—",
+                    "dense" if r["method"] == DENSE else "`%s`" % r["method"], fmt_step(r),
+                    fmt_ms(r["predicted_ms"]), fmt_err(err), fmt_mb(r["model_bytes"]),
+                    fmt_mb(r["wire_bytes"]), fmt_mb(r["predicted_bytes"])))
+    lines.append("")
+    lines.append("Worst error %.1f%%; %d row(s) beyond ±%.0f%%%s" % (
+        100 * worst, len(over), 100 * limit, (": " + "; ".join(over)) if over else "."))
+    return "\n".join(lines), worst, over
+
+
 def main():
     args = sys.argv[1:]
+    if args and args[0] == "--validate":
+        args, exclude = args[1:], []
+        while len(args) >= 2 and args[0] == "--exclude":
+            exclude.append(args[1])
+            args = args[2:]
+        if not args:
+            sys.exit("usage: netlab_report.py --validate [--exclude SPEC]... OUT_DIR...")
+        table, _, over = validate(args, exclude=exclude)
+        if exclude:
+            table += "\nNot compared: %s." % ", ".join(exclude)
+        print(table)
+        sys.exit(1 if over else 0)
     dense_share = None
     if len(args) >= 2 and args[0] == "--dense-share":
         dense_share = float(args[1])
@@ -422,7 +528,8 @@ def main():
         return
     if len(args) != 1 or dense_share is not None:
         sys.exit("usage: netlab_report.py OUT_DIR | "
-                 "netlab_report.py [--dense-share X] --predict OUT_DIR")
+                 "netlab_report.py [--dense-share X] --predict OUT_DIR | "
+                 "netlab_report.py --validate [--exclude SPEC]... OUT_DIR...")
     print(build(args[0]))
 
 
