@@ -11,8 +11,8 @@ cat <<'HDR'
 # CLI reference
 
 `gradcomp` is one command with subcommands. `list`, `codec`, `bench codec` and `advise` run in the
-`gradcomp` binary itself (no LibTorch; it starts in milliseconds); `train`, `eval` and
-`bench codec --torch` run in `gradcomp-torch`, the binary beside it, which `gradcomp` execs with
+`gradcomp` binary itself (no LibTorch; it starts in milliseconds); `train`, `eval`,
+`bench codec --torch` and `bench scheme` run in `gradcomp-torch`, the binary beside it, which `gradcomp` execs with
 the same arguments. Every error ends the program with one line `gradcomp: <message>` on stderr
 and exit status 1; `train` exits with its workers' status.
 
@@ -23,6 +23,7 @@ sec list "Every codec with its wire id, traits, parameters (default, range or ch
 sec "codec encode" "One codec step on raw little-endian float32 files. For a spec with a memory (\`ef(...)\`, \`efm(...)\`, \`dgc\`), \`--residual FILE\` carries the state between calls: read if the file exists, written back."
 sec "codec decode"
 sec "bench codec" "Encode and decode time per spec against memcpy, on random data. \`--torch\` adds LibTorch's \`topk(abs(g), k)\` (runs in \`gradcomp-torch\`). The figures: [measurements/codec-speed.md](measurements/codec-speed.md)."
+sec "bench scheme" "A reducer scheme's CPU time per step (encode, decode) on a model's buckets, run in a world of one: what \`advise\` costs the schemes with (runs in \`gradcomp-torch\`). See [cost-model.md](cost-model.md#codec-and-scheme-costs)."
 sec advise "Predicts, per compressor, bytes per worker per step, encode / decode / communication time, step time and speedup over dense on a model, network and worker count, and ranks them; \`--sweep\`: where each method pays for W = 2..1024 and 100 Mbit/s..100 Gbit/s. Formulas, terms and findings: [cost-model.md](cost-model.md)."
 sec train "See the [training guide](training.md). Defaults: 4 local workers, MLP 1536-1536 on Fashion-MNIST, \`ef(topk:ratio=0.01)\`, 3 epochs, lr 0.05 with 50 warm-up steps and cosine decay, seed 42."
 sec eval "Evaluates every new checkpoint of a run's \`--checkpoint-dir\` on the test set, one JSON line each; give it the run's \`--model\`, \`--mlp-hidden\` and \`--dataset\`."

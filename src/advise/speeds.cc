@@ -55,7 +55,7 @@ const CodecSpeed* SpeedTable::find(std::string_view spec) const {
   return it == by_spec_.end() ? nullptr : &it->second;
 }
 
-SpeedTable parse_bench_json(std::string_view text) {
+SpeedTable parse_bench_json(std::string_view text, std::string_view model) {
   SpeedTable t;
   int rows = 0, line_no = 0;
   std::size_t start = 0;
@@ -65,30 +65,42 @@ SpeedTable parse_bench_json(std::string_view text) {
     const std::string_view line = text.substr(start, end - start);
     start = end + 1;
     ++line_no;
-    if (field(line, "kind") != "codec") continue;
+    const std::string_view kind = field(line, "kind");
+    if (kind != "codec" && kind != "scheme") continue;
     double n = 0, enc = 0, dec = 0;
     if (!number(field(line, "n"), n) || n < 1 || !number(field(line, "encode_ms"), enc) ||
         !number(field(line, "decode_ms"), dec)) {
-      throw InvalidArgument("codec speeds: line " + std::to_string(line_no) +
-                            " is a codec row without numeric n, encode_ms and decode_ms");
+      throw InvalidArgument("codec speeds: line " + std::to_string(line_no) + " is a " +
+                            std::string(kind) + " row without numeric n, encode_ms and decode_ms");
     }
     double bytes = 0;
     if (!number(field(line, "message_bytes"), bytes)) bytes = 0;
-    const CodecSpeed s{enc * 1e-3 / n, dec * 1e-3 / n, "file", n, bytes};
+    CodecSpeed s{enc * 1e-3 / n, dec * 1e-3 / n, "file", n, bytes};
+    if (kind == "scheme") {
+      s.model = std::string(field(line, "model"));
+      if (!model.empty() && s.model != model) continue;
+    }
     t.set(std::string(field(line, "spec")), s);
-    const std::string_view memory = field(line, "memory");
+    // A codec row also names its memory's canonical spec, a scheme row its own.
+    const std::string_view memory = field(line, kind == "codec" ? "memory" : "canonical");
     if (!memory.empty()) t.set(std::string(memory), s);
     ++rows;
   }
   if (rows == 0) {
     throw InvalidArgument(
-        "codec speeds: no codec rows (expected the output of gradcomp bench codec --json)");
+        "codec speeds: no codec or scheme rows (expected the output of gradcomp bench codec "
+        "--json or gradcomp bench scheme --json)");
   }
   return t;
 }
 
 CodecSpeed speed_of(const MethodPlan& plan, const SpeedTable& table) {
   if (plan.family == "dense") return {0.0, 0.0, "none"};
+  if (plan.family == "powersgd" || plan.family == "fetchsgd" || plan.family == "sketched-sgd") {
+    // The scheme itself, timed by `gradcomp bench scheme` (on the spot, or in the file).
+    if (const CodecSpeed* s = table.find(plan.spec)) return *s;
+    if (const CodecSpeed* s = table.find(plan.canonical)) return *s;
+  }
   if (plan.family == "powersgd") {
     const double r = plan.rank / 2.0;
     return {kPowerSgdEncode * r, kPowerSgdDecode * r, "lab constant"};

@@ -176,6 +176,39 @@ TEST(AdviseSpeeds, SketchSchemesAsTheirCountSketch) {
   EXPECT_TRUE(plan_method("powersgd", mlp).speed_spec.empty());
 }
 
+// A scheme's own timing (`gradcomp bench scheme --json`) wins over its approximations,
+// found by the spec as given or by its canonical spec.
+TEST(AdviseSpeeds, SchemesTimedThemselves) {
+  const std::vector<ParamInfo> mlp = builtin_model("mlp").params;
+  const MethodPlan s = plan_method("sketched-sgd", mlp);
+  const MethodPlan p = plan_method("powersgd:rank=2", mlp);
+  SpeedTable t = parse_bench_json(
+      "{\"kind\":\"scheme\",\"spec\":\"sketched-sgd\",\"canonical\":\"" + s.canonical +
+      "\",\"model\":\"mlp\",\"n\":2000000,\"encode_ms\":30,\"decode_ms\":10}\n"
+      "{\"kind\":\"scheme\",\"spec\":\"x\",\"canonical\":\"" +
+      p.canonical + "\",\"n\":1000,\"encode_ms\":0.004,\"decode_ms\":0.002}\n");
+  t.set(s.speed_spec, {1.0, 1.0, "bench"});  // the count sketch proxy: not used
+  EXPECT_DOUBLE_EQ(speed_of(s, t).encode, 15e-9);
+  EXPECT_DOUBLE_EQ(speed_of(s, t).decode, 5e-9);
+  EXPECT_EQ(speed_of(s, t).source, "file");
+  EXPECT_DOUBLE_EQ(speed_of(p, t).encode, 4e-9);  // by its canonical spec
+  EXPECT_EQ(speed_of(plan_method("powersgd", mlp), t).source, "lab constant");
+  EXPECT_THROW(parse_bench_json("{\"kind\":\"scheme\",\"spec\":\"powersgd\",\"n\":5}"),
+               InvalidArgument);
+  // A timing of the MLP's buckets is not ResNet-50's; codec rows (no model) are anyone's.
+  const std::string two_models =
+      "{\"kind\":\"scheme\",\"spec\":\"sketched-sgd\",\"model\":\"mlp\",\"n\":1000,"
+      "\"encode_ms\":1,\"decode_ms\":1}\n"
+      "{\"kind\":\"scheme\",\"spec\":\"sketched-sgd\",\"model\":\"resnet50\",\"n\":1000,"
+      "\"encode_ms\":2,\"decode_ms\":2}\n"
+      "{\"kind\":\"codec\",\"spec\":\"qsgd\",\"n\":1000,\"encode_ms\":3,\"decode_ms\":3}\n";
+  EXPECT_DOUBLE_EQ(parse_bench_json(two_models, "mlp").find("sketched-sgd")->encode, 1e-6);
+  EXPECT_DOUBLE_EQ(parse_bench_json(two_models, "resnet50").find("sketched-sgd")->encode, 2e-6);
+  EXPECT_EQ(parse_bench_json(two_models, "lenet5").find("sketched-sgd"), nullptr);
+  EXPECT_NE(parse_bench_json(two_models, "lenet5").find("qsgd"), nullptr);
+  EXPECT_DOUBLE_EQ(speed_of(p, t).encode, 4e-9);  // its row names no model
+}
+
 TEST(AdviseModels, ParameterCounts) {
   EXPECT_EQ(builtin_model("mlp").numel(), 3'581'962);
   EXPECT_EQ(builtin_model("lenet5").numel(), 61'706);

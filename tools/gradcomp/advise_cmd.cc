@@ -4,9 +4,10 @@
 //          [--latency 5ms] [--topology allreduce|ps-sync --servers S] [--compute-ms X]
 //          [--cores C] [--overlap F] [--codec-speeds FILE] [--methods "SPEC ..."]
 //          [--json] [--svg FILE] [--sweep]
-// Codec speeds not given in a file are measured on the spot (a short `bench codec` of
-// each codec spec at --bench-size elements).
+// Speeds not given in a file are measured on the spot: a short `bench codec` of each codec
+// spec at --bench-size elements, and `bench scheme` of each reducer scheme on the model.
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -24,6 +25,8 @@
 #include "gradcomp/advise/sweep.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
+#include "model_flags.h"
+#include "torch_binary.h"
 
 namespace gradcomp::cli {
 
@@ -103,14 +106,6 @@ double parse_latency(const std::string& text) {
                           "time (e.g. 5ms, 100us, 0)");
 }
 
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument(std::string(what) + ": cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Per-step compute of one worker with a core of its own, when not given.
 double default_compute_ms(const std::string& model) {
   // Network lab: the MLP's compute floor, 61.3 ms with 4 workers on 2 cores.
@@ -130,15 +125,81 @@ std::vector<std::string> split_methods(const std::string& text) {
   return out;
 }
 
+// A double as text that reads back to the same value.
+std::string exact(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+bool is_scheme(const MethodPlan& m) {
+  return m.family == "powersgd" || m.family == "sketched-sgd" || m.family == "fetchsgd";
+}
+
+// Times the schemes the table lacks with `gradcomp bench scheme` in gradcomp-torch (the
+// reducers run over c10d, which this binary does not link), on the model's buckets. If
+// that cannot run, says so in one line and leaves them to their approximations.
+void time_schemes(const AdviseFlags& f, const std::vector<MethodPlan>& plans, SpeedTable& speeds) {
+  std::vector<std::string> args = {"bench", "scheme", "--json", "--steps", "3", "--warmup", "2"};
+  if (f.sizes.empty()) {
+    args.insert(args.end(), {"--model", f.model});
+  } else {
+    args.insert(args.end(), {"--sizes", f.sizes});
+  }
+  args.insert(args.end(), {"--dense-share", exact(f.dense_share), "--min-elements",
+                           std::to_string(f.min_elements), "--bucket-mb", exact(f.bucket_mb)});
+  bool any = false;
+  for (const MethodPlan& m : plans) {
+    if (!is_scheme(m) || speeds.find(m.spec) || speeds.find(m.canonical)) continue;
+    args.insert(args.end(), {"--spec", m.spec});
+    any = true;
+  }
+  if (!any) return;
+  SpeedTable timed;
+  try {
+    timed = parse_bench_json(run_torch_binary(args));
+  } catch (const Error& e) {
+    std::cerr << "gradcomp advise: could not time the schemes (" << e.what()
+              << "); costing them by approximation (see the speed source)\n";
+    return;
+  }
+  for (const MethodPlan& m : plans) {
+    if (!is_scheme(m)) continue;
+    if (const CodecSpeed* t = timed.find(m.spec)) {
+      CodecSpeed sp = *t;
+      sp.source = "bench scheme";
+      speeds.set(m.spec, sp);
+    }
+  }
+}
+
+// Runs `bench codec` on the spot for every codec spec the table lacks, and for the count
+// sketch codec standing in for a sketch scheme that has no timing of its own.
+void bench_codecs(const std::vector<MethodPlan>& plans, std::size_t size, SpeedTable& speeds) {
+  std::vector<float> input;
+  bench::BenchOptions bo;
+  bo.size = size;
+  bo.repeats = 3;
+  bo.warmup = 1;
+  for (const MethodPlan& m : plans) {
+    const bool codec = m.family == "allreduce" || m.family == "allgather";
+    if (!codec && (speeds.find(m.spec) || speeds.find(m.canonical))) continue;
+    const std::string& spec = codec ? m.spec : m.speed_spec;
+    if (spec.empty() || speeds.find(spec) || (codec && speeds.find(m.canonical))) continue;
+    if (input.empty()) {
+      bench::set_threads(1);
+      input = bench::bench_input(bo.size, bo.seed);
+    }
+    const bench::BenchRow r = bench::bench_spec(builtin_registry(), spec, input, bo);
+    const double n = static_cast<double>(r.n);
+    speeds.set(spec, {r.encode_ms * 1e-3 / n, r.decode_ms * 1e-3 / n, "bench", n,
+                      static_cast<double>(r.message_bytes)});
+  }
+}
+
 void run_advise(const AdviseFlags& f) {
   // Inputs first: every bad flag is reported before anything is measured.
-  ModelSizes model;
-  if (!f.sizes.empty()) {
-    const bool literal = f.sizes.find_first_not_of("0123456789x, ") == std::string::npos;
-    model = literal ? parse_sizes(f.sizes) : parse_sizes(read_file(f.sizes, "--sizes"), f.sizes);
-  } else {
-    model = builtin_model(f.model);
-  }
+  const ModelSizes model = model_from_flags(f.model, f.sizes);
   Scenario s;
   s.workers = f.workers;
   s.link.bandwidth = parse_bandwidth(f.bandwidth);
@@ -188,27 +249,11 @@ void run_advise(const AdviseFlags& f) {
 
   SpeedTable speeds;
   if (!f.codec_speeds.empty())
-    speeds = parse_bench_json(read_file(f.codec_speeds, "--codec-speeds"));
-  // Measure what the file does not hold.
-  std::vector<float> input;
-  bench::BenchOptions bo;
-  bo.size = f.bench_size;
-  bo.repeats = 3;
-  bo.warmup = 1;
-  for (const MethodPlan& m : plans) {
-    const bool codec = m.family == "allreduce" || m.family == "allgather";
-    // A codec is measured itself; a sketch scheme as its count sketch (speed_spec).
-    const std::string& spec = codec ? m.spec : m.speed_spec;
-    if (spec.empty() || speeds.find(spec) || (codec && speeds.find(m.canonical))) continue;
-    if (input.empty()) {
-      bench::set_threads(1);
-      input = bench::bench_input(bo.size, bo.seed);
-    }
-    const bench::BenchRow r = bench::bench_spec(builtin_registry(), spec, input, bo);
-    const double n = static_cast<double>(r.n);
-    speeds.set(spec, {r.encode_ms * 1e-3 / n, r.decode_ms * 1e-3 / n, "bench", n,
-                      static_cast<double>(r.message_bytes)});
-  }
+    speeds = parse_bench_json(read_text_file(f.codec_speeds, "--codec-speeds"), model.name);
+  // Measure what the file does not hold: the schemes themselves, then the codecs (and
+  // the count sketch codec of a sketch scheme that could not be timed).
+  time_schemes(f, plans, speeds);
+  bench_codecs(plans, f.bench_size, speeds);
   // Named memories: the bench decoded their warm-up message; use the steady state's.
   for (const MethodPlan& m : plans) {
     if (m.family != "allreduce" && m.family != "allgather") continue;
@@ -313,7 +358,8 @@ void add_advise_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.01, 1.0));
   a->add_option("--codec-speeds", f->codec_speeds,
-                "Output of `gradcomp bench codec --json` (else measured now)");
+                "Output of `gradcomp bench codec --json` and/or `gradcomp bench scheme --json` "
+                "(what it lacks is measured now)");
   a->add_option("--bench-size", f->bench_size, "Elements of the on-the-spot codec bench")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 28));

@@ -2,8 +2,8 @@
 // callback that turns flags into library calls; errors propagate to run_app().
 //
 // The CLI is two binaries in one directory (see main.cc): `gradcomp`, torch-free (list, advise,
-// codec, bench codec), and `gradcomp-torch` (train, eval, bench codec --torch), to which
-// `gradcomp` hands those commands with exec.
+// codec, bench codec), and `gradcomp-torch` (train, eval, bench codec --torch, bench scheme), to
+// which `gradcomp` hands those commands with exec.
 #pragma once
 
 #include <functional>
@@ -23,6 +23,8 @@ void add_advise_command(CLI::App& app);  // advise_cmd.cc
 // them; the torch-free gradcomp passes none (it hands `--torch` to gradcomp-torch).
 using TorchBaselines = std::function<std::vector<bench::Baseline>(int threads)>;
 void add_bench_command(CLI::App& app, TorchBaselines torch = {});  // bench_cmd.cc
+// `bench scheme` under the bench command (bench_scheme_cmd.cc; gradcomp-torch only).
+void add_bench_scheme_command(CLI::App& bench);
 
 // train_cmd.cc; argv is kept to start local workers of this same program.
 void add_train_command(CLI::App& app, int argc, char** argv);
@@ -31,6 +33,9 @@ void add_eval_command(CLI::App& app);  // eval_cmd.cc
 // One-line descriptions of the LibTorch commands, shared by both binaries' --help.
 inline constexpr const char* kTrainSummary =
     "train a model data-parallel with compressed gradient exchange";
+inline constexpr const char* kBenchSchemeSummary =
+    "CPU cost per step of a reducer scheme (PowerSGD, Sketched-SGD, FetchSGD) on a model's "
+    "buckets, run in a world of one";
 inline constexpr const char* kEvalSummary =
     "evaluate the checkpoints of a training run (one JSON line per checkpoint)";
 

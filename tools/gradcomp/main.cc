@@ -1,7 +1,7 @@
 // gradcomp: the command-line front end, without LibTorch. It runs list, codec, advise and
 // bench codec itself and starts in milliseconds; the commands that need LibTorch
-// (train, eval, bench codec --torch) it hands to gradcomp-torch, the binary beside it,
-// by exec: same argv, same process, so exit status and signals are that program's own.
+// (train, eval, bench codec --torch, bench scheme) it hands to gradcomp-torch, the binary beside
+// it, by exec: same argv, same process, so exit status and signals are that program's own.
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "terminate_handler.h"
+#include "torch_binary.h"
 
 namespace {
 
@@ -22,6 +23,7 @@ bool needs_torch(int argc, char** argv) {
   const std::string_view command = argv[1];
   if (command == "train" || command == "eval") return true;
   if (command == "bench") {
+    if (argc > 2 && std::string_view(argv[2]) == "scheme") return true;
     for (int i = 2; i < argc; ++i) {
       if (std::string_view(argv[i]) == "--torch") return true;
     }
@@ -29,19 +31,9 @@ bool needs_torch(int argc, char** argv) {
   return false;
 }
 
-// The directory of this executable, from /proc/self/exe (argv[0] may be anything).
-std::string own_directory() {
-  std::vector<char> buf(4096);
-  const ssize_t len = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  if (len <= 0) return ".";
-  const std::string path(buf.data(), static_cast<std::size_t>(len));
-  const std::size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 // Replaces this process with gradcomp-torch; returns only on failure (status 1).
 int exec_torch(int argc, char** argv) {
-  const std::string torch = own_directory() + "/gradcomp-torch";
+  const std::string torch = gradcomp::cli::torch_binary_path();
   std::vector<char*> args(argv, argv + argc);
   args[0] = const_cast<char*>(torch.c_str());
   args.push_back(nullptr);
@@ -66,6 +58,10 @@ int main(int argc, char** argv) {
   gradcomp::cli::add_codec_command(app);
   gradcomp::cli::add_bench_command(app);
   gradcomp::cli::add_advise_command(app);
+  // Listed in --help; never parsed here (needs_torch() sent it on above).
+  app.get_subcommand("bench")
+      ->add_subcommand("scheme", gradcomp::cli::kBenchSchemeSummary)
+      ->allow_extras();
   // Listed in --help; never parsed here (needs_torch() sent them on above).
   app.add_subcommand("train", gradcomp::cli::kTrainSummary)->allow_extras();
   app.add_subcommand("eval", gradcomp::cli::kEvalSummary)->allow_extras();

@@ -1,6 +1,7 @@
-// gradcomp-torch: the commands of the gradcomp CLI that need LibTorch -- train, eval
-// and bench codec with LibTorch's rows (--torch). Users run `gradcomp`, which hands
-// these commands to this binary (main.cc); its messages and --help say "gradcomp".
+// gradcomp-torch: the commands of the gradcomp CLI that need LibTorch -- train, eval,
+// bench codec with LibTorch's rows (--torch) and bench scheme (reducers run over c10d). Users run
+// `gradcomp`, which hands these commands to this binary (main.cc); its messages and --help say
+// "gradcomp".
 #include <csignal>
 #include <string>
 #include <vector>
@@ -26,5 +27,6 @@ int main(int argc, char** argv) {
     gradcomp::bench::set_torch_threads(threads);
     return std::vector<gradcomp::bench::Baseline>{gradcomp::bench::torch_topk_baseline(0.001)};
   });
+  gradcomp::cli::add_bench_scheme_command(*app.get_subcommand("bench"));
   return gradcomp::cli::run_app(app, argc, argv);
 }

@@ -51,10 +51,11 @@ struct MethodPlan {
   double message_bytes = 0.0;           // one worker's compressed messages (codec specs)
   bool decode_per_peer = false;         // allgather: each worker decodes W messages
   int rank = 0;                         // powersgd: the rank (encode cost scales with it)
-  // The codec whose measured speed stands for a reducer scheme's: for the sketch schemes,
-  // the count sketch codec of the same rows, table share and decoded share (building the
-  // sketch is their encode, ranking every coordinate's estimate their decode). Empty:
-  // none (PowerSGD keeps its lab constants; codecs are measured themselves).
+  // The codec whose measured speed approximates a sketch scheme's when the scheme itself
+  // was not timed (`gradcomp bench scheme`): the count sketch codec of the same rows,
+  // table share and decoded share (building the sketch is their encode, ranking every
+  // coordinate's estimate their decode; their momentum and error passes are left out).
+  // Empty: none (PowerSGD falls back to lab constants; codecs are measured themselves).
   std::string speed_spec;
 };
 

@@ -1,8 +1,10 @@
 // How fast this machine encodes and decodes, per element of gradient, one core: the
-// codec specs' figures come from `gradcomp bench codec` (run on the spot by the CLI, or
-// read from its --json output); the reducer schemes, which that bench does not run,
-// use per-element constants fit from the network lab's encode/decode split
-// (docs/cost-model.md, "Codec and scheme costs"). Torch-free.
+// codec specs' figures come from `gradcomp bench codec`, the reducer schemes' (PowerSGD,
+// Sketched-SGD, FetchSGD) from `gradcomp bench scheme`, which runs the scheme itself in
+// a world of one -- both run on the spot by the CLI, or read from their --json output.
+// Without a scheme's row, a sketch scheme is approximated by its count sketch codec and
+// PowerSGD by per-element constants from the network lab (docs/cost-model.md, "Codec and
+// scheme costs"). Torch-free.
 #pragma once
 
 #include <map>
@@ -20,6 +22,9 @@ struct CodecSpeed {
   // The bench's input size and the message it decoded (0: unknown).
   double bench_n = 0.0;
   double bench_message_bytes = 0.0;
+  // A scheme's timing is of one model's buckets (`bench scheme` rows name it); codec
+  // speeds are per element of any gradient (empty).
+  std::string model = {};
 };
 
 class SpeedTable {
@@ -33,13 +38,17 @@ class SpeedTable {
   std::map<std::string, CodecSpeed, std::less<>> by_spec_;
 };
 
-// Reads `gradcomp bench codec --json` output: every {"kind": "codec"} line's encode_ms
-// and decode_ms over its n, under its "spec" and its "memory". InvalidArgument when a
-// codec line lacks them, or when no line is a codec row.
-SpeedTable parse_bench_json(std::string_view text);
+// Reads `gradcomp bench codec --json` and `gradcomp bench scheme --json` output: every
+// {"kind": "codec"} and {"kind": "scheme"} line's encode_ms and decode_ms over its n,
+// under its "spec" and its "memory" (codec) or "canonical" (scheme). A scheme row is a
+// timing of one model's buckets: with `model` given, rows of other models are skipped (a
+// file may hold several models' timings). InvalidArgument when a codec or scheme line
+// lacks those numbers, or when there is no such line at all.
+SpeedTable parse_bench_json(std::string_view text, std::string_view model = {});
 
-// The speed of a plan: the table's entry for a codec spec (by spec, then canonical),
-// the lab constants for a scheme, zero for dense. nullptr-like (source empty) when a
+// The speed of a plan: the table's entry for its spec (by spec, then canonical); for a
+// scheme without one, its count sketch codec's entry (speed_spec) or the lab constants;
+// zero for dense. nullptr-like (source empty) when a
 // codec spec is missing from the table.
 CodecSpeed speed_of(const MethodPlan& plan, const SpeedTable& table);
 
