@@ -158,12 +158,14 @@ class Codec {
                                                    std::span<std::byte> payload) const;
 
   // Optional fusion of the checksum into the payload pass, for codecs whose encode is
-  // itself one pass over an output as large as their input (none: a copy, see
-  // crc32c_copy): write the payload as encode_payload / encode_payload_feedback do,
-  // store its CRC-32C (crc32c.h, from 0) in *payload_crc, computed in the same pass,
-  // and return its size; encode() then checksums only the header and combines
-  // the two. Returning kNoPayloadCrc instead (the default: encode_payload and a
-  // separate checksum pass) is always correct.
+  // itself one cheap pass, where a separate pass over the message would show (none: a
+  // copy, see crc32c_copy; signsgd and 1bit: the message checksummed piece by piece as it
+  // is written): write the payload as encode_payload / encode_payload_feedback /
+  // encode_payload_with_residual do, store its CRC-32C (crc32c.h, from 0) in
+  // *payload_crc, computed in the same pass, and return its size; encode() then
+  // checksums only the header and combines the two. Returning kNoPayloadCrc instead,
+  // having touched nothing (the default: the plain hook and a separate checksum pass),
+  // is always correct.
   static constexpr std::size_t kNoPayloadCrc = static_cast<std::size_t>(-1);
   virtual std::size_t encode_payload_crc(std::span<const float> in, const StepContext& ctx,
                                          std::span<std::byte> payload,
@@ -171,6 +173,10 @@ class Codec {
   virtual std::size_t encode_payload_feedback_crc(std::span<float> p, const StepContext& ctx,
                                                   std::span<std::byte> payload,
                                                   std::uint32_t* payload_crc) const;
+  virtual std::size_t encode_payload_with_residual_crc(const ResidualUpdate& update,
+                                                       std::span<float> e, const StepContext& ctx,
+                                                       std::span<std::byte> payload,
+                                                       std::uint32_t* payload_crc) const;
 
  private:
   CodecIdentity identity_;

@@ -90,6 +90,15 @@ std::size_t Codec::encode_with_residual(const ResidualUpdate& update, std::span<
                           " elements, residual of " + std::to_string(e.size()));
   }
   check_encode_args(*this, e.size(), out.size(), "encode");
+  std::uint32_t payload_crc = 0;
+  if (!detail::checksum_disabled()) {
+    const std::size_t payload =
+        encode_payload_with_residual_crc(update, e, ctx, out.subspan(kHeaderBytes), &payload_crc);
+    if (payload != kNoPayloadCrc) {
+      write_header_payload_crc(out, wire_id(), config_tag(), e.size(), payload, payload_crc);
+      return kHeaderBytes + payload;
+    }
+  }
   const std::size_t payload =
       encode_payload_with_residual(update, e, ctx, out.subspan(kHeaderBytes));
   write_header(out, wire_id(), config_tag(), e.size(), payload);
@@ -160,6 +169,14 @@ std::size_t Codec::encode_payload_crc(std::span<const float> /*in*/, const StepC
 std::size_t Codec::encode_payload_feedback_crc(std::span<float> /*p*/, const StepContext& /*ctx*/,
                                                std::span<std::byte> /*payload*/,
                                                std::uint32_t* /*payload_crc*/) const {
+  return kNoPayloadCrc;
+}
+
+std::size_t Codec::encode_payload_with_residual_crc(const ResidualUpdate& /*update*/,
+                                                    std::span<float> /*e*/,
+                                                    const StepContext& /*ctx*/,
+                                                    std::span<std::byte> /*payload*/,
+                                                    std::uint32_t* /*payload_crc*/) const {
   return kNoPayloadCrc;
 }
 

@@ -9,9 +9,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "detail/reductions.h"
+#include "gradcomp/crc32c.h"
 #include "gradcomp/rng.h"
 #include "support/test_support.h"
 
@@ -194,6 +196,45 @@ TEST(BitPack, SignFastEqualsReference) {
         ASSERT_EQ(fb_fast, ref);
         ASSERT_TRUE(same_bits(p_fast, p_ref));
       }
+    }
+  }
+}
+
+// The checksummed encoders write the same bytes (and feedback) as the plain ones and
+// return crc32c() of them, across the piece boundaries (kSignCrcPiece) and the parallel
+// threshold.
+TEST(BitPack, SignChecksummedEqualsEncodeThenCrc) {
+  std::vector<std::size_t> ns = sizes();
+  for (std::size_t n : {kSignCrcPiece - 1, kSignCrcPiece, kSignCrcPiece + 1, kSignCrcPiece + 32,
+                        3 * kSignCrcPiece + 33}) {
+    ns.push_back(n);
+  }
+  for (std::size_t n : ns) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    for (SignRule rule : {SignRule::kGreater, SignRule::kGreaterEqual}) {
+      const float t = rule == SignRule::kGreater ? 0.3f : 0.0f;
+      const auto p = tricky_input(n, n + 17, t);
+      const auto plain =
+          guarded(packed1_bytes(n), [&](std::byte* o) { sign_encode(p.data(), n, t, rule, o); });
+      const std::uint32_t want = crc32c(std::as_bytes(std::span(plain)));
+      std::uint32_t got = 0;
+      const auto fused = guarded(packed1_bytes(n), [&](std::byte* o) {
+        got = sign_encode_crc(p.data(), n, t, rule, o);
+      });
+      ASSERT_EQ(fused, plain);
+      ASSERT_EQ(got, want);
+
+      const Lut1 lut{{0.75f, -0.75f}};
+      auto p_plain = p, p_fused = p;
+      (void)guarded(packed1_bytes(n), [&](std::byte* o) {
+        sign_encode_feedback(p_plain.data(), n, t, rule, lut, o);
+      });
+      const auto fb = guarded(packed1_bytes(n), [&](std::byte* o) {
+        got = sign_encode_feedback_crc(p_fused.data(), n, t, rule, lut, o);
+      });
+      ASSERT_EQ(fb, plain);
+      ASSERT_EQ(got, want);
+      ASSERT_TRUE(same_bits(p_fused, p_plain));
     }
   }
 }

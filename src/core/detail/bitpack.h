@@ -88,6 +88,17 @@ void sign_encode_feedback_ref(float* p, std::size_t n, float t, SignRule rule, c
                               std::byte* out);
 void sign_encode_feedback(float* p, std::size_t n, float t, SignRule rule, const Lut1& lut,
                           std::byte* out, const Pending* pending = nullptr);
+// The same encoders, returning the CRC-32C (crc32c(), from 0) of the packed1_bytes(n)
+// bytes they write: each piece of kSignCrcPiece values is checksummed right after it is
+// packed, while its bytes are in L1, so the carry-less multiplies overlap the next
+// piece's loads instead of taking a pass of their own (docs/measurements/codec-speed.md).
+// With several threads the pieces run in parallel and the CRC is a pass after them.
+inline constexpr std::size_t kSignCrcPiece = 4096;
+std::uint32_t sign_encode_crc(const float* p, std::size_t n, float t, SignRule rule,
+                              std::byte* out);
+std::uint32_t sign_encode_feedback_crc(float* p, std::size_t n, float t, SignRule rule,
+                                       const Lut1& lut, std::byte* out,
+                                       const Pending* pending = nullptr);
 
 // ---- decoding: out[i] += lut.v[code_i] ------------------------------------------------
 void unpack2_add_ref(const std::byte* in, std::size_t n, const Lut2& lut, float* out);

@@ -1,13 +1,21 @@
 // The 1-bit layout's kernels (bitpack.h): pack1_ref, the sign encoders of 1bit, signsgd
-// and efsign (with and without fused error feedback) and the decoder, each a scalar
-// reference and an AVX2 / OpenMP fast path.
+// and efsign (with and without fused error feedback, with and without the message's
+// checksum folded in) and the decoder, each a scalar reference and an AVX2 / OpenMP
+// fast path.
 #include "detail/bitpack.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
+
+#ifdef GRADCOMP_OPENMP
+#include <omp.h>
+#endif
 
 #include "detail/bitpack_internal.h"
 #include "detail/pending.h"
+#include "gradcomp/crc32c.h"
 #include "gradcomp/wire.h"
 
 namespace gradcomp::detail {
@@ -104,15 +112,76 @@ void sign_encode_ref(const float* p, std::size_t n, float t, SignRule rule, std:
   });
 }
 
-void sign_encode(const float* p, std::size_t n, float t, SignRule rule, std::byte* out) {
-  const Lut1 unused{};
-  for_chunks(n, [&](std::size_t b, std::size_t e) {
+namespace {
+
+// Packs [b, e) of p into out with the rule's sign bits (no feedback).
+auto sign_ranges(const float* p, float t, SignRule rule, std::byte* out) {
+  return [=](std::size_t b, std::size_t e) {
+    const Lut1 unused{};
     if (rule == SignRule::kGreater) {
       sign_range<false, SignRule::kGreater>(p, nullptr, b, e, t, unused, out);
     } else {
       sign_range<false, SignRule::kGreaterEqual>(p, nullptr, b, e, t, unused, out);
     }
-  });
+  };
+}
+
+// The same with p[i] += lut.v[bit_i], p formed block by block from `pending` if given.
+auto sign_feedback_ranges(float* p, float t, SignRule rule, const Lut1& lut, std::byte* out,
+                          const Pending* pending) {
+  return [=](std::size_t b, std::size_t e) {
+    const auto range = [&](std::size_t bb, std::size_t ee) {
+      if (rule == SignRule::kGreater) {
+        sign_range<true, SignRule::kGreater>(p, p, bb, ee, t, lut, out);
+      } else {
+        sign_range<true, SignRule::kGreaterEqual>(p, p, bb, ee, t, lut, out);
+      }
+    };
+    if (pending == nullptr) {
+      range(b, e);
+    } else {
+      pending->blocks(b, e, range);  // pieces start on multiples of 32: whole words
+    }
+  };
+}
+
+// Whether for_chunks spreads n values over several threads.
+bool runs_parallel(std::size_t n) {
+#ifdef GRADCOMP_OPENMP
+  return n > bitpack::kParallelMin && omp_get_max_threads() > 1 && !omp_in_parallel();
+#else
+  (void)n;
+  return false;
+#endif
+}
+
+// encode(b, e) over [0, n) and the CRC-32C of the packed bytes: piece by piece, each
+// piece's bytes checksummed right after they are written (one thread), or the pieces in
+// parallel and then one pass (several).
+template <class Encode>
+std::uint32_t encode_checksummed(std::size_t n, std::byte* out, const Encode& encode) {
+  if (runs_parallel(n)) {
+    for_chunks(n, encode);
+    return crc32c(std::span<const std::byte>(out, packed1_bytes(n)));
+  }
+  std::uint32_t crc = 0;
+  for (std::size_t b = 0; b < n; b += kSignCrcPiece) {
+    const std::size_t e = std::min(n, b + kSignCrcPiece);
+    encode(b, e);
+    crc = crc32c(std::span<const std::byte>(out + b / 8, packed1_bytes(e) - b / 8), crc);
+  }
+  return crc;
+}
+
+}  // namespace
+
+void sign_encode(const float* p, std::size_t n, float t, SignRule rule, std::byte* out) {
+  for_chunks(n, sign_ranges(p, t, rule, out));
+}
+
+std::uint32_t sign_encode_crc(const float* p, std::size_t n, float t, SignRule rule,
+                              std::byte* out) {
+  return encode_checksummed(n, out, sign_ranges(p, t, rule, out));
 }
 
 void sign_encode_feedback_ref(float* p, std::size_t n, float t, SignRule rule, const Lut1& lut,
@@ -127,20 +196,12 @@ void sign_encode_feedback_ref(float* p, std::size_t n, float t, SignRule rule, c
 
 void sign_encode_feedback(float* p, std::size_t n, float t, SignRule rule, const Lut1& lut,
                           std::byte* out, const Pending* pending) {
-  const auto range = [&](std::size_t b, std::size_t e) {
-    if (rule == SignRule::kGreater) {
-      sign_range<true, SignRule::kGreater>(p, p, b, e, t, lut, out);
-    } else {
-      sign_range<true, SignRule::kGreaterEqual>(p, p, b, e, t, lut, out);
-    }
-  };
-  for_chunks(n, [&](std::size_t b, std::size_t e) {
-    if (pending == nullptr) {
-      range(b, e);
-    } else {
-      pending->blocks(b, e, range);  // pieces start on multiples of 32: whole words
-    }
-  });
+  for_chunks(n, sign_feedback_ranges(p, t, rule, lut, out, pending));
+}
+
+std::uint32_t sign_encode_feedback_crc(float* p, std::size_t n, float t, SignRule rule,
+                                       const Lut1& lut, std::byte* out, const Pending* pending) {
+  return encode_checksummed(n, out, sign_feedback_ranges(p, t, rule, lut, out, pending));
 }
 
 // ---- decoding -----------------------------------------------------------------------------
