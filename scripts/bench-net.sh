@@ -32,6 +32,9 @@
 #                                  know is reported "not available"
 #   --ddp "dense powersgd"         DDP baselines ("" for none); gradcomp:SPEC is DDP with
 #                                  gradcomp.torch's hook, e.g. gradcomp:powersgd:rank=2  [DDP_METHODS]
+#   --hidden "1536,1536"           the MLP's hidden layers (784-H-10)      [HIDDEN]
+#   --min-group-mb G               gradcomp train --min-group-mb (exchange groups of at
+#                                  least G MiB; default the trainer's, 1)  [MIN_GROUP_MB]
 #   --no-floor                     skip the no-communication run
 #   --gradcomp PATH                (default build/bin/gradcomp)           [GRADCOMP]
 #   --out DIR                      (default bench-net-out/<UTC time>)     [OUT]
@@ -57,7 +60,8 @@ DDP_METHODS=${DDP_METHODS-"dense powersgd gradcomp:powersgd:rank=2 gradcomp:efm(
 GRADCOMP=${GRADCOMP:-build/bin/gradcomp}
 OUT=${OUT:-bench-net-out/$(date -u +%Y%m%dT%H%M%SZ)}
 FLOOR=1
-HIDDEN=1536,1536
+HIDDEN=${HIDDEN:-1536,1536}
+MIN_GROUP_MB=${MIN_GROUP_MB:-}
 BATCH=64
 TRAIN_SAMPLES=60000  # Fashion-MNIST
 PY=/usr/bin/python3  # Debian's, with python3-torch (the PATH one may not have torch)
@@ -71,6 +75,8 @@ while [ $# -gt 0 ]; do
     --repeats) REPEATS=$2; shift 2 ;;
     --methods) METHODS=$2; shift 2 ;;
     --ddp) DDP_METHODS=$2; shift 2 ;;
+    --hidden) HIDDEN=${2:?--hidden needs sizes such as 1536,1536}; shift 2 ;;
+    --min-group-mb) MIN_GROUP_MB=${2:?--min-group-mb needs a size in MiB}; shift 2 ;;
     --no-floor) FLOOR=0; shift ;;
     --gradcomp) GRADCOMP=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
@@ -158,6 +164,7 @@ gradcomp_args() {  # the common flags of every gradcomp run
   local a=(--mlp-hidden "$HIDDEN" --batch-size "$BATCH" --epochs 1 --threads 1
            --dataset fashion-mnist)
   [ "$STEPS" -gt 0 ] && a+=(--steps "$STEPS")
+  [ -n "$MIN_GROUP_MB" ] && a+=(--min-group-mb "$MIN_GROUP_MB")
   printf '%s\n' "${a[@]}"
 }
 mapfile -t COMMON < <(gradcomp_args)
@@ -245,6 +252,7 @@ json.dump({"date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "cpu": "$cpu", "cores": $(n
            "kernel": "$(uname -r)", "load_start": "$(cut -d' ' -f1-3 /proc/loadavg)",
            "commit": "$commit", "torch": "$torch_version", "workers": $WORKERS,
            "model": "MLP 784-$HIDDEN-10 on Fashion-MNIST", "batch": $BATCH,
+           "min_group_mb": ${MIN_GROUP_MB:-1},
            "length": "$length", "repeats": $REPEATS, "delay": "$DELAY", "delay_by": "$impairment", "bandwidths": "$BANDWIDTHS",
            "methods": "$METHODS", "ddp": "$DDP_METHODS"}, open(sys.argv[1], "w"))
 EOF

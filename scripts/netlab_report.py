@@ -39,6 +39,7 @@ default since commit 6f1b9dc; the committed run in docs/measurements/netlab used
 
 import glob
 import json
+import re
 import math
 import os
 import statistics
@@ -166,7 +167,23 @@ def fmt_acc(v):
     return "—" if v is None else "%.2f%%" % (100 * v)
 
 
-MLP_PREFIX = "MLP 784-1536,1536-10"
+MLP_MODEL = re.compile(r"MLP 784-([0-9]+(?:,[0-9]+)*)-10\b")
+
+
+def advise_model_flags(meta):
+    """advise's model flags for the sitting's MLP: --model mlp for the default 1536,1536,
+    else its tensors' shapes (weights out x in, then biases, as the trainer's MLP);
+    None when the model is not the lab's MLP."""
+    m = MLP_MODEL.match(str(meta.get("model", "")))
+    if not m:
+        return None
+    widths = [784] + [int(x) for x in m.group(1).split(",")] + [10]
+    if widths == [784, 1536, 1536, 10]:
+        return ["--model", "mlp"]
+    shapes = []
+    for a, b in zip(widths, widths[1:]):
+        shapes += ["%dx%d" % (b, a), "%d" % b]
+    return ["--sizes", ",".join(shapes)]
 
 
 def gradcomp_binary():
@@ -196,8 +213,9 @@ def add_predictions(meta, rows, floor_ms, gradcomp=None, dense_share=None):
     gradcomp = gradcomp or gradcomp_binary()
     if not os.access(gradcomp, os.X_OK):
         return "no prediction: %s is not built" % gradcomp
-    if not str(meta.get("model", "")).startswith(MLP_PREFIX):
-        return "no prediction: the advisor knows the lab's MLP only (model %r)" % meta.get("model")
+    model_flags = advise_model_flags(meta)
+    if model_flags is None:
+        return "no prediction: the advisor knows the lab's MLPs only (model %r)" % meta.get("model")
     if not floor_ms:
         return "no prediction: no compute floor"
     workers = int(meta["workers"])
@@ -221,7 +239,8 @@ def add_predictions(meta, rows, floor_ms, gradcomp=None, dense_share=None):
         cmd = [gradcomp, "advise", "--json", "--workers", str(workers), "--bandwidth", bw,
                "--latency", "%gms" % latency_ms, "--cores", str(cores),
                "--compute-ms", "%g" % compute_ms, "--dense-share", "%g" % dense_share,
-               "--methods", " ".join(methods)]
+               "--min-group-mb", "%g" % float(meta.get("min_group_mb", 1)),
+               "--methods", " ".join(methods)] + model_flags
         if os.environ.get("GRADCOMP_CODEC_SPEEDS"):  # else measured by advise on the spot
             cmd += ["--codec-speeds", os.environ["GRADCOMP_CODEC_SPEEDS"]]
         try:

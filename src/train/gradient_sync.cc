@@ -171,6 +171,7 @@ SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, std:
     o.compressor = compressor;
     o.reducer = reducer;
     o.layout = c.layout;
+    o.min_group_mb = c.min_group_mb;
     o.dense_steps = c.dense_steps;
     o.seed = c.seed;
     o.steps_per_epoch = static_cast<std::uint64_t>(setup.steps_per_epoch);

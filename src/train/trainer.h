@@ -49,6 +49,9 @@ struct TrainConfig {
   SgdOptions sgd;
   std::int64_t dense_steps = 0;  // the first N steps exchange every bucket dense
   LayoutOptions layout;
+  // Allreduce topology: buckets go to the wire in groups of at least this many MiB, one
+  // set of collectives per group (ExchangeOptions::min_group_mb; gradcomp/layout.h).
+  double min_group_mb = 1.0;
   int threads = 1;       // intra-op threads (LibTorch's OpenMP pool)
   int blas_threads = 0;  // OpenBLAS's own pthreads; 0: the same as `threads`
   std::uint64_t seed = 0;

@@ -346,25 +346,39 @@ if [ "$(grep -c '"type":"eval"' fo.jsonl)" -eq 1 ]; then pass "eval --follow"; e
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 mismatch=(--dataset synthetic --synthetic-train 512 --batch-size 32 --steps 5 --seed 7
           --timeout-ms 20000 --threads 1)
-port=$(free_port)
-started=$SECONDS
-RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-  "$GRADCOMP" train "${mismatch[@]}" --mlp-hidden 256,256 > mm0.txt 2> mm0.err &
-rank0=$!
-RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-  "$GRADCOMP" train "${mismatch[@]}" --mlp-hidden 512,256 > mm1.txt 2> mm1.err &
-rank1=$!
-wait $rank0; status0=$?
-wait $rank1; status1=$?
-took=$((SECONDS - started))
-want='^gradcomp: ranks disagree on model parameter 1 \(fc1\.weight\) shape: rank 0 has \[256, 784\], rank 1 has \[512, 784\]$'
-if [ $status0 -eq 1 ] && [ $status1 -eq 1 ] && [ "$(wc -l < mm0.err)" -eq 1 ] &&
-   [ "$(wc -l < mm1.err)" -eq 1 ] && grep -qE "$want" mm0.err && grep -qE "$want" mm1.err &&
-   [ $took -lt 15 ]; then
-  pass "different --mlp-hidden: both ranks exit 1 in ${took}s: $(cat mm0.err)"
-else
-  fail "different --mlp-hidden (exit $status0 / $status1, ${took}s)"; cat mm0.err mm1.err
-fi
+# mismatch_case NAME WANT_REGEX "RANK0 FLAGS" "RANK1 FLAGS": both ranks exit 1 within 15 s
+# with exactly the line WANT_REGEX.
+mismatch_case() {
+  local name=$1 want=$2 port started status0 status1 took rank0 rank1
+  local -a f0 f1
+  read -ra f0 <<< "$3"
+  read -ra f1 <<< "$4"
+  port=$(free_port)
+  started=$SECONDS
+  RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$GRADCOMP" train "${mismatch[@]}" "${f0[@]}" > mm0.txt 2> mm0.err &
+  rank0=$!
+  RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$GRADCOMP" train "${mismatch[@]}" "${f1[@]}" > mm1.txt 2> mm1.err &
+  rank1=$!
+  wait $rank0; status0=$?
+  wait $rank1; status1=$?
+  took=$((SECONDS - started))
+  if [ $status0 -eq 1 ] && [ $status1 -eq 1 ] && [ "$(wc -l < mm0.err)" -eq 1 ] &&
+     [ "$(wc -l < mm1.err)" -eq 1 ] && grep -qE "$want" mm0.err && grep -qE "$want" mm1.err &&
+     [ $took -lt 15 ]; then
+    pass "$name: both ranks exit 1 in ${took}s: $(cat mm0.err)"
+  else
+    fail "$name (exit $status0 / $status1, ${took}s)"; cat mm0.err mm1.err
+  fi
+}
+mismatch_case "different --mlp-hidden" \
+  '^gradcomp: ranks disagree on model parameter 1 \(fc1\.weight\) shape: rank 0 has \[256, 784\], rank 1 has \[512, 784\]$' \
+  "--mlp-hidden 256,256" "--mlp-hidden 512,256"
+# Exchange groups decide which collectives run: ranks must agree on them too.
+mismatch_case "different --min-group-mb" \
+  '^gradcomp: ranks disagree on --min-group-mb: rank 0 has 1, rank 1 has 25' \
+  "--mlp-hidden 64" "--mlp-hidden 64 --min-group-mb 25"
 
 # A parameter server takes part in the check: a server started with another compressor
 # than the workers stops them all before the first push.

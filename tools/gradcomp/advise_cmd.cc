@@ -331,7 +331,7 @@ void add_advise_command(CLI::App& app) {
   a->add_option("--compute-ms", f->compute_ms,
                 "Forward + backward of one worker on a core of its own (default: measured for "
                 "mlp, a planning figure for resnet50)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   a->add_option("--backward-share", f->backward_share, "Share of compute that is backward")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
@@ -348,11 +348,11 @@ void add_advise_command(CLI::App& app) {
                 "With --cores C < W: latency added to every ring hop per unit of W/C - 1 "
                 "(a worker waits to be scheduled)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   a->add_option("--collective-overhead-ms", f->overhead_ms,
                 "Gloo over TCP: constant cost per collective")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   a->add_option("--link-efficiency", f->efficiency,
                 "Share of the nominal bandwidth bulk transfers get (TCP/IP, shaping)")
       ->capture_default_str()
@@ -370,15 +370,15 @@ void add_advise_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   a->add_option("--min-elements", f->min_elements, "As gradcomp train --min-elements")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   a->add_option("--bucket-mb", f->bucket_mb, "As gradcomp train --bucket-mb")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   a->add_option("--min-group-mb", f->min_group_mb,
                 "Buckets exchanged together, at least this many MiB per group (the trainer's "
                 "GradientExchange: 1); each group is one set of collectives")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   a->add_flag("--json", f->json, "One JSON object per method");
   a->add_option("--svg", f->svg, "Write a plot: step time against W and against bandwidth");
   a->add_flag("--sweep", f->sweep,

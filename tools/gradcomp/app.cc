@@ -1,6 +1,7 @@
 // run_app(): what both CLI binaries do with their argv. Every error (a gradcomp::Error,
 // a flag CLI11 rejects, anything else thrown) ends the program with one line
 // "gradcomp: <message>" on stderr and exit status 1.
+#include <cmath>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -39,6 +40,24 @@ int fail(std::string_view message, bool first_line_only = false) {
 }
 
 }  // namespace
+
+CLI::Validator non_negative_number() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        double v = 0;
+        std::size_t used = 0;
+        try {
+          v = std::stod(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != value.size() || !(v >= 0) || !std::isfinite(v)) {
+          return value + " is not a number >= 0";
+        }
+        return {};
+      },
+      "NUMBER>=0");
+}
 
 int run_app(CLI::App& app, int argc, char** argv) {
   try {

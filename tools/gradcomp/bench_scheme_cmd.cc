@@ -88,10 +88,10 @@ void add_bench_scheme_command(CLI::App& bench) {
       ->check(CLI::Range(0.0, 1.0));
   s->add_option("--min-elements", f->min_elements, "As gradcomp train --min-elements")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   s->add_option("--bucket-mb", f->bucket_mb, "As gradcomp train --bucket-mb")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   s->add_option("--steps", f->steps, "Timed steps (median)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));

@@ -45,6 +45,10 @@ struct ExitStatus {
   int code;
 };
 
+// "--x: -1 is not a number >= 0" (CLI11's NonNegativeNumber prints the whole range of
+// double instead). app.cc.
+CLI::Validator non_negative_number();
+
 // Parses argv into `app` (running the chosen command's callback) and turns every error
 // into one line "gradcomp: <message>" on stderr and exit status 1 (app.cc).
 int run_app(CLI::App& app, int argc, char** argv);

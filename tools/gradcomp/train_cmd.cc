@@ -92,6 +92,11 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--bucket-mb", j.train.layout.bucket_mb,
                   "fuse layers into buckets of MB (0: per layer)")
       ->capture_default_str();
+  cmd->add_option("--min-group-mb", j.train.min_group_mb,
+                  "allreduce topology: exchange buckets in groups of at least this many MiB, "
+                  "one set of collectives per group (0: a group per bucket)")
+      ->capture_default_str()
+      ->check(non_negative_number());
   cmd->add_option("--min-elements", j.train.layout.min_elements,
                   "smaller tensors (and 1-D ones) stay dense")
       ->capture_default_str();
