@@ -34,7 +34,8 @@
 #                                  gradcomp.torch's hook, e.g. gradcomp:powersgd:rank=2  [DDP_METHODS]
 #   --hidden "1536,1536"           the MLP's hidden layers (784-H-10)      [HIDDEN]
 #   --min-group-mb G               gradcomp train --min-group-mb (exchange groups of at
-#                                  least G MiB; default the trainer's, 1)  [MIN_GROUP_MB]
+#                                  least G MiB; default the trainer's: 1 MiB for dense,
+#                                  25 for a compressed exchange)          [MIN_GROUP_MB]
 #   --no-floor                     skip the no-communication run
 #   --gradcomp PATH                (default build/bin/gradcomp)           [GRADCOMP]
 #   --out DIR                      (default bench-net-out/<UTC time>)     [OUT]
@@ -252,7 +253,7 @@ json.dump({"date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "cpu": "$cpu", "cores": $(n
            "kernel": "$(uname -r)", "load_start": "$(cut -d' ' -f1-3 /proc/loadavg)",
            "commit": "$commit", "torch": "$torch_version", "workers": $WORKERS,
            "model": "MLP 784-$HIDDEN-10 on Fashion-MNIST", "batch": $BATCH,
-           "min_group_mb": ${MIN_GROUP_MB:-1},
+           "min_group_mb": "${MIN_GROUP_MB:-auto}",
            "length": "$length", "repeats": $REPEATS, "delay": "$DELAY", "delay_by": "$impairment", "bandwidths": "$BANDWIDTHS",
            "methods": "$METHODS", "ddp": "$DDP_METHODS"}, open(sys.argv[1], "w"))
 EOF

@@ -170,6 +170,14 @@ def fmt_acc(v):
 MLP_MODEL = re.compile(r"MLP 784-([0-9]+(?:,[0-9]+)*)-10\b")
 
 
+def group_flags(meta):
+    """advise's --min-group-mb for the sitting: its trainer's exchange-group size. Sittings
+    before 2026-11-26 (no "min_group_mb" in their meta) ran 1 MiB groups for every method;
+    "auto" is the trainer's default, which advise applies itself."""
+    g = meta.get("min_group_mb", 1)
+    return [] if g == "auto" else ["--min-group-mb", "%g" % float(g)]
+
+
 def advise_model_flags(meta):
     """advise's model flags for the sitting's MLP: --model mlp for the default 1536,1536,
     else its tensors' shapes (weights out x in, then biases, as the trainer's MLP);
@@ -239,8 +247,7 @@ def add_predictions(meta, rows, floor_ms, gradcomp=None, dense_share=None):
         cmd = [gradcomp, "advise", "--json", "--workers", str(workers), "--bandwidth", bw,
                "--latency", "%gms" % latency_ms, "--cores", str(cores),
                "--compute-ms", "%g" % compute_ms, "--dense-share", "%g" % dense_share,
-               "--min-group-mb", "%g" % float(meta.get("min_group_mb", 1)),
-               "--methods", " ".join(methods)] + model_flags
+               "--methods", " ".join(methods)] + model_flags + group_flags(meta)
         if os.environ.get("GRADCOMP_CODEC_SPEEDS"):  # else measured by advise on the spot
             cmd += ["--codec-speeds", os.environ["GRADCOMP_CODEC_SPEEDS"]]
         try:

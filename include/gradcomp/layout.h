@@ -75,4 +75,18 @@ std::vector<std::size_t> hand_over_order(std::span<const BucketPlan> plan);
 std::vector<std::vector<std::size_t>> exchange_groups(std::span<const BucketPlan> plan,
                                                       double min_group_mb);
 
+// The group size GradientExchange uses when none is given. A dense exchange keeps small
+// groups: its allreduces are large enough to pay for themselves, and each one starts while
+// backward still runs. A compressed exchange sends messages 10-1000x smaller than the
+// gradient, so Gloo's cost per collective (~2 ms plus a ring's latency), not the bytes,
+// dominates, and there is little to hide behind backward: it exchanges in groups of up
+// to DDP's bucket size. Measured in the network lab (docs/measurements/network-lab.md,
+// "Exchange groups"): on two MLPs, 25 MiB against 1 MiB made compressed steps 7-28%
+// faster and dense ones 0-8% slower.
+inline constexpr double kDenseGroupMb = 1.0;
+inline constexpr double kCompressedGroupMb = 25.0;
+inline constexpr double default_group_mb(bool dense) {
+  return dense ? kDenseGroupMb : kCompressedGroupMb;
+}
+
 }  // namespace gradcomp

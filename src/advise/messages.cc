@@ -245,7 +245,8 @@ MethodPlan plan_method(std::string_view spec, std::span<const ParamInfo> params,
   MethodPlan m = plan_of(buckets);
   m.rounds.clear();
   int number = 0;
-  for (const std::vector<std::size_t>& group : exchange_groups(buckets, options.min_group_mb)) {
+  const double group_mb = options.min_group_mb.value_or(default_group_mb(m.family == "dense"));
+  for (const std::vector<std::size_t>& group : exchange_groups(buckets, group_mb)) {
     std::vector<BucketPlan> members;
     for (std::size_t b : group) members.push_back(buckets[b]);
     const std::string tag = "group " + std::to_string(++number) + " (" + describe(members) + "): ";

@@ -154,12 +154,12 @@ struct GradientExchange::Impl {
       buffers[b] = std::span<float>(arena.data() + at, plan[b].numel);
       at += plan[b].numel;
     }
-    form_groups();
     // A bare biased codec gets its memory for this optimizer: efm(...) under momentum.
     options.compressor =
         builtin_registry().with_default_memory(options.compressor, options.momentum);
     exchanger = std::make_unique<dist::Exchanger>(*comm, options.compressor,
                                                   dist::parse_reducer_kind(options.reducer));
+    form_groups();  // the default group size depends on whether the exchange is dense
     inv_world = 1.0f / static_cast<float>(comm->world_size());
     for (std::size_t g = 0; g < groups.size(); ++g) exchanger->prepare(g, groups[g].shapes);
     warnings = dist::start_warnings(options.compressor, run_shape());
@@ -184,7 +184,9 @@ struct GradientExchange::Impl {
   // The groups of gradcomp/layout.h's exchange_groups, each one exchange job.
   void form_groups() {
     try {
-      for (std::vector<std::size_t>& g : exchange_groups(plan, options.min_group_mb)) {
+      const double group_mb =
+          options.min_group_mb.value_or(default_group_mb(exchanger->dense_only()));
+      for (std::vector<std::size_t>& g : exchange_groups(plan, group_mb)) {
         groups.emplace_back();
         groups.back().buckets = std::move(g);
       }

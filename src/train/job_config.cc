@@ -88,7 +88,7 @@ ConfigFields job_config_fields(const JobOptions& o, int world_size, Model& model
       {"--bucket-mb", json_number(t.layout.bucket_mb)},
       {"--min-elements", std::to_string(t.layout.min_elements)},
       {"--dense-share", json_number(t.layout.dense_share)},
-      {"--min-group-mb", json_number(t.min_group_mb)},
+      {"--min-group-mb", t.min_group_mb ? json_number(*t.min_group_mb) : std::string("auto")},
       {"--resume", yes_no(t.resume)},
   };
   const auto params = model.named_parameters(/*recurse=*/true);

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
@@ -51,7 +52,8 @@ struct TrainConfig {
   LayoutOptions layout;
   // Allreduce topology: buckets go to the wire in groups of at least this many MiB, one
   // set of collectives per group (ExchangeOptions::min_group_mb; gradcomp/layout.h).
-  double min_group_mb = 1.0;
+  // Unset: 1 MiB for a dense exchange, 25 MiB for a compressed one.
+  std::optional<double> min_group_mb;
   int threads = 1;       // intra-op threads (LibTorch's OpenMP pool)
   int blas_threads = 0;  // OpenBLAS's own pthreads; 0: the same as `threads`
   std::uint64_t seed = 0;

@@ -131,7 +131,8 @@ TEST(AdviseMessages, SchemesFromTheirParameters) {
 }
 
 // The trainer exchanges groups of buckets (layout.h's exchange_groups), each its own set
-// of collectives: the MLP's fc2 alone, then fc1 with the dense bucket.
+// of collectives. At 1 MiB (dense's default): the MLP's fc2 alone, then fc1 with the dense
+// bucket; at 25 MiB (a compressed method's default): one group.
 TEST(AdviseMessages, OneSetOfCollectivesPerExchangeGroup) {
   const std::vector<ParamInfo> mlp = builtin_model("mlp").params;
   const MethodPlan d = plan_method("none", mlp);
@@ -139,20 +140,24 @@ TEST(AdviseMessages, OneSetOfCollectivesPerExchangeGroup) {
   ASSERT_EQ(d.dense_rounds.size(), 2u);
   EXPECT_EQ(d.rounds[0].bytes, 4.0 * 1536 * 1536);
   EXPECT_EQ(d.rounds[0].bytes + d.rounds[1].bytes, d.gradient_bytes);
-  const MethodPlan t = plan_method("topk:ratio=0.01", mlp);
+  PlanOptions small;
+  small.min_group_mb = 1.0;
+  const MethodPlan t = plan_method("topk:ratio=0.01", mlp, small);
   ASSERT_EQ(t.rounds.size(), 5u);  // sizes, messages; dense, sizes, messages
   EXPECT_EQ(t.rounds[0].kind, Collective::kAllgather);
   EXPECT_EQ(t.rounds[2].kind, Collective::kAllreduce);
   EXPECT_NE(t.rounds[2].what.find("group 2"), std::string::npos) << t.rounds[2].what;
   EXPECT_EQ(t.rounds[1].bytes + t.rounds[4].bytes, t.message_bytes);
-  const MethodPlan p = plan_method("powersgd:rank=2", mlp);
-  EXPECT_EQ(p.rounds.size(), 4u);  // P, Q per group
-  // One group when every bucket is: the same bytes in fewer collectives.
-  PlanOptions one;
-  one.min_group_mb = 1000;
-  const MethodPlan t1 = plan_method("topk:ratio=0.01", mlp, one);
+  EXPECT_EQ(plan_method("powersgd:rank=2", mlp, small).rounds.size(), 4u);  // P, Q per group
+  // The default for a compressed method: one group, the same bytes in fewer collectives.
+  const MethodPlan t1 = plan_method("topk:ratio=0.01", mlp);
   EXPECT_EQ(t1.rounds.size(), 3u);
   EXPECT_EQ(t1.rounds[2].bytes, t.message_bytes);
+  EXPECT_EQ(plan_method("powersgd:rank=2", mlp).rounds.size(), 2u);
+  // Dense's default stays 1 MiB, given explicitly or not.
+  PlanOptions big;
+  big.min_group_mb = 1000;
+  EXPECT_EQ(plan_method("none", mlp, big).rounds.size(), 1u);
 }
 
 // The sketch schemes are costed as the count sketch codec of their geometry.

@@ -169,6 +169,36 @@ TEST(GradientExchange, ANegativeGroupSizeIsRefused) {
   });
 }
 
+// Without min_group_mb, a dense exchange keeps 1 MiB groups (each 2.4 MiB layer its own)
+// and a compressed one takes 25 MiB groups (both layers together): counted in the
+// collectives one step issues.
+TEST(GradientExchange, DefaultGroupsAreSmallForDenseAndLargeWhenCompressed) {
+  run_ranks(2, [](Communicator& comm) {
+    const auto collectives_per_step = [&](const std::string& spec) {
+      torch::nn::Sequential net(torch::nn::Linear(800, 800), torch::nn::Linear(800, 800));
+      ExchangeOptions o;
+      o.compressor = spec;
+      GradientExchange exchange(net->named_parameters(), comm, o);
+      (void)comm.take_counters();
+      net->forward(torch::ones({2, 800})).sum().backward();
+      exchange.finish();
+      return comm.take_counters().operations;
+    };
+    EXPECT_EQ(collectives_per_step("none"), 2u);             // two groups, an allreduce each
+    EXPECT_EQ(collectives_per_step("powersgd:rank=2"), 2u);  // one group: P, then Q
+    // The same compressed exchange in 1 MiB groups: P and Q for each.
+    torch::nn::Sequential net(torch::nn::Linear(800, 800), torch::nn::Linear(800, 800));
+    ExchangeOptions o;
+    o.compressor = "powersgd:rank=2";
+    o.min_group_mb = 1.0;
+    GradientExchange exchange(net->named_parameters(), comm, o);
+    (void)comm.take_counters();
+    net->forward(torch::ones({2, 800})).sum().backward();
+    exchange.finish();
+    EXPECT_EQ(comm.take_counters().operations, 4u);
+  });
+}
+
 TEST(GradientExchange, UnusedParametersAreZerosAndTheMeanIsExact) {
   run_ranks(2, [](Communicator& comm) {
     Net net;

@@ -60,7 +60,7 @@ struct AdviseFlags {
   std::size_t bench_size = std::size_t{1} << 20;
   std::string methods = kDefaultMethods;
   double dense_share = 0.01;
-  double min_group_mb = PlanOptions{}.min_group_mb;
+  std::optional<double> min_group_mb;
   std::int64_t min_elements = 1024;
   double bucket_mb = 0.0;
   bool json = false;
@@ -375,9 +375,9 @@ void add_advise_command(CLI::App& app) {
       ->capture_default_str()
       ->check(non_negative_number());
   a->add_option("--min-group-mb", f->min_group_mb,
-                "Buckets exchanged together, at least this many MiB per group (the trainer's "
-                "GradientExchange: 1); each group is one set of collectives")
-      ->capture_default_str()
+                "Buckets exchanged together, at least this many MiB per group; each group is "
+                "one set of collectives (default: the trainer's, 1 for dense, 25 for a "
+                "compressed method)")
       ->check(non_negative_number());
   a->add_flag("--json", f->json, "One JSON object per method");
   a->add_option("--svg", f->svg, "Write a plot: step time against W and against bandwidth");

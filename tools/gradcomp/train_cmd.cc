@@ -94,8 +94,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
       ->capture_default_str();
   cmd->add_option("--min-group-mb", j.train.min_group_mb,
                   "allreduce topology: exchange buckets in groups of at least this many MiB, "
-                  "one set of collectives per group (0: a group per bucket)")
-      ->capture_default_str()
+                  "one set of collectives per group (0: a group per bucket; default: 1 for "
+                  "--compressor none, 25 for a compressed exchange)")
       ->check(non_negative_number());
   cmd->add_option("--min-elements", j.train.layout.min_elements,
                   "smaller tensors (and 1-D ones) stay dense")

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -61,7 +62,9 @@ struct MethodPlan {
 
 struct PlanOptions {
   LayoutOptions layout{.bucket_mb = 0.0, .min_elements = 1024, .dense_share = 0.01};
-  double min_group_mb = 1.0;  // GradientExchange's ExchangeOptions::min_group_mb
+  // GradientExchange's ExchangeOptions::min_group_mb; unset: its default_group_mb()
+  // (1 MiB for dense, 25 MiB for a compressed method).
+  std::optional<double> min_group_mb;
 };
 
 // Bytes of one message of `spec` (a codec or named-memory spec, wrappers allowed) for

@@ -33,6 +33,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,8 +59,9 @@ struct ExchangeOptions {
   // the one before). A group is one exchange job: one collective per kind for all of its
   // buckets, as DDP's buckets are, where every small bucket alone would pay Gloo's fixed
   // cost per collective (~3 ms here). Each bucket keeps its own memory and message.
-  // 0: every bucket is a group of its own.
-  double min_group_mb = 1.0;
+  // 0: every bucket is a group of its own. Unset: default_group_mb() of gradcomp/layout.h,
+  // 1 MiB for a dense exchange ("none"), 25 MiB for a compressed one.
+  std::optional<double> min_group_mb;
   std::int64_t dense_steps = 0;       // the first steps are averaged densely (warm-up)
   std::uint64_t seed = 0;             // stochastic codecs' seed; the same on every rank
   std::uint64_t steps_per_epoch = 0;  // for schedules counted in epochs (DGC's warm-up)
