@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Exchange groups on the default MLP: min-group-mb 1 (two groups) and 8 (one group).
-# Ran on 2026-11-26 with the binaries of commit d9db951 (copied aside); from the repository root: sudo bash docs/measurements/netlab/groups-2026-11-26/run.sh
+# Ran on 2026-11-26 with the binaries of commit d9db951 (copied aside); from the repository root: sudo bash docs/measurements/netlab/groups-2026-11-26/run2.sh
 set -u
 cd "$(dirname "$0")/../../../.."
+mkdir -p "${OUT:-groups}"
 for g in 1 8; do
   bash scripts/bench-net.sh --gradcomp "${GRADCOMP:-build/bin/gradcomp}" --workers 4 --bandwidths 1gbit \
     --steps 40 --repeats 2 --min-group-mb $g \
