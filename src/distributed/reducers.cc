@@ -379,6 +379,23 @@ const char* to_string(ReducerKind kind) {
   return "?";
 }
 
+namespace {
+
+// What the auto reducer does with a codec: the none codec is the dense baseline.
+bool auto_is_dense(const Codec& codec) { return codec.name() == "none"; }
+
+}  // namespace
+
+bool exchanges_dense(const std::string& compressor_spec, ReducerKind kind,
+                     const CodecRegistry& registry) {
+  if (find_scheme(parse_spec(compressor_spec).name) != nullptr) {
+    validate_compressor_spec(compressor_spec, registry);
+    return false;  // a scheme is its own, compressed, reducer
+  }
+  const auto codec = registry.make_codec_of(compressor_spec);
+  return kind == ReducerKind::kDense || (kind == ReducerKind::kAuto && auto_is_dense(*codec));
+}
+
 std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
                                       Communicator& comm, std::span<const std::size_t> bucket_sizes,
                                       const CodecRegistry& registry) {
@@ -406,7 +423,7 @@ std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, Reduce
   Mode mode = Mode::kAllgather;
   switch (kind) {
     case ReducerKind::kAuto:
-      mode = codec->name() == "none"  ? Mode::kDense
+      mode = auto_is_dense(*codec)    ? Mode::kDense
              : codec->traits().linear ? Mode::kAllreduce
                                       : Mode::kAllgather;
       break;

@@ -2,8 +2,10 @@
 
 #include <string>
 
+#include "gradcomp/dist/reducers.h"
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/json.h"
+#include "gradcomp/layout.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/wire.h"
 
@@ -18,6 +20,11 @@ std::string canonical_compressor(const std::string& spec) {
     return dist::canonical_scheme_spec(*scheme, node);
   }
   return builtin_registry().make_memory(spec, 0)->spec();
+}
+
+double effective_group_mb(const JobOptions& o) {
+  return o.train.min_group_mb.value_or(
+      default_group_mb(dist::exchanges_dense(o.compressor, o.reducer)));
 }
 
 const char* decay_name(LrDecay d) {
@@ -88,7 +95,9 @@ ConfigFields job_config_fields(const JobOptions& o, int world_size, Model& model
       {"--bucket-mb", json_number(t.layout.bucket_mb)},
       {"--min-elements", std::to_string(t.layout.min_elements)},
       {"--dense-share", json_number(t.layout.dense_share)},
-      {"--min-group-mb", t.min_group_mb ? json_number(*t.min_group_mb) : std::string("auto")},
+      // The size in effect (its default depends on the exchange), so that a rank given
+      // the default and one given the same value explicitly agree.
+      {"--min-group-mb", ps ? std::string("-") : json_number(effective_group_mb(o))},
       {"--resume", yes_no(t.resume)},
   };
   const auto params = model.named_parameters(/*recurse=*/true);

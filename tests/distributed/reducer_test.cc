@@ -275,6 +275,26 @@ TEST(DistReducer, DenseFallbackWhenGatheringCostsMoreBytes) {
   });
 }
 
+// exchanges_dense answers what the built reducer's dense_only() says, without building it.
+TEST(DistReducer, ExchangesDenseMatchesTheReducer) {
+  run_ranks(1, [](Communicator& comm) {
+    const std::vector<std::size_t> sizes = {4096, 100};
+    for (const char* spec : {"none", "ef(none)", "fp16", "topk:ratio=0.01", "efm(2bit)",
+                             "dgc:density=0.001", "powersgd:rank=2", "sketched-sgd"}) {
+      for (ReducerKind kind : {ReducerKind::kAuto, ReducerKind::kDense, ReducerKind::kAllgather}) {
+        std::unique_ptr<Reducer> r;
+        try {
+          r = make_reducer(spec, kind, comm, sizes);
+        } catch (const InvalidArgument&) {
+          continue;  // a combination make_reducer refuses (a scheme under --reducer dense)
+        }
+        EXPECT_EQ(exchanges_dense(spec, kind), r->dense_only()) << spec << " " << to_string(kind);
+      }
+    }
+  });
+  EXPECT_THROW((void)exchanges_dense("nosuch", ReducerKind::kAuto), InvalidArgument);
+}
+
 TEST(DistReducer, RejectsMismatchedBucketsAndForcedAllreduce) {
   run_ranks(1, [&](Communicator& comm) {
     const std::vector<std::size_t> sizes = {4};

@@ -43,6 +43,14 @@ const char* to_string(ReducerKind kind);
 std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
                                       Communicator& comm, std::span<const BucketShape> buckets,
                                       const CodecRegistry& registry = builtin_registry());
+// Whether the reducer make_reducer(compressor_spec, kind) builds averages every bucket
+// densely (its dense_only()): --reducer dense, or auto with the none codec. Decides the
+// default exchange-group size (gradcomp/layout.h's default_group_mb) without building a
+// reducer. InvalidArgument for an invalid spec; combinations of a valid spec and kind that
+// make_reducer refuses (a scheme under --reducer dense) are left to it.
+bool exchanges_dense(const std::string& compressor_spec, ReducerKind kind,
+                     const CodecRegistry& registry = builtin_registry());
+
 // The same for flat buckets with ids 0, 1, ... (tests).
 std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
                                       Communicator& comm, std::span<const std::size_t> bucket_sizes,
