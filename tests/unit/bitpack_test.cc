@@ -218,9 +218,8 @@ TEST(BitPack, SignChecksummedEqualsEncodeThenCrc) {
           guarded(packed1_bytes(n), [&](std::byte* o) { sign_encode(p.data(), n, t, rule, o); });
       const std::uint32_t want = crc32c(std::as_bytes(std::span(plain)));
       std::uint32_t got = 0;
-      const auto fused = guarded(packed1_bytes(n), [&](std::byte* o) {
-        got = sign_encode_crc(p.data(), n, t, rule, o);
-      });
+      const auto fused = guarded(
+          packed1_bytes(n), [&](std::byte* o) { got = sign_encode_crc(p.data(), n, t, rule, o); });
       ASSERT_EQ(fused, plain);
       ASSERT_EQ(got, want);
 
