@@ -154,6 +154,37 @@ TEST(BitPack, ThresholdFastEqualsReference) {
   }
 }
 
+// FiniteCheck::kYes: the same codes and feedback, and false exactly when some value is
+// inf or NaN, wherever it sits (SIMD body, scalar tail, any OpenMP chunk).
+TEST(BitPack, ThresholdFiniteCheckFindsEveryNonFinite) {
+  const float tau = 0.5f;
+  for (std::size_t n : sizes()) {
+    if (n == 0) continue;
+    SCOPED_TRACE("n=" + std::to_string(n));
+    auto p = test::random_gradient(n, n + 5);
+    std::vector<std::byte> codes(packed2_bytes(n)), want(packed2_bytes(n));
+    ASSERT_TRUE(threshold2_encode(p.data(), n, tau, codes.data(), FiniteCheck::kYes));
+    for (const std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
+      for (const float bad :
+           {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+        auto q = p;
+        q[at] = bad;
+        threshold2_encode_ref(q.data(), n, tau, want.data());
+        ASSERT_FALSE(threshold2_encode(q.data(), n, tau, codes.data(), FiniteCheck::kYes)) << at;
+        ASSERT_EQ(codes, want);
+        auto fb = q, fb_ref = q;
+        const Lut2 lut{{0.0f, 0.0f, tau, -tau}};
+        threshold2_encode_feedback_ref(fb_ref.data(), n, tau, lut, want.data());
+        ASSERT_FALSE(threshold2_encode_feedback(fb.data(), n, tau, lut, codes.data(), nullptr,
+                                                FiniteCheck::kYes))
+            << at;
+        ASSERT_EQ(codes, want);
+        ASSERT_TRUE(same_bits(fb, fb_ref));
+      }
+    }
+  }
+}
+
 TEST(BitPack, ReferenceMatchesTheDefinition) {
   // The scalar reference against code2_at / the comparison, element by element.
   const std::size_t n = 1001;

@@ -13,10 +13,12 @@
 //       (MXNet's default is T = 0.5). tau is part of the spec, pinned by the config tag,
 //       and not sent.
 //     threshold=0 (adaptive, the default): tau = scale * mean_i |p_i| of this message's
-//       p (gradient plus residual), computed in double with the deterministic abs_sum
-//       (reductions.h) and rounded to fp32, sent in the message. A fixed tau only works near
-//       the gradients' scale, which differs by orders of magnitude between models, layers
-//       and steps (0.5 is ~1000x this MLP's gradients: nothing is sent until the residual
+//       p (gradient plus residual), computed in double and rounded to fp32, sent in the
+//       message. Below 2^20 values the mean is over all of p (the deterministic abs_sum,
+//       reductions.h); from 2^20 on it is over a fixed stratified sample of 65,536 values
+//       (detail/abs_sample.h), so that the packing pass needs no pass before it. A fixed tau only
+//       works near the gradients' scale, which differs by orders of magnitude between models,
+//       layers and steps (0.5 is ~1000x this MLP's gradients: nothing is sent until the residual
 //       has accumulated ~1000 steps). With tau = scale * mean |p| an entry is sent once it
 //       reaches that multiple of the bucket's average magnitude (scale 2, the default:
 //       about 11% of the entries of a Gaussian p; scale 1: 42%); entries below it
@@ -45,6 +47,7 @@
 #include <string>
 
 #include "codecs.h"
+#include "detail/abs_sample.h"
 #include "detail/bitpack.h"
 #include "detail/pending.h"
 #include "detail/reductions.h"
@@ -71,8 +74,9 @@ class Threshold2BitCodec final : public Codec {
   std::size_t encode_payload(std::span<const float> in, const StepContext& /*ctx*/,
                              std::span<std::byte> payload) const override {
     const float tau = message_tau(in, payload);
-    detail::threshold2_encode(in.data(), in.size(), encode_tau(tau),
-                              payload.data() + header_bytes());
+    require_finite(detail::threshold2_encode(in.data(), in.size(), encode_tau(tau),
+                                             payload.data() + header_bytes(),
+                                             finite_check(in.size())));
     return header_bytes() + detail::packed2_bytes(in.size());
   }
 
@@ -98,8 +102,9 @@ class Threshold2BitCodec final : public Codec {
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& /*ctx*/,
                                       std::span<std::byte> payload) const override {
     const float tau = message_tau(p, payload);
-    detail::threshold2_encode_feedback(p.data(), p.size(), encode_tau(tau), lut(tau, -1.0f),
-                                       payload.data() + header_bytes());
+    require_finite(detail::threshold2_encode_feedback(
+        p.data(), p.size(), encode_tau(tau), lut(tau, -1.0f), payload.data() + header_bytes(),
+        nullptr, finite_check(p.size())));
     return header_bytes() + detail::packed2_bytes(p.size());
   }
 
@@ -107,10 +112,12 @@ class Threshold2BitCodec final : public Codec {
   //   fixed tau: ONE pass over g and e: form p = g + e per L1-sized block, pack it and
   //     write e = p - decode(msg), while the block is in L1 (reads g and e, writes e and
   //     the codes: the minimum).
-  //   adaptive tau = scale * mean |p|: every |p| is needed before the first code, so two
+  //   adaptive tau = scale * mean |p|, large messages (>= detail::kAbsSampleMinN values):
+  //     the mean of a fixed sample of p (peeked from g and e, ~1/400 of them at 25 M),
+  //     then the same single pass, which also checks that p is finite.
+  //   adaptive tau, smaller messages: every |p| is needed before the first code, so two
   //     passes: the first forms p in e and sums |p| (the blocked sum of abs_sum, the same
-  //     double), the second packs and updates e (reads e only). Before fusion: three
-  //     passes over e (add g, sum, pack) of which the first also read g.
+  //     double), the second packs and updates e (reads e only); both stay in cache.
   std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
                                            const StepContext& /*ctx*/,
                                            std::span<std::byte> payload) const override {
@@ -121,8 +128,11 @@ class Threshold2BitCodec final : public Codec {
       return detail::packed2_bytes(e.size());
     }
     const float tau = message_tau(e, payload, &pending);
-    detail::threshold2_encode_feedback(e.data(), e.size(), encode_tau(tau), lut(tau, -1.0f),
-                                       payload.data() + header_bytes());
+    // Only the sampled tau leaves p pending: the exact sum has formed it already.
+    const bool sampled = sampled_tau(e.size());
+    require_finite(detail::threshold2_encode_feedback(
+        e.data(), e.size(), encode_tau(tau), lut(tau, -1.0f), payload.data() + header_bytes(),
+        sampled ? &pending : nullptr, finite_check(e.size())));
     return header_bytes() + detail::packed2_bytes(e.size());
   }
 
@@ -130,19 +140,41 @@ class Threshold2BitCodec final : public Codec {
   bool adaptive() const { return tau_ == 0.0f; }
   std::size_t header_bytes() const { return adaptive() ? 4 : 0; }
 
-  // This message's tau: the fixed one, or scale * mean |p| (written to the payload).
-  // With a pending, p is formed inside the sum's pass (all of it, even when this throws).
+  // Whether tau is the mean of a sample of p (a large message under the adaptive tau).
+  bool sampled_tau(std::size_t n) const { return adaptive() && n >= detail::kAbsSampleMinN; }
+  // The sampled tau has not seen most of p: the packing pass checks it is finite.
+  detail::FiniteCheck finite_check(std::size_t n) const {
+    return sampled_tau(n) ? detail::FiniteCheck::kYes : detail::FiniteCheck::kNo;
+  }
+  [[noreturn]] static void throw_non_finite() {
+    throw InvalidArgument(
+        "2bit encode: non-finite input (inf or NaN); the adaptive threshold needs a finite "
+        "gradient");
+  }
+  static void require_finite(bool finite) {
+    if (!finite) throw_non_finite();
+  }
+
+  // This message's tau: the fixed one, or scale * mean |p| (written to the payload), the
+  // mean over all of p below detail::kAbsSampleMinN values, over the stratified sample of
+  // detail/abs_sample.h above. With a pending, the exact sum forms p inside its pass (all
+  // of it, even when this throws); the sample only peeks (p is formed, all of it, before
+  // a non-finite sample throws).
   float message_tau(std::span<const float> p, std::span<std::byte> payload,
                     const detail::Pending* pending = nullptr) const {
     if (!adaptive()) return tau_;
     float tau = 0.0f;
     if (!p.empty()) {
-      const double sum = detail::abs_sum(p.data(), p.size(), pending);
+      const bool sampled = sampled_tau(p.size());
+      const double sum = sampled ? detail::sampled_abs_sum(p.data(), p.size(), pending)
+                                 : detail::abs_sum(p.data(), p.size(), pending);
       if (!std::isfinite(sum)) {
-        throw InvalidArgument("2bit encode: non-finite input (sum |p| = " + std::to_string(sum) +
-                              "); the adaptive threshold needs a finite gradient");
+        if (sampled) detail::fill_all(pending, p.size());
+        throw_non_finite();
       }
-      tau = static_cast<float>(scale_ * sum / static_cast<double>(p.size()));
+      const double count =
+          sampled ? static_cast<double>(detail::kAbsSampleCount) : static_cast<double>(p.size());
+      tau = static_cast<float>(scale_ * sum / count);
       // A product beyond fp32's range, or one rounded to a denormal zero, sends nothing.
       if (!std::isfinite(tau)) tau = std::numeric_limits<float>::max();
     }

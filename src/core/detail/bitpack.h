@@ -59,14 +59,20 @@ struct Lut1 {
 
 // ---- 2-bit threshold quantisation (MXNet / Strom 2015) --------------------------------
 // code 11 if p >= tau, 10 if p <= -tau, else 00 (NaN: 00). tau > 0.
+// The fast paths return false when asked to check (FiniteCheck::kYes) and some p_i is inf
+// or NaN (encoded as above all the same); true otherwise. 2bit's sampled adaptive tau
+// needs the check: its sample has not seen most of p.
+enum class FiniteCheck : bool { kNo, kYes };
 void threshold2_encode_ref(const float* p, std::size_t n, float tau, std::byte* out);
-void threshold2_encode(const float* p, std::size_t n, float tau, std::byte* out);
+bool threshold2_encode(const float* p, std::size_t n, float tau, std::byte* out,
+                       FiniteCheck check = FiniteCheck::kNo);
 // The same codes, and p[i] += lut.v[code_i] in the same pass (error feedback). With a
 // pending (detail/pending.h), p is formed block by block inside that pass.
 void threshold2_encode_feedback_ref(float* p, std::size_t n, float tau, const Lut2& lut,
                                     std::byte* out);
-void threshold2_encode_feedback(float* p, std::size_t n, float tau, const Lut2& lut, std::byte* out,
-                                const Pending* pending = nullptr);
+bool threshold2_encode_feedback(float* p, std::size_t n, float tau, const Lut2& lut, std::byte* out,
+                                const Pending* pending = nullptr,
+                                FiniteCheck check = FiniteCheck::kNo);
 
 // ---- stochastic ternary codes (TernGrad) ----------------------------------------------
 // a_i = min(|g_i|, bound); code 11 (g_i > 0) or 10 (g_i < 0) if rng.uniform(i) < a_i / s,

@@ -4,6 +4,8 @@
 // share the layout; they are in bitpack_ternary.cc.
 #include "detail/bitpack.h"
 
+#include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -28,11 +30,18 @@ inline unsigned threshold2_code(float v, float tau) {
 
 // ---- range kernels (begin on a word boundary) -----------------------------------------
 
-template <bool kFeedback>
-void threshold2_range(const float* in, float* fb, std::size_t begin, std::size_t end, float tau,
+// kCheck: also report whether every input was finite (false: some inf or NaN), for the
+// sampled adaptive tau, which has not seen most of them. One fused multiply-add per vector:
+// bad += x * 0 stays 0 for finite x and turns NaN for inf or NaN (the loop is close to
+// compute-bound on one core: an and, a compare and an or per vector cost ~5%).
+template <bool kFeedback, bool kCheck = false>
+bool threshold2_range(const float* in, float* fb, std::size_t begin, std::size_t end, float tau,
                       const Lut2& lut, std::byte* out) {
   std::size_t i = begin;
+  bool finite = true;
 #ifdef __AVX2__
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 bad_a = zero, bad_b = zero;
   const __m256 pos = _mm256_set1_ps(tau);
   const __m256 neg = _mm256_set1_ps(-tau);
   const __m256 l0 = _mm256_set1_ps(lut.v[0]);
@@ -54,13 +63,28 @@ void threshold2_range(const float* in, float* fb, std::size_t begin, std::size_t
       _mm256_storeu_ps(fb + i, _mm256_add_ps(a, da));
       _mm256_storeu_ps(fb + i + 8, _mm256_add_ps(b, db));
     }
+    if constexpr (kCheck) {
+#ifdef __FMA__
+      bad_a = _mm256_fmadd_ps(a, zero, bad_a);
+      bad_b = _mm256_fmadd_ps(b, zero, bad_b);
+#else
+      bad_a = _mm256_add_ps(bad_a, _mm256_mul_ps(a, zero));
+      bad_b = _mm256_add_ps(bad_b, _mm256_mul_ps(b, zero));
+#endif
+    }
+  }
+  if constexpr (kCheck) {
+    finite = _mm256_movemask_ps(_mm256_cmp_ps(bad_a, bad_b, _CMP_UNORD_Q)) == 0;
   }
 #endif
   encode2_scalar(i, end, out, [&](std::size_t k) {
-    const unsigned c = threshold2_code(in[k], tau);
-    if constexpr (kFeedback) fb[k] = in[k] + lut.v[c];
+    const float v = in[k];
+    if constexpr (kCheck) finite = finite && std::isfinite(v);
+    const unsigned c = threshold2_code(v, tau);
+    if constexpr (kFeedback) fb[k] = v + lut.v[c];
     return c;
   });
+  return finite;
 }
 
 void unpack2_range(const std::byte* in, std::size_t begin, std::size_t end, const Lut2& lut,
@@ -100,11 +124,17 @@ void threshold2_encode_ref(const float* p, std::size_t n, float tau, std::byte* 
   encode2_scalar(0, n, out, [&](std::size_t i) { return threshold2_code(p[i], tau); });
 }
 
-void threshold2_encode(const float* p, std::size_t n, float tau, std::byte* out) {
+bool threshold2_encode(const float* p, std::size_t n, float tau, std::byte* out,
+                       FiniteCheck check) {
   const Lut2 unused{};
+  std::atomic<bool> finite{true};
   for_chunks(n, [&](std::size_t b, std::size_t e) {
-    threshold2_range<false>(p, nullptr, b, e, tau, unused, out);
+    const bool ok = check == FiniteCheck::kYes
+                        ? threshold2_range<false, true>(p, nullptr, b, e, tau, unused, out)
+                        : threshold2_range<false>(p, nullptr, b, e, tau, unused, out);
+    if (!ok) finite.store(false, std::memory_order_relaxed);
   });
+  return finite.load();
 }
 
 void threshold2_encode_feedback_ref(float* p, std::size_t n, float tau, const Lut2& lut,
@@ -116,18 +146,24 @@ void threshold2_encode_feedback_ref(float* p, std::size_t n, float tau, const Lu
   });
 }
 
-void threshold2_encode_feedback(float* p, std::size_t n, float tau, const Lut2& lut, std::byte* out,
-                                const Pending* pending) {
+bool threshold2_encode_feedback(float* p, std::size_t n, float tau, const Lut2& lut, std::byte* out,
+                                const Pending* pending, FiniteCheck check) {
+  const auto range = [&](std::size_t b, std::size_t e) {
+    return check == FiniteCheck::kYes ? threshold2_range<true, true>(p, p, b, e, tau, lut, out)
+                                      : threshold2_range<true>(p, p, b, e, tau, lut, out);
+  };
+  std::atomic<bool> finite{true};
   for_chunks(n, [&](std::size_t b, std::size_t e) {
+    bool ok = true;
     if (pending == nullptr) {
-      threshold2_range<true>(p, p, b, e, tau, lut, out);
+      ok = range(b, e);
     } else {
       // Pieces start on kFillBlock (a multiple of 16) boundaries: whole packed words.
-      pending->blocks(b, e, [&](std::size_t pb, std::size_t pe) {
-        threshold2_range<true>(p, p, pb, pe, tau, lut, out);
-      });
+      pending->blocks(b, e, [&](std::size_t pb, std::size_t pe) { ok = range(pb, pe) && ok; });
     }
+    if (!ok) finite.store(false, std::memory_order_relaxed);
   });
+  return finite.load();
 }
 
 // ---- decoding -----------------------------------------------------------------------------
