@@ -208,7 +208,8 @@ void register_threshold_2bit(CodecRegistry& registry) {
        .params = {float_param("threshold", 0.0, 0.0, 1e30,
                               "fixed tau: send +tau where p >= tau, -tau where p <= -tau, "
                               "exactly MXNet's 2bit (MXNet's default: 0.5); 0 = adaptive: tau = "
-                              "scale * mean |p| of each message, sent in it"),
+                              "scale * mean |p| of each message (of a fixed sample from 2^20 "
+                              "values), sent in it"),
                   float_param("scale", 2.0, 0.0, 1e6,
                               "adaptive (threshold=0): tau = scale * mean |p|; ignored with a "
                               "fixed threshold",
