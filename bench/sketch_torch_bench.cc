@@ -1,8 +1,12 @@
 // Count-sketch build against LibTorch's CPU operators, side by side in one process
 // (docs/measurements/codec-speed.md). The same sketch as detail::sketch_accumulate: the
 // multiply-add-shift hash of count_sketch.h computed with int64 tensor ops, then one
-// index_add_ per row (what a PyTorch count sketch does, e.g. FetchSGD's CSVec with the
-// hashes computed on the fly), and a lower bound for any LibTorch version: index_add_
+// index_add_ per row (a PyTorch count sketch computing its hashes on the fly); the count
+// sketch of Sketched-SGD's and FetchSGD's published code (CSVec with precomputed hashes:
+// per row, table[r] += bincount(buckets[r], weights = signs[r] * vec, minlength = c),
+// buckets and signs computed outside the timing); the same with index_add_ in place of
+// bincount (the fastest LibTorch formulation that can run: signs * vec is timed, since it
+// depends on the input); and a lower bound that no implementation reaches: index_add_
 // alone, with every row's columns and signed values computed outside the timing.
 // The tables are compared with gradcomp's (they must be equal bit for bit: every cell
 // receives its additions in ascending i in both).
@@ -85,18 +89,21 @@ int main(int argc, char** argv) {
   const at::Tensor idx = at::arange(static_cast<std::int64_t>(n), at::kLong);
 
   // index_add_ alone: columns and signed values precomputed per row (outside the timing).
-  std::vector<at::Tensor> pre_col(rows), pre_val(rows);
+  // CSVec: columns and signs precomputed (its precomputeHashes), signs * vec timed.
+  std::vector<at::Tensor> pre_col(rows), pre_sign(rows), pre_val(rows);
   for (std::uint32_t j = 0; j < rows; ++j) {
-    at::Tensor s;
-    torch_hash(h.row(j), cols, idx, &pre_col[j], &s);
-    pre_val[j] = xt * s;
+    torch_hash(h.row(j), cols, idx, &pre_col[j], &pre_sign[j]);
+    pre_val[j] = xt * pre_sign[j];
   }
 
   std::vector<float> table(h.cells());
   at::Tensor full = at::zeros({rows, static_cast<std::int64_t>(cols)}, at::kFloat);
   at::Tensor scatter_only = at::zeros_like(full);
+  at::Tensor csvec = at::zeros_like(full);
+  at::Tensor signed_add = at::zeros_like(full);
+  constexpr int kImpls = 5;
   // Wall and thread-CPU milliseconds of each implementation, call by call.
-  std::vector<double> wall[3], cpu[3];
+  std::vector<double> wall[kImpls], cpu[kImpls];
   const auto timed = [&](int which, int rep, const auto& f) {
     const double w0 = now_ms(), c0 = cpu_ms();
     f();
@@ -122,22 +129,40 @@ int main(int argc, char** argv) {
         scatter_only[j].index_add_(0, pre_col[j], pre_val[j]);
       }
     });
+    csvec.zero_();
+    timed(3, rep, [&] {
+      for (std::uint32_t j = 0; j < rows; ++j) {
+        csvec[j] += at::bincount(pre_col[j], pre_sign[j] * xt, static_cast<std::int64_t>(cols));
+      }
+    });
+    signed_add.zero_();
+    timed(4, rep, [&] {
+      for (std::uint32_t j = 0; j < rows; ++j) {
+        signed_add[j].index_add_(0, pre_col[j], pre_sign[j] * xt);
+      }
+    });
   }
   const bool same_full = std::memcmp(full.data_ptr<float>(), table.data(), 4 * table.size()) == 0;
   const bool same_scatter =
       std::memcmp(scatter_only.data_ptr<float>(), table.data(), 4 * table.size()) == 0;
-  const char* names[3] = {"gradcomp sketch_accumulate", "LibTorch: int64 hash ops + index_add_",
-                          "LibTorch: index_add_ only (hashes precomputed)"};
-  const char* same[3] = {"-", same_full ? "identical" : "DIFFERS",
-                         same_scatter ? "identical" : "DIFFERS"};
+  const bool same_csvec = std::memcmp(csvec.data_ptr<float>(), table.data(), 4 * table.size()) == 0;
+  const bool same_signed =
+      std::memcmp(signed_add.data_ptr<float>(), table.data(), 4 * table.size()) == 0;
+  const char* names[kImpls] = {
+      "gradcomp sketch_accumulate", "LibTorch: int64 hash ops + index_add_",
+      "LibTorch: index_add_ only (hashes precomputed)",
+      "LibTorch: CSVec (bincount, hashes precomputed)", "LibTorch: index_add_, hashes precomputed"};
+  const char* same[kImpls] = {
+      "-", same_full ? "identical" : "DIFFERS", same_scatter ? "identical" : "DIFFERS",
+      same_csvec ? "identical" : "DIFFERS", same_signed ? "identical" : "DIFFERS"};
   std::printf("count-sketch build: n = %zu, %u x %u table, 1 thread, median of %d (alternating)\n",
               n, rows, cols, repeats);
   std::printf("%-46s %9s %9s %9s %9s  %s\n", "implementation", "wall ms", "vs gc", "cpu ms",
               "vs gc", "table");
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < kImpls; ++k) {
     const double w = median(wall[k]), c = median(cpu[k]);
     std::printf("%-46s %9.1f %8.2fx %9.1f %8.2fx  %s\n", names[k], w, w / median(wall[0]), c,
                 c / median(cpu[0]), same[k]);
   }
-  return same_full && same_scatter ? 0 : 1;
+  return same_full && same_scatter && same_csvec && same_signed ? 0 : 1;
 }
