@@ -54,11 +54,34 @@ std::optional<Params> two_bit_params(std::string_view spec) {
   return CodecRegistry::resolve_params(*info, *node);
 }
 
+// A reducer scheme's resolved parameters (powersgd, sketched-sgd, fetchsgd), or nothing
+// for any other spec.
+std::optional<Params> scheme_params(const SpecNode& node) {
+  for (const SchemeDescription& d : scheme_descriptions()) {
+    if (d.name == node.name) return resolve_params(node.name, d.params, node);
+  }
+  return std::nullopt;
+}
+
+// PowerSGD's dense warm-up (warmup_steps), 0 for any other spec.
+std::uint64_t powersgd_warmup_steps(const SpecNode& node) {
+  if (node.name != "powersgd") return 0;
+  const auto p = scheme_params(node);
+  return p ? static_cast<std::uint64_t>(p->get_int("warmup_steps")) : 0;
+}
+
 }  // namespace
 
 std::string describe_schedule(std::string_view spec, const RunShape& run) {
   const auto dgc = dgc_settings(spec);
-  if (!dgc) return {};
+  if (!dgc) {
+    const SpecNode node = parse_spec(spec);
+    const std::uint64_t warmup = powersgd_warmup_steps(node);
+    if (warmup == 0) return {};
+    std::string line = "powersgd warm-up: " + std::to_string(warmup) + " dense steps";
+    if (run.total_steps > 0) line += " of " + std::to_string(run.total_steps);
+    return line + ", then rank " + std::to_string(scheme_params(node)->get_int("rank"));
+  }
   const double target = dgc->density;
   if (!(dgc->warmup_epochs > 0.0) || target >= detail::dgc_stage_density(0)) {
     return "dgc: density " + num(target, 6) + " from the first step (no warm-up)";
@@ -110,6 +133,13 @@ std::vector<std::string> start_warnings(std::string_view spec, const RunShape& r
   }
 
   const SpecNode node = parse_spec(spec);
+  if (const std::uint64_t warmup = powersgd_warmup_steps(node);
+      run.total_steps > 0 && warmup >= run.total_steps) {
+    out.push_back("warning: powersgd: warmup_steps=" + std::to_string(warmup) +
+                  " covers the whole run of " + std::to_string(run.total_steps) +
+                  " steps: every step is exchanged dense, and nothing is compressed");
+    return out;
+  }
   if ((node.name == "ef" || node.name == "efm") && node.inner && node.inner->name == "sketch") {
     out.push_back("warning: " + node.name +
                   "(sketch): count-sketch estimates are not a contraction, so error feedback "
@@ -119,12 +149,9 @@ std::vector<std::string> start_warnings(std::string_view spec, const RunShape& r
     return out;
   }
   if (node.name == "sketched-sgd" || node.name == "fetchsgd") {
-    const SchemeDescription* info = nullptr;
-    for (const SchemeDescription& d : scheme_descriptions()) {
-      if (d.name == node.name) info = &d;
-    }
-    if (info == nullptr) return out;
-    const Params p = resolve_params(node.name, info->params, node);
+    const std::optional<Params> resolved = scheme_params(node);
+    if (!resolved) return out;
+    const Params& p = *resolved;
     const sketch_scheme::Geometry geo = sketch_scheme::geometry_from(p);
     const bool sketched = node.name == "sketched-sgd";
     const std::size_t p2 = sketched ? static_cast<std::size_t>(p.get_int("p2")) : 1;

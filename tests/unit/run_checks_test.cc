@@ -114,5 +114,20 @@ TEST(RunChecks, FixedTwoBitThresholdFarAboveTheGradients) {
   EXPECT_FALSE(threshold_warning("2bit:threshold=0.5", none, 10).has_value());
 }
 
+// PowerSGD's dense warm-up: a schedule line when it has one, a warning when it covers the
+// run, nothing for the default (no warm-up).
+TEST(RunChecks, PowerSgdWarmup) {
+  EXPECT_EQ(describe_schedule("powersgd", run(234, 702)), "");
+  EXPECT_TRUE(start_warnings("powersgd", run(234, 702)).empty());
+  EXPECT_EQ(describe_schedule("powersgd:rank=2,warmup_steps=100", run(234, 702)),
+            "powersgd warm-up: 100 dense steps of 702, then rank 2");
+  EXPECT_TRUE(start_warnings("powersgd:warmup_steps=701", run(234, 702)).empty());
+  const auto w = start_warnings("powersgd:warmup_steps=702", run(234, 702));
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_TRUE(contains(w[0], "warmup_steps=702 covers the whole run of 702 steps")) << w[0];
+  // The run's length unknown: no warning.
+  EXPECT_TRUE(start_warnings("powersgd:warmup_steps=5000", run(0, 0)).empty());
+}
+
 }  // namespace
 }  // namespace gradcomp::dist

@@ -27,6 +27,8 @@ struct RunShape {
 // One line for the run's header, empty when the spec has no schedule. dgc:
 //   "dgc warm-up: 58 steps of 468 (4 epochs capped at 1/8 of the run), 4 stages of
 //    14.6 steps at density 0.25, 0.0625, 0.015625, 0.00390625, then 0.001"
+// powersgd with warmup_steps > 0:
+//   "powersgd warm-up: 100 dense steps of 702, then rank 4"
 // The spec must be valid (InvalidArgument otherwise).
 std::string describe_schedule(std::string_view spec, const RunShape& run);
 
@@ -36,7 +38,8 @@ std::string describe_schedule(std::string_view spec, const RunShape& run);
 // - sketched-sgd / fetchsgd: a sketch with fewer columns than the candidates it must rank
 //   (sketched-sgd: p2*k, fetchsgd: k) in some bucket: every row then has collisions
 //   among them whatever the hashes;
-// - ef(sketch) / efm(sketch): error feedback on count-sketch estimates can diverge.
+// - ef(sketch) / efm(sketch): error feedback on count-sketch estimates can diverge;
+// - powersgd: a warmup_steps that covers the whole run (nothing is ever compressed).
 std::vector<std::string> start_warnings(std::string_view spec, const RunShape& run);
 
 // The runtime check of a fixed 2-bit threshold (2bit:threshold=T, T > 0, bare or inside
