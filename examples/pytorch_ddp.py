@@ -3,7 +3,9 @@
 
 An ordinary DistributedDataParallel script; the gradcomp lines are marked "gradcomp".
 
-    # 4 local processes (started by this script), top-k 1% with momentum-corrected EF:
+    # 4 local processes (started by this script), PowerSGD rank 4 (the default, as
+    # `gradcomp train`'s), then top-k 1% with momentum-corrected EF:
+    PYTHONPATH=build/python /usr/bin/python3 examples/pytorch_ddp.py
     PYTHONPATH=build/python /usr/bin/python3 examples/pytorch_ddp.py --compressor "efm(topk:ratio=0.01)"
     # the same under torchrun (or Slurm / mpirun setting RANK, WORLD_SIZE, MASTER_ADDR/PORT):
     PYTHONPATH=build/python torchrun --nproc_per_node 4 examples/pytorch_ddp.py --compressor powersgd:rank=2
@@ -187,7 +189,7 @@ def launch_local(train_fn, args, workers: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--compressor", default="efm(topk:ratio=0.01)",
+    p.add_argument("--compressor", default="powersgd",
                    help="a gradcomp spec (gradcomp list), or 'ddp' for DDP without a hook")
     p.add_argument("--dense-share", type=float, default=0.01)
     p.add_argument("--epochs", type=int, default=3)
