@@ -86,6 +86,39 @@ class Cursor {
   const std::filesystem::path& file_;
 };
 
+// For a file whose arrays are not the ones this run expects: where the two lists first
+// part, e.g. ": the file's array 12 is 'memory/bucket0.accumulator', this run's is
+// 'memory/bucket0.error' (written by a run with another --compressor, model or layout?)".
+// c stands at the first array; the file has passed its CRC, but any parse error only ends
+// the description.
+std::string first_difference(Cursor c, std::uint32_t count, std::span<const ArrayView> arrays) {
+  std::string file_name;
+  std::size_t i = 0;
+  try {
+    for (; i < count; ++i) {
+      const auto name_len = c.get<std::uint32_t>("array name length");
+      const std::byte* name_p = c.take(name_len, "array name");
+      file_name.assign(reinterpret_cast<const char*>(name_p), name_len);
+      if (i >= arrays.size() || file_name != arrays[i].name) break;
+      const auto type = c.get<std::uint8_t>("array type");
+      const auto n = c.get<std::uint64_t>("array size");
+      const std::uint64_t width = type == 2 ? 8 : 4;
+      if (n > c.remaining() / width) return "";
+      (void)c.take(static_cast<std::size_t>(n * width), "array data");
+    }
+  } catch (const InvalidArgument&) {
+    return "";
+  }
+  const std::string hint = " (written by a run with another --compressor, model or layout?)";
+  if (i < count && i < arrays.size()) {
+    return ": the file's array " + std::to_string(i) + " is '" + file_name + "', this run's is '" +
+           arrays[i].name + "'" + hint;
+  }
+  if (i < count) return ": the file has '" + file_name + "' beyond this run's arrays" + hint;
+  if (i < arrays.size()) return ": the file ends before this run's '" + arrays[i].name + "'" + hint;
+  return "";
+}
+
 }  // namespace
 
 void write_checkpoint(const std::filesystem::path& file, const CheckpointMeta& meta,
@@ -198,7 +231,7 @@ CheckpointMeta parse_checkpoint(std::span<const std::byte> buf, const std::files
   const auto count = c.get<std::uint32_t>("meta");
   if (subset ? count < arrays.size() : count != arrays.size()) {
     fail(file, std::to_string(count) + " arrays, the model and optimizer expect " +
-                   std::to_string(arrays.size()));
+                   std::to_string(arrays.size()) + first_difference(c, count, arrays));
   }
   // Pass 1: validate every array and remember where its data is.
   std::vector<const std::byte*> sources(arrays.size());

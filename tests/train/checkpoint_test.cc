@@ -4,6 +4,7 @@
 
 #include "gradcomp/error.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_file.h"
 #include "train/models.h"
 
 namespace gradcomp::train {
@@ -158,6 +159,40 @@ TEST_F(CheckpointTest, RejectsCorruptTruncatedAndMismatchedFiles) {
   EXPECT_THROW(load_checkpoint(dir_ / "missing.ckpt", *m, opt, state), InvalidArgument);
   // And the original still loads.
   EXPECT_NO_THROW(load_checkpoint(good, *m, opt, state));
+}
+
+// A checkpoint of another run's arrays (here: another memory, as after a change of
+// --compressor) is refused naming where the two lists part.
+TEST_F(CheckpointTest, AnotherRunsArraysAreNamed) {
+  const fs::path f = dir_ / "a.ckpt";
+  float x[3] = {1, 2, 3}, y[2] = {4, 5}, z[2] = {6, 7};
+  const std::vector<ArrayView> written = {
+      {"param/w", ArrayType::kFloat32, x, 3},
+      {"memory/bucket0.momentum", ArrayType::kFloat32, y, 2},
+      {"memory/bucket0.accumulator", ArrayType::kFloat32, z, 2}};
+  write_checkpoint(f, CheckpointMeta{}, written);
+  const auto message = [&](const std::vector<ArrayView>& want) {
+    try {
+      read_checkpoint(f, want);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string other = message({{"param/w", ArrayType::kFloat32, x, 3},
+                                     {"memory/bucket0.residual", ArrayType::kFloat32, y, 2}});
+  EXPECT_NE(other.find("3 arrays, the model and optimizer expect 2: the file's array 1 is "
+                       "'memory/bucket0.momentum', this run's is 'memory/bucket0.residual'"),
+            std::string::npos)
+      << other;
+  EXPECT_NE(other.find("another --compressor"), std::string::npos) << other;
+  const std::string fewer = message({{"param/w", ArrayType::kFloat32, x, 3}});
+  EXPECT_NE(fewer.find("the file has 'memory/bucket0.momentum' beyond this run's arrays"),
+            std::string::npos)
+      << fewer;
+  const std::string more =
+      message({written[0], written[1], written[2], {"memory/extra", ArrayType::kFloat32, y, 2}});
+  EXPECT_NE(more.find("the file ends before this run's 'memory/extra'"), std::string::npos) << more;
 }
 
 }  // namespace
