@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "detail/pending.h"
+#include "detail/reductions.h"
 #include "gradcomp/rng.h"
 
 namespace gradcomp::detail {
@@ -33,10 +34,7 @@ double sampled_abs_sum(const float* x, std::size_t n, const Pending* pending) {
       lanes[l % 16] += static_cast<double>(std::fabs(v[l]));
     }
   }
-  // abs_sum's combination of 16 lanes (reductions.cc).
-  double s[4];
-  for (int k = 0; k < 4; ++k) s[k] = (lanes[k] + lanes[k + 8]) + (lanes[k + 4] + lanes[k + 12]);
-  return (s[0] + s[2]) + (s[1] + s[3]);
+  return combine16(lanes);  // abs_sum's combination of the lanes
 }
 
 }  // namespace gradcomp::detail

@@ -57,14 +57,6 @@ std::uint32_t abs_max_range(const float* x, std::size_t begin, std::size_t end) 
 
 // ---- deterministic blocked sums -------------------------------------------------------
 
-// The fixed combination of 16 lanes: ((l[k] + l[k+8]) + (l[k+4] + l[k+12])) for k < 4,
-// then (s0 + s2) + (s1 + s3) — what a 4-vector-of-4-doubles reduction does.
-double combine16(const double* l) {
-  double s[4];
-  for (int k = 0; k < 4; ++k) s[k] = (l[k] + l[k + 8]) + (l[k + 4] + l[k + 12]);
-  return (s[0] + s[2]) + (s[1] + s[3]);
-}
-
 // Sum of |x| over one block [begin, end), begin a multiple of 16 relative to the block.
 // With a pending, the block is filled in kFillBlock pieces (multiples of 16), each summed
 // right after it is filled; the lanes and their order are those of the unfilled sum.
@@ -198,6 +190,12 @@ Moments moments_impl(const float* x, std::size_t n) {
 }
 
 }  // namespace
+
+double combine16(const double* l) {
+  double s[4];
+  for (int k = 0; k < 4; ++k) s[k] = (l[k] + l[k + 8]) + (l[k + 4] + l[k + 12]);
+  return (s[0] + s[2]) + (s[1] + s[3]);
+}
 
 std::uint32_t abs_max_bits_ref(const float* x, std::size_t n) {
   std::uint32_t m = 0;

@@ -20,6 +20,9 @@ std::uint32_t abs_max_bits(const float* x, std::size_t n);
 // = l (mod 16) in order; the lanes combine as ((l0+l8)+(l4+l12)) etc. (see reductions.cc);
 // blocks are added in order. The blocks' partial sums use scratch slot kSumScratchSlot.
 inline constexpr std::size_t kSumBlock = std::size_t{1} << 16;
+// The fixed combination of 16 lanes: ((l[k] + l[k+8]) + (l[k+4] + l[k+12])) for k < 4,
+// then (s0 + s2) + (s1 + s3) — what a 4-vector-of-4-doubles reduction does.
+double combine16(const double* l);
 inline constexpr int kSumScratchSlot = 3;
 double abs_sum_ref(const float* x, std::size_t n);  // sum |x_i|
 // With a pending (detail/pending.h), x is formed block by block inside the sum's pass.
