@@ -5,6 +5,7 @@
 //            sketch (identical on every rank: the sums are)
 //   worker:  allreduce v[C]                                          (round 2: p2*k floats)
 //   all:     Delta <- top-k of the exact sums at C ; u[supp Delta] <- 0 ; v[supp Delta] <- 0
+//            (mask=false keeps u: no momentum factor masking, an ablation)
 //            grad <- Delta / W  (the optimizer applies x <- x - lr * Delta / W, without
 //            momentum of its own for these buckets: u is the momentum)
 // Every compressed bucket's sketch goes into ONE fused allreduce together with the dense
@@ -43,7 +44,8 @@ class SketchedSgdReducer final : public Reducer {
         shapes_(shapes.begin(), shapes.end()),
         geo_(geometry_from(p)),
         p2_(static_cast<std::size_t>(p.get_int("p2"))),
-        momentum_(static_cast<float>(p.get_float("momentum"))) {
+        momentum_(static_cast<float>(p.get_float("momentum"))),
+        mask_(p.get_bool("mask")) {
     std::size_t cap1 = 0, cap2 = 0, max_n = 0, max_k = 0;
     for (const BucketShape& s : shapes_) {
       State st;
@@ -142,7 +144,7 @@ class SketchedSgdReducer final : public Reducer {
       for (std::size_t t = 0; t < kk; ++t) {
         const std::uint32_t i = st.cand[pos_[t]];
         g[i] = sums[pos_[t]] * inv_w;
-        st.u[i] = 0.0f;
+        if (mask_) st.u[i] = 0.0f;
         st.v[i] = 0.0f;
       }
     }
@@ -188,6 +190,7 @@ class SketchedSgdReducer final : public Reducer {
   Geometry geo_;
   std::size_t p2_;
   float momentum_;
+  bool mask_;
   std::vector<State> state_;
   std::vector<float> fused1_, fused2_, est_;
   std::vector<std::uint32_t> pos_;

@@ -145,6 +145,26 @@ TEST(PsSketchedSgd, EqualsTheAllreduceScheme) {
   }
 }
 
+// mask=false (u kept where the update lands) reaches the parameter server's workers too: the
+// same outputs as the allreduce scheme with mask=false, and not those with masking.
+TEST(PsSketchedSgd, WithoutMaskingEqualsTheAllreduceScheme) {
+  const std::string spec = "sketched-sgd:ratio=0.02,rows=3,table=0.1,momentum=0.5,mask=false";
+  const Outputs ref = run_allreduce(spec, 2);
+  const Outputs ps = run_ps(spec, 2, 1, kDefaultSplitElements);
+  const Outputs masked =
+      run_ps("sketched-sgd:ratio=0.02,rows=3,table=0.1,momentum=0.5", 2, 1, kDefaultSplitElements);
+  ASSERT_EQ(ref.size(), ps.size());
+  bool differs_from_masked = false;
+  for (std::size_t w = 0; w < ref.size(); ++w) {
+    ASSERT_EQ(ref[w].size(), ps[w].size());
+    for (std::size_t j = 0; j < ref[w].size(); ++j) {
+      ASSERT_TRUE(gradcomp::test::same_bits(ref[w][j], ps[w][j])) << "worker " << w << ", " << j;
+      if (!gradcomp::test::same_bits(ps[w][j], masked[w][j])) differs_from_masked = true;
+    }
+  }
+  EXPECT_TRUE(differs_from_masked);
+}
+
 // Buckets split across three servers are sketched and selected per key; with momentum 0
 // nothing is lost: W * (applied updates) + the workers' errors = the sum of gradients.
 TEST(PsSketchedSgd, SplitKeysConserveTheGradient) {

@@ -100,10 +100,11 @@ struct SketchedSgdSim {
   std::size_t k, p2;
   std::uint32_t rows, cols;
   float m;
+  bool mask;  // zero u where the update lands
 
   SketchedSgdSim(int world, std::size_t k_, std::size_t p2_, std::uint32_t rows_,
-                 std::uint32_t cols_, float m_)
-      : k(k_), p2(p2_), rows(rows_), cols(cols_), m(m_) {
+                 std::uint32_t cols_, float m_, bool mask_ = true)
+      : k(k_), p2(p2_), rows(rows_), cols(cols_), m(m_), mask(mask_) {
     u.resize(static_cast<std::size_t>(world));
     for (auto& per : u) {
       for (const BucketShape& s : kShapes) per.emplace_back(s.numel, 0.0f);
@@ -143,7 +144,7 @@ struct SketchedSgdSim {
       const std::uint32_t i = cand[p];
       out[i] = sums[p] * inv_w;
       for (int w = 0; w < world; ++w) {
-        u[w][b][i] = 0.0f;
+        if (mask) u[w][b][i] = 0.0f;
         v[w][b][i] = 0.0f;
       }
     }
@@ -151,14 +152,15 @@ struct SketchedSgdSim {
   }
 };
 
-void check_sketched_sgd(int world) {
-  SCOPED_TRACE("world " + std::to_string(world));
+void check_sketched_sgd(int world, bool mask = true) {
+  SCOPED_TRACE("world " + std::to_string(world) + (mask ? "" : ", mask=false"));
   run_ranks(world, [&](Communicator& comm) {
-    const auto reducer = make_reducer("sketched-sgd:k=12,rows=3,cols=40,p2=3,momentum=0.5",
-                                      ReducerKind::kAuto, comm, kShapes);
+    const std::string spec = std::string("sketched-sgd:k=12,rows=3,cols=40,p2=3,momentum=0.5") +
+                             (mask ? "" : ",mask=false");
+    const auto reducer = make_reducer(spec, ReducerKind::kAuto, comm, kShapes);
     EXPECT_TRUE(reducer->momentum_in_memory());
     EXPECT_EQ(reducer->describe().rfind("sketched-sgd:", 0), 0u) << reducer->describe();
-    SketchedSgdSim sim(world, 12, 3, 3, 40, 0.5f);
+    SketchedSgdSim sim(world, 12, 3, 3, 40, 0.5f, mask);
     const float inv_w = 1.0f / static_cast<float>(world);
     for (int step = 0; step < 4; ++step) {
       Refs r = make_refs(comm.rank(), step);
@@ -208,6 +210,9 @@ TEST(SketchedSgd, MatchesSimulationWorld1) { check_sketched_sgd(1); }
 TEST(SketchedSgd, MatchesSimulationWorld2) { check_sketched_sgd(2); }
 TEST(SketchedSgd, MatchesSimulationWorld3) { check_sketched_sgd(3); }
 TEST(SketchedSgd, MatchesSimulationWorld4) { check_sketched_sgd(4); }
+// mask=false keeps the momentum u where the update lands (only v is cleared).
+TEST(SketchedSgd, WithoutMaskingMatchesSimulationWorld2) { check_sketched_sgd(2, false); }
+TEST(SketchedSgd, WithoutMaskingMatchesSimulationWorld3) { check_sketched_sgd(3, false); }
 
 // Error accumulation loses nothing: with momentum 0 (u = g), W * (applied updates) plus
 // every rank's residual v equals the sum of all gradients, exactly (integers).

@@ -63,17 +63,21 @@ TEST(RunChecks, DgcWarmUpLongerThanTheRun) {
 }
 
 TEST(RunChecks, SketchSmallerThanItsCandidates) {
-  // sketched-sgd's defaults on a 78,400-element layer: k = 784, p2*k = 3136 candidates,
-  // 5 rows of ceil(0.025 * 78400 / 5) = 392 columns.
-  auto w = start_warnings("sketched-sgd", run(100, 300, {78400, 1000}));
+  // sketched-sgd with k = 1% and 5 rows of n/200 on a 78,400-element layer: k = 784,
+  // p2*k = 3136 candidates, 5 rows of ceil(0.025 * 78400 / 5) = 392 columns.
+  const std::string small = "sketched-sgd:ratio=0.01,rows=5,table=0.025";
+  auto w = start_warnings(small, run(100, 300, {78400, 1000}));
   ASSERT_EQ(w.size(), 1u);
   EXPECT_TRUE(contains(w[0], "sketched-sgd: a sketch of 5 x 392 cells for 3136 candidates"))
       << w[0];
   EXPECT_TRUE(contains(w[0], "p2*k, k=784")) << w[0];
   EXPECT_TRUE(contains(w[0], "table >= 0.2")) << w[0];
   // Big enough: one column per candidate.
-  EXPECT_TRUE(start_warnings("sketched-sgd:table=0.2", run(100, 300, {78400})).empty());
-  EXPECT_TRUE(start_warnings("sketched-sgd:cols=3136", run(100, 300, {78400})).empty());
+  EXPECT_TRUE(
+      start_warnings("sketched-sgd:ratio=0.01,rows=5,table=0.2", run(100, 300, {78400})).empty());
+  EXPECT_TRUE(start_warnings(small + ",cols=3136", run(100, 300, {78400})).empty());
+  // The default (one row of 0.05 n, k = 0.5%, p2 = 4): 3920 columns for 1568 candidates.
+  EXPECT_TRUE(start_warnings("sketched-sgd", run(100, 300, {78400})).empty());
   // fetchsgd ranks k: by default 0.09 * 78400 / 1 = 7056 columns >= k = 392; with 5 rows,
   // k = 1% and table=0.02: 314 < 784.
   EXPECT_TRUE(start_warnings("fetchsgd", run(100, 300, {78400})).empty());
@@ -88,7 +92,7 @@ TEST(RunChecks, SketchSmallerThanItsCandidates) {
   EXPECT_EQ(start_warnings("efm(sketch:rows=3)", run(100, 300, {78400})).size(), 1u);
   EXPECT_TRUE(start_warnings("sketch", run(100, 300, {78400})).empty());
   // Nothing compressed: nothing to check; other specs: nothing.
-  EXPECT_TRUE(start_warnings("sketched-sgd", run(100, 300)).empty());
+  EXPECT_TRUE(start_warnings(small, run(100, 300)).empty());
   EXPECT_TRUE(start_warnings("efm(topk:ratio=0.01)", run(100, 300, {78400})).empty());
 }
 

@@ -37,6 +37,7 @@ std::optional<SketchPlan> sketch_plan_for(const PsConfig& config, std::span<cons
   plan.geo = sketch_scheme::geometry_from(p);
   plan.p2 = static_cast<std::size_t>(p.get_int("p2"));
   plan.momentum = static_cast<float>(p.get_float("momentum"));
+  plan.mask = p.get_bool("mask");
   plan.keys.resize(keys.size());
   for (const PsKey& k : keys) {
     if (k.id >= keys.size()) throw Error("ps sketch plan: key ids out of order (internal error)");

@@ -10,7 +10,7 @@
 //   worker:  push v[C]                                             (kDense: |C| floats)
 //   server:  sums <- sum of the W vectors v[C] (worker order) ;
 //            Delta <- the k largest |sums| ; reply Delta / W        (kSparse)
-//   worker:  grad <- Delta / W ; u[supp Delta] <- 0 ; v[supp Delta] <- 0
+//   worker:  grad <- Delta / W ; u[supp Delta] <- 0 (unless mask=false) ; v[supp Delta] <- 0
 // This is the allreduce scheme's arithmetic (src/distributed/sketched_sgd.cc) with the
 // server's sums in worker order in place of Gloo's; the hashes are the scheme's, keyed
 // by (seed, step, the key's context bucket), so an unsplit bucket is sketched exactly
@@ -46,6 +46,7 @@ struct SketchPlan {
   sketch_scheme::Geometry geo;
   std::size_t p2 = 4;
   float momentum = 0.9f;
+  bool mask = true;             // zero u where Delta is applied (momentum factor masking)
   std::vector<SketchKey> keys;  // by key id
 
   std::size_t cells(std::uint32_t key) const { return std::size_t{geo.rows} * keys[key].cols; }

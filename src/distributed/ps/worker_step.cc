@@ -159,7 +159,7 @@ void Worker::exchange(std::span<const BucketRef> buckets, std::span<const std::s
         for (std::size_t t = 0; t < sparse_idx_.size(); ++t) {
           const std::uint32_t i = sparse_idx_[t];
           out[i] = sparse_val_[t];
-          st.u[i] = 0.0f;  // momentum factor masking
+          if (sketch_->mask) st.u[i] = 0.0f;  // momentum factor masking
           st.v[i] = 0.0f;
         }
       } else {
