@@ -55,6 +55,18 @@ else
   fail "bare topk's default memory"; grep -h compressor bare.txt bare0.txt
 fi
 
+# Without --compressor each --reducer gets a codec it can run: allreduce the linear fp16,
+# allgather top-k, dense none; auto PowerSGD.
+ok=1
+for pair in "allreduce=fp16" "allgather=efm(topk:ratio=0.01)" "dense=none" "auto=powersgd"; do
+  r=${pair%%=*}; want=${pair#*=}
+  "$GRADCOMP" train --workers 2 --reducer "$r" "${small[@]}" --steps 2 > red.txt 2>&1 || ok=0
+  got=$(sed -n 's/^  compressor  *//p' red.txt)
+  [ "$got" = "$want" ] || { ok=0; echo "--reducer $r: compressor '$got', expected '$want'"; }
+done
+if [ $ok = 1 ]; then pass "default compressor per --reducer"; else
+  fail "default compressor per --reducer"; tail -3 red.txt; fi
+
 # Training learns: accuracy well above chance (10 classes).
 acc=$(sed -n 's/^  test accuracy *//p' run1.txt)
 if awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5) }'; then pass "learns (accuracy $acc)"; else
