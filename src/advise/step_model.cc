@@ -136,6 +136,7 @@ std::optional<double> accuracy_cost(const std::string& spec) {
       {"qsgd", -0.14},
       {"terngrad", -0.19},
       {"atomo:budget=3", -0.63},
+      {"fp16", -0.09},  // allreduced (--reducer allreduce's default)
       // Variants.
       {"2bit:scale=1", -0.78},
       {"2bit:scale=3", -0.56},
