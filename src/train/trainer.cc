@@ -256,6 +256,22 @@ EvalResult evaluate_model(Model& model, const data::Dataset& test, std::int64_t 
   return {loss_sum / n, static_cast<double>(correct) / n};
 }
 
+void Trainer::warn_if_diverging(std::int64_t epoch, double train_loss) {
+  if (warned_diverging_ || config_.progress == nullptr) return;
+  const double guessing =
+      std::log(static_cast<double>(std::max<std::int64_t>(train_.num_classes, 2)));
+  if (!(train_loss > 2.0 * guessing)) return;
+  warned_diverging_ = true;
+  char line[320];
+  std::snprintf(line, sizeof(line),
+                "warning: epoch %lld's training loss %.4g is above twice what guessing scores "
+                "(2 ln %lld = %.2f): the run is diverging; a lower --lr, or a compressor that "
+                "keeps more of the gradient, may help",
+                static_cast<long long>(epoch), train_loss,
+                static_cast<long long>(train_.num_classes), 2.0 * guessing);
+  *config_.progress << line << std::endl;
+}
+
 EvalResult Trainer::evaluate() { return evaluate_model(*model_, test_, config_.eval_batch); }
 
 std::filesystem::path Trainer::checkpoint_file() const {
@@ -394,6 +410,7 @@ TrainSummary Trainer::run() {
                     format_bytes(bytes_per_step).c_str(), format_bytes(dense_bytes).c_str(),
                     elapsed);
       *config_.progress << line << std::endl;
+      warn_if_diverging(epoch + 1, train_loss);
     }
     if (metrics) {
       JsonObject j;

@@ -134,6 +134,10 @@ class Trainer {
 
  private:
   void fill_batch(std::int64_t index_in_epoch);
+  // One line on the progress stream, the first time an epoch's mean training loss ends
+  // above twice what guessing uniformly scores (2 ln C): a run diverging while its loss
+  // stays finite (a finite loss is not stopped) would otherwise end in silence.
+  void warn_if_diverging(std::int64_t epoch, double train_loss);
   std::uint64_t epoch_of(std::int64_t step) const {
     return static_cast<std::uint64_t>(step / steps_per_epoch_);
   }
@@ -169,6 +173,7 @@ class Trainer {
   std::int64_t epoch_correct_ = 0;
   std::int64_t epoch_seen_ = 0;
   std::int64_t epoch_steps_ = 0;
+  bool warned_diverging_ = false;
 };
 
 // Mean cross-entropy and accuracy of `model` on `test`, eval_batch samples at a time

@@ -67,6 +67,19 @@ done
 if [ $ok = 1 ]; then pass "default compressor per --reducer"; else
   fail "default compressor per --reducer"; tail -3 red.txt; fi
 
+# A run whose loss climbs far above guessing's while staying finite says so, once:
+# FetchSGD's one-row sketch at lr 0.1 on this tiny job (loss 2.2, 6.7, 109); dense does not.
+tiny=(--dataset synthetic --synthetic-train 2048 --mlp-hidden 128 --batch-size 32 --epochs 3
+      --lr 0.1 --seed 7 --timeout-ms 8000)
+"$GRADCOMP" train --workers 2 --compressor fetchsgd "${tiny[@]}" > div.txt 2>&1
+"$GRADCOMP" train --workers 2 --compressor none "${tiny[@]}" > nodiv.txt 2>&1
+if [ "$(grep -c "^warning: epoch 2's training loss .* the run is diverging" div.txt)" = 1 ] &&
+   ! grep -q 'diverging' nodiv.txt; then
+  pass "a diverging run is named, once"
+else
+  fail "divergence warning"; grep -h -E '^(epoch|warning)' div.txt nodiv.txt
+fi
+
 # Training learns: accuracy well above chance (10 classes).
 acc=$(sed -n 's/^  test accuracy *//p' run1.txt)
 if awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5) }'; then pass "learns (accuracy $acc)"; else
