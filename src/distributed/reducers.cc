@@ -365,6 +365,20 @@ ReducerKind parse_reducer_kind(std::string_view name) {
                         "' (known: auto, allgather, allreduce, dense)");
 }
 
+std::string default_compressor(ReducerKind kind) {
+  switch (kind) {
+    case ReducerKind::kDense:
+      return "none";
+    case ReducerKind::kAllreduce:
+      return "fp16";
+    case ReducerKind::kAllgather:
+      return "efm(topk:ratio=0.01)";
+    case ReducerKind::kAuto:
+      break;
+  }
+  return "powersgd";
+}
+
 const char* to_string(ReducerKind kind) {
   switch (kind) {
     case ReducerKind::kAuto:

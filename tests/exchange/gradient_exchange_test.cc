@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -159,6 +160,31 @@ INSTANTIATE_TEST_SUITE_P(
                                          "efm(topk:ratio=0.1,select=exact)", "randomk:ratio=0.2",
                                          "powersgd:rank=2", "2bit"),
                        ::testing::Values(0.0, 0.004, 1.0)));
+
+// No compressor named: the trainer's default for the reducer (dist::default_compressor),
+// PowerSGD rank 4 under auto, a codec the reducer can run otherwise; each one exchanges.
+TEST(GradientExchange, NoCompressorMeansTheDefaultForTheReducer) {
+  run_ranks(2, [](Communicator& comm) {
+    const std::vector<std::array<std::string, 3>> cases = {
+        // reducer, default compressor, what describe() starts with
+        {"auto", "powersgd", "powersgd:rank=4"},
+        {"allreduce", "fp16", "allreduce(fp16"},
+        {"allgather", "efm(topk:ratio=0.01)", "allgather(efm(topk:ratio=0.01"},
+        {"dense", "none", "dense"}};
+    for (const auto& [reducer, want, described] : cases) {
+      SCOPED_TRACE(reducer);
+      EXPECT_EQ(dist::default_compressor(dist::parse_reducer_kind(reducer)), want);
+      Net net;
+      ExchangeOptions o;
+      o.reducer = reducer;
+      o.momentum = 0.9f;
+      GradientExchange exchange(net.named_parameters(), comm, o);
+      EXPECT_EQ(exchange.describe().rfind(described, 0), 0u) << exchange.describe();
+      loss_of(net, comm.rank(), 0).backward();
+      exchange.finish();
+    }
+  });
+}
 
 TEST(GradientExchange, ANegativeGroupSizeIsRefused) {
   run_ranks(1, [&](Communicator& comm) {

@@ -27,31 +27,11 @@ struct TrainFlags {
   int threads = 0;
 };
 
-// The default compressors: the best recipes measured on the main job
-// (docs/measurements/accuracy.md, 4 workers, 3 epochs, 3 seeds). PowerSGD rank 4 with
-// error feedback lands 0.28 points from dense at 89.5x fewer bytes, top-k 1% with
-// momentum-corrected error feedback 0.42 at 20.7x; PowerSGD's messages are allreduced, so
-// its bytes stay flat as workers are added where gathered top-k's grow. PowerSGD is an
-// exchange of its own (two rounds of allreduce), so a named --reducer gets a codec it can
-// run: allgather top-k; allreduce the best linear codec measured, fp16 (-0.09 points at
-// 2x; random-k, the other, loses 1.81); dense none (it compresses nothing). A parameter
-// server gets top-k.
-constexpr const char* kDefaultCompressor = "powersgd";
-constexpr const char* kDefaultGatheredCompressor = "efm(topk:ratio=0.01)";
-constexpr const char* kDefaultLinearCompressor = "fp16";
-
+// Without --compressor: dist::default_compressor of the reducer (PowerSGD under auto); a
+// parameter server runs codecs and takes the gathered one.
 std::string default_compressor(dist::Topology topology, dist::ReducerKind reducer) {
-  switch (reducer) {
-    case dist::ReducerKind::kDense:
-      return "none";
-    case dist::ReducerKind::kAllreduce:
-      return kDefaultLinearCompressor;
-    case dist::ReducerKind::kAllgather:
-      return kDefaultGatheredCompressor;
-    case dist::ReducerKind::kAuto:
-      break;
-  }
-  return topology == dist::Topology::kAllreduce ? kDefaultCompressor : kDefaultGatheredCompressor;
+  return dist::default_compressor(
+      topology == dist::Topology::kAllreduce ? reducer : dist::ReducerKind::kAllgather);
 }
 
 }  // namespace
@@ -74,15 +54,15 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--workers", flags->workers,
                   "local worker processes to start (default 4 when no rendezvous is given)");
-  CLI::Option* compressor_flag =
-      cmd->add_option("--compressor", j.compressor,
-                      "compressor spec, e.g. none, 2bit, qsgd, ef(topk:ratio=0.01) (see gradcomp "
-                      "list); default: " +
-                          std::string(kDefaultCompressor) + "; " + kDefaultGatheredCompressor +
-                          " with --topology ps-sync / ps-async or --reducer allgather, " +
-                          kDefaultLinearCompressor +
-                          " with --reducer allreduce, none with "
-                          "--reducer dense");
+  CLI::Option* compressor_flag = cmd->add_option(
+      "--compressor", j.compressor,
+      "compressor spec, e.g. none, 2bit, qsgd, ef(topk:ratio=0.01) (see gradcomp "
+      "list); default: " +
+          dist::default_compressor(dist::ReducerKind::kAuto) + "; " +
+          dist::default_compressor(dist::ReducerKind::kAllgather) +
+          " with --topology ps-sync / ps-async or --reducer allgather, " +
+          dist::default_compressor(dist::ReducerKind::kAllreduce) + " with --reducer allreduce, " +
+          dist::default_compressor(dist::ReducerKind::kDense) + " with --reducer dense");
   cmd->add_option("--reducer", flags->reducer, "auto | dense | allreduce | allgather")
       ->capture_default_str();
   cmd->add_option("--topology", flags->topology,

@@ -30,6 +30,15 @@ enum class ReducerKind { kAuto, kDense, kAllreduce, kAllgather };
 ReducerKind parse_reducer_kind(std::string_view name);
 const char* to_string(ReducerKind kind);
 
+// The compressor an exchange gets when it names none (gradcomp train, ExchangeOptions):
+// under kAuto PowerSGD rank 4 with error feedback ("powersgd"), the best recipe measured on
+// the main job (docs/measurements/accuracy.md: 0.28 points from dense at 89.5x, where top-k
+// 1% lands 0.42 at 20.7x). PowerSGD is an exchange of its own, so a named reducer gets a
+// codec it can run: kAllgather top-k 1% with momentum-corrected error feedback, kAllreduce
+// the best linear codec measured, "fp16" (0.09 points at 2x; random-k loses 1.81), kDense
+// "none" (it compresses nothing). A parameter server, which runs codecs, takes kAllgather's.
+std::string default_compressor(ReducerKind kind);
+
 // Builds a reducer for buckets of the given sizes (in the order reduce() receives them).
 // One Memory per bucket comes from registry.make_memory(compressor_spec, size) (the
 // dense reducer has none); a bucket passed with compressed == false that step is

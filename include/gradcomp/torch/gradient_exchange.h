@@ -50,10 +50,12 @@ struct ExchangeOptions {
   // Any spec `gradcomp list` accepts: codecs, ef/efm/noef, dgc, powersgd, sketched-sgd,
   // fetchsgd, atomo. A bare biased codec ("topk", "2bit") gets error feedback: with
   // momentum > 0 below, momentum-corrected (efm(...)), so momentum_in_memory() is true.
-  // The default is the trainer's: PowerSGD rank 4 with error feedback, the best recipe
-  // measured on the main job (docs/measurements/accuracy.md); it leaves momentum to the
-  // optimizer.
-  std::string compressor = "powersgd";
+  // Empty (the default): the trainer's, dist::default_compressor(reducer): PowerSGD rank 4
+  // with error feedback under "auto", the best recipe measured on the main job
+  // (docs/measurements/accuracy.md), which leaves momentum to the optimizer; a reducer
+  // named gets a codec it can run (allreduce: fp16, allgather: efm(topk:ratio=0.01),
+  // dense: none).
+  std::string compressor;
   std::string reducer = "auto";  // auto | dense | allreduce | allgather
   // bucket_mb 0: one bucket per compressible tensor; min_elements; dense_share.
   LayoutOptions layout{0.0, 1024, 0.01};
