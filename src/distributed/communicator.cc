@@ -1,7 +1,8 @@
-// The Communicator over a c10d ProcessGroup (a ProcessGroupGloo of its own, or a group
-// someone else created: process_group.h), and the Store handles around c10d's
-// TCPStore / HashStore / PrefixStore. This is the only file of gradcomp_dist that
-// includes c10d (and so the only slow one to compile: it gets a precompiled header).
+// The Communicator over c10d's Gloo collectives (a ProcessGroupGloo of its own, or the
+// Gloo backend of a group someone else created: process_group.h), and the Store handles
+// around c10d's TCPStore / HashStore / PrefixStore. This is the only file of gradcomp_dist
+// that includes c10d (and so the only slow one to compile: it gets a precompiled header);
+// what differs between torch 1.13 and 2.x is in c10d_compat.h.
 //
 // Every collective wraps caller memory with at::from_blob (no copy), is issued on the
 // process group, and is waited for with the configured timeout. Gloo's own operations
@@ -12,10 +13,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <gloo/context.h>
-#include <gloo/transport/pair.h>
-#include <gloo/transport/tcp/address.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -23,9 +20,11 @@
 #include <string>
 #include <utility>
 
+#include "c10d_compat.h"
 #include "gradcomp/dist/communicator.h"
 #include "gradcomp/dist/process_group.h"
 #include "gradcomp/error.h"
+#include "socket_endpoints.h"
 
 namespace gradcomp::dist {
 
@@ -52,55 +51,9 @@ std::string first_line(const std::exception& e) {
 }
 
 // Gloo names a peer by an address ("[127.0.0.1]:40123"), never by rank: the peer's end
-// of their connection, or -- when the connection was accepted before Gloo's connect
-// step ran -- the address the peer's pair listened on. Every rank tells the others
-// both (one small allgather when the communicator is built), so that a failure's
-// address maps back to a rank. Gloo's contexts are a protected member of
-// ProcessGroupGloo; a pointer to member formed through a derived class is the access
-// the language grants (the struct is never instantiated).
-struct GlooContextsAccess : c10d::ProcessGroupGloo {
-  static auto contexts() { return &GlooContextsAccess::contexts_; }
-};
-
-// This rank's addresses as Gloo prints them, one a line; empty for a group that is not
-// a ProcessGroupGloo over TCP (its peers then name no rank).
-std::string gloo_local_addresses(c10d::ProcessGroup& group) {
-  std::string out;
-  auto* gloo = dynamic_cast<c10d::ProcessGroupGloo*>(&group);
-  if (gloo == nullptr) return out;
-  const auto& contexts = gloo->*GlooContextsAccess::contexts();
-  try {
-    for (const auto& context : contexts) {
-      if (!context) continue;
-      for (int r = 0; r < context->size; ++r) {
-        if (r == context->rank) continue;
-        const auto* pair = context->getPair(r).get();
-        if (pair != nullptr) out += pair->address().str() + "\n";
-      }
-    }
-  } catch (const std::exception&) {
-    return {};  // not connected as expected: name no peer rather than a wrong one
-  }
-  // The listening addresses this rank published for Gloo's rendezvous: key
-  // "<context>/<rank>" (gloo::rendezvous::Context::connectFullMesh), one tcp::Address
-  // per peer.
-  try {
-    for (std::size_t d = 0; d < contexts.size(); ++d) {
-      if (!contexts[d] || contexts[d]->size < 2) continue;
-      const std::vector<char> all =
-          gloo->_getStore()->get(std::to_string(d) + "/" + std::to_string(contexts[d]->rank));
-      const std::size_t each = all.size() / static_cast<std::size_t>(contexts[d]->size - 1);
-      for (std::size_t at = 0; each > 0 && at + each <= all.size(); at += each) {
-        const std::vector<char> bytes(all.begin() + static_cast<std::ptrdiff_t>(at),
-                                      all.begin() + static_cast<std::ptrdiff_t>(at + each));
-        out += gloo::transport::tcp::Address(bytes).str() + "\n";
-      }
-    }
-  } catch (const std::exception&) {
-    // Not Gloo's TCP layout: the connections' own ends still name most failures.
-  }
-  return out;
-}
+// of their connection, or the address the peer listened on. Every rank tells the others
+// its TCP endpoints (socket_endpoints.h; one small allgather when the communicator is
+// built), so that a failure's address maps back to a rank.
 
 // The rank whose address `msg` names (the address followed by a non-digit, so that
 // port 4012 does not match 40123), or -1 when none does -- or more than one: a
@@ -199,7 +152,7 @@ std::uint16_t Store::port() const { return impl_->port; }
 // ---- Communicator --------------------------------------------------------------------
 
 struct Communicator::Impl {
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<c10d_compat::GlooCollectives> pg;
   int rank = 0;
   int world = 1;
   std::chrono::milliseconds timeout{0};
@@ -216,11 +169,11 @@ struct Communicator::Impl {
   std::vector<std::pair<std::string, int>> peer_addresses;
 
   // Takes the connected group and learns every peer's addresses (uncounted).
-  void adopt(c10::intrusive_ptr<c10d::ProcessGroup> group) {
+  void adopt(c10::intrusive_ptr<c10d_compat::GlooCollectives> group) {
     pg = std::move(group);
     out_tensors.resize(1);
     if (world == 1) return;
-    const std::string mine = gloo_local_addresses(*pg);
+    const std::string mine = local_tcp_endpoints();
     std::vector<std::byte> all;
     std::vector<std::size_t> offsets;
     allgather_bytes(std::as_bytes(std::span(mine)), all, offsets);
@@ -357,7 +310,7 @@ Communicator communicator_over(c10::intrusive_ptr<c10d::ProcessGroup> group,
   impl->rank = group->getRank();
   impl->world = group->getSize();
   impl->timeout = timeout;
-  impl->adopt(std::move(group));
+  impl->adopt(c10d_compat::gloo_collectives_of(group));
   return Communicator(std::move(impl));
 }
 

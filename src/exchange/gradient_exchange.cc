@@ -84,8 +84,11 @@ struct GradientExchange::Impl {
   std::vector<std::size_t> bucket_group;  // per bucket
   float inv_world = 1.0f;                 // 1 / ranks
   // Per parameter: its AccumulateGrad node (held, as the variable holds it only weakly)
-  // and the key of our post hook on it.
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  // and the key of our post hook on it. The pointer type is whatever grad_accumulator
+  // returns: a shared_ptr in torch 1.13, an intrusive_ptr in 2.x.
+  using AccumulatorPtr =
+      decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
+  std::vector<AccumulatorPtr> accumulators;
   std::vector<std::uintptr_t> hook_keys;
 
   // This step.

@@ -1,8 +1,8 @@
 // gradcomp for your own LibTorch model: compressed gradient averaging, started as the
 // backward pass produces each bucket's gradients and finished before the optimizer.
 //
-//   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, options);
-//   gradcomp::GradientExchange exchange(model->named_parameters(), pg,
+//   auto comm = gradcomp::dist::Communicator::connect(gradcomp::dist::rendezvous_from_env());
+//   gradcomp::GradientExchange exchange(model->named_parameters(), comm,
 //                                       {.compressor = "efm(topk:ratio=0.01)"});
 //   for (...) {
 //     optimizer.zero_grad();
@@ -118,7 +118,9 @@ class GradientExchange {
  public:
   using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
 
-  // Over a c10d process group you created (e.g. a ProcessGroupGloo).
+  // Over a c10d process group made elsewhere: torch 1.13's ProcessGroupGloo, or a torch
+  // 2.x ProcessGroup whose backend for CPU tensors is Gloo ("gloo", "cpu:gloo,cuda:nccl").
+  // Any other group: InvalidArgument saying what to create.
   GradientExchange(const NamedParameters& params, c10::intrusive_ptr<c10d::ProcessGroup> group,
                    ExchangeOptions options = {});
   // Over gradcomp's own communicator (dist::Communicator::connect with the rendezvous of
