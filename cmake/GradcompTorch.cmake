@@ -1,10 +1,101 @@
-# Debian's libtorch-dev installs Torch's CMake package; only the CLI and the comparison
-# benchmark link it. Precompiled headers keep those units from re-parsing torch/torch.h.
+# LibTorch for gradcomp_dist, the exchange, the CLI and the Python package.
+#
+# Which torch: by default the one find_package(Torch) finds (Debian's libtorch-dev, 1.13,
+# or LibTorch under CMAKE_PREFIX_PATH). With GRADCOMP_TORCH_PYTHON set to an interpreter
+# (`pip install .` sets it to the installing Python), the torch installed for that Python:
+# a pip wheel's CMake package under torch.utils.cmake_prefix_path, its libtorch_python
+# and its bundled pybind11 (python/CMakeLists.txt). An extension is built per torch
+# release: c10d's C++ interface is not stable across releases.
+set(GRADCOMP_TORCH_PYTHON "" CACHE FILEPATH
+    "Build against the torch installed for this Python interpreter (e.g. a venv's python)")
+if(SKBUILD AND NOT GRADCOMP_TORCH_PYTHON)
+  set(GRADCOMP_TORCH_PYTHON ${Python_EXECUTABLE})  # the Python running `pip install`
+endif()
+if(GRADCOMP_TORCH_PYTHON)
+  execute_process(
+    COMMAND ${GRADCOMP_TORCH_PYTHON} -c
+            "import torch, torch.utils; print(torch.utils.cmake_prefix_path, end='')"
+    OUTPUT_VARIABLE gradcomp_torch_prefix RESULT_VARIABLE gradcomp_torch_rc ERROR_VARIABLE gradcomp_torch_err)
+  if(NOT gradcomp_torch_rc EQUAL 0)
+    message(FATAL_ERROR "GRADCOMP_TORCH_PYTHON=${GRADCOMP_TORCH_PYTHON} cannot import torch: ${gradcomp_torch_err}")
+  endif()
+  # FORCE: packages cached by an earlier configure (another torch) would win otherwise.
+  set(Torch_DIR "${gradcomp_torch_prefix}/Torch" CACHE PATH "torch's CMake package" FORCE)
+  set(Caffe2_DIR "${gradcomp_torch_prefix}/Caffe2" CACHE PATH "torch's Caffe2 package" FORCE)
+  set(Python_EXECUTABLE ${GRADCOMP_TORCH_PYTHON})
+endif()
+# torch's CMake package finds its Caffe2 package and its libraries (libtorch, libc10, ...)
+# with find_package/find_library(... PATHS <its own folders>), which CMake searches after the
+# system's: on a machine that also has Debian's libtorch-dev, a wheel's package picks
+# Debian's Caffe2 targets and libc10.so (seen with torch 2.13.0). Its folders go first, and
+# no earlier configure's choice is kept.
+set(gradcomp_torch_lib_dir "")
+if(Torch_DIR)
+  get_filename_component(gradcomp_torch_cmake_dir "${Torch_DIR}/.." ABSOLUTE)
+  list(PREPEND CMAKE_PREFIX_PATH ${gradcomp_torch_cmake_dir})
+  get_filename_component(gradcomp_torch_lib_dir "${Torch_DIR}/../../../lib" ABSOLUTE)
+  if(EXISTS "${gradcomp_torch_lib_dir}/libtorch.so")
+    list(PREPEND CMAKE_LIBRARY_PATH ${gradcomp_torch_lib_dir})
+    foreach(lib TORCH c10 kineto torch_cpu torch_python)
+      unset(${lib}_LIBRARY CACHE)
+    endforeach()
+  else()
+    set(gradcomp_torch_lib_dir "")
+  endif()
+endif()
 find_package(Torch REQUIRED CONFIG)
+message(STATUS "gradcomp: torch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}")
+if(c10_LIBRARY AND EXISTS "${TORCH_INSTALL_PREFIX}/lib/libc10.so"
+   AND NOT c10_LIBRARY STREQUAL "${TORCH_INSTALL_PREFIX}/lib/libc10.so")
+  message(FATAL_ERROR "torch's CMake package at ${Torch_DIR} picked another torch's library "
+                      "${c10_LIBRARY}: configure with -DTorch_DIR=${Torch_DIR} (gradcomp then "
+                      "searches ${TORCH_INSTALL_PREFIX}/lib first) or -DGRADCOMP_TORCH_PYTHON=<python>")
+endif()
+# For gradcompConfig.cmake: a consumer finds the same torch the same way.
+set(GRADCOMP_TORCH_LIB_DIR ${gradcomp_torch_lib_dir})
+if(gradcomp_torch_lib_dir)
+  set(GRADCOMP_TORCH_CMAKE_DIR ${gradcomp_torch_cmake_dir})
+endif()
+
 add_library(gradcomp_torch INTERFACE)
 target_link_libraries(gradcomp_torch INTERFACE ${TORCH_LIBRARIES})
-# Torch's exported flags include -D_GLIBCXX_USE_CXX11_ABI; keep them.
+# torch's exported flags (Debian's carry -D_GLIBCXX_USE_CXX11_ABI; recent wheels none).
 target_compile_options(gradcomp_torch INTERFACE ${TORCH_CXX_FLAGS})
-# Gloo itself (LibTorch links it privately): the communicator asks Gloo's contexts for
-# each connection's address, to name a lost peer by rank.
-find_package(Gloo REQUIRED CONFIG)
+# ProcessGroupGloo.hpp is compiled out unless USE_C10D_GLOO is defined; torch's own
+# targets define it for their consumers only in some releases (Caffe2Targets).
+target_compile_definitions(gradcomp_torch INTERFACE USE_C10D_GLOO USE_DISTRIBUTED)
+
+# One C++ ABI for every target, torch-free ones included: a std::string crossing from the
+# core into torch-linked code must have one layout. torch says which in TORCH_CXX_FLAGS
+# (Debian) or torch._C._GLIBCXX_USE_CXX11_ABI (wheels, whose CMake package no longer does).
+set(gradcomp_cxx11_abi "")
+if(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=([01])")
+  set(gradcomp_cxx11_abi ${CMAKE_MATCH_1})
+elseif(GRADCOMP_TORCH_PYTHON)
+  execute_process(COMMAND ${GRADCOMP_TORCH_PYTHON} -c
+                          "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI), end='')"
+                  OUTPUT_VARIABLE gradcomp_cxx11_abi ERROR_QUIET)
+endif()
+if(gradcomp_cxx11_abi MATCHES "^[01]$")
+  add_compile_definitions(_GLIBCXX_USE_CXX11_ABI=${gradcomp_cxx11_abi})
+endif()
+
+# Gloo's headers, which torch's ProcessGroupGloo.hpp includes: the communicator creates
+# its own Gloo group for `gradcomp train`. Headers only: Gloo's code is inside libtorch
+# (linked by Debian's, compiled into a wheel's libtorch_cpu), and a second copy of Gloo in
+# the process would be a second set of its globals. Debian's libgloo-dev provides them;
+# pip wheels do not ship them (checked: torch 2.13.0), and Debian's match what
+# ProcessGroupGloo.hpp needs of them (its class declarations; tested in both lanes).
+unset(GRADCOMP_GLOO_INCLUDE_DIR CACHE)
+unset(GRADCOMP_GLOO_LIBRARY CACHE)
+find_path(GRADCOMP_GLOO_INCLUDE_DIR gloo/context.h HINTS ${TORCH_INSTALL_PREFIX}/include NO_CACHE)
+if(NOT GRADCOMP_GLOO_INCLUDE_DIR)
+  message(FATAL_ERROR "gradcomp_dist needs Gloo's headers (gloo/context.h), which torch's "
+                      "ProcessGroupGloo.hpp includes: apt-get install libgloo-dev")
+endif()
+# Debian's LibTorch links Gloo as a shared library of its own: symbols of Gloo's that
+# ProcessGroupGloo.hpp's inline code uses resolve there.
+find_library(GRADCOMP_GLOO_LIBRARY gloo NO_CACHE)
+if(Torch_VERSION VERSION_LESS 2 AND GRADCOMP_GLOO_LIBRARY)
+  target_link_libraries(gradcomp_torch INTERFACE ${GRADCOMP_GLOO_LIBRARY})
+endif()

@@ -14,9 +14,13 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 test -f "$work/prefix/lib/cmake/gradcomp/gradcompConfig.cmake"
 test -f "$work/prefix/include/gradcomp/torch/gradient_exchange.h"
 
-cmake -S "$src/examples/cpp" -B "$work/own" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
-cmake --build "$work/own" >/dev/null
+# The torch the build used (Debian's, or a pip wheel's, which CMake would not find alone).
+torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")
+# Quiet unless it fails (then the whole log: CMake's error comes after torch's warnings).
+quietly() { "$@" >"$work/step.log" 2>&1 || { cat "$work/step.log" >&2; return 1; }; }
+quietly cmake -S "$src/examples/cpp" -B "$work/own" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$work/prefix" -DTorch_DIR="$torch_dir"
+quietly cmake --build "$work/own"
 
 port=$((20000 + RANDOM % 20000))
 for r in 1 0; do
