@@ -20,8 +20,14 @@ tensors (DDP also rebuilds its buckets after it). Error feedback and the other m
 are kept per tensor, follow a tensor into DDP's rebuilt buckets, and are saved by
 :meth:`CompressionState.state_dict`: a run resumed from it continues exactly as an
 uninterrupted one.
+
+The ranks agree before they exchange: constructing the state is collective and compares
+the settings, and each process's first step compares the model's tensors; ranks that
+differ all raise the same ValueError naming both values. bfloat16 and float16 CPU buckets
+are exchanged as fp32 copies.
 """
 import datetime
+import functools
 import warnings
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
@@ -39,6 +45,10 @@ _THRESHOLD_CHECK_STEP = 10  # gradcomp/dist/run_checks.h kThresholdCheckStep
 
 class CompressionState:
     """The hook's state: the compressor, the layout rules, the memories and statistics.
+
+    Collective: every rank of the group constructs it at the same point, and the ranks
+    compare their settings (all but ``process_group`` and ``timeout``): ranks that differ
+    all raise ``ValueError`` naming the first setting that differs and both values.
 
     Args:
         compressor: a gradcomp spec, e.g. ``"efm(topk:ratio=0.01)"``, ``"powersgd:rank=2"``,
@@ -75,20 +85,31 @@ class CompressionState:
         total_steps: Optional[int] = None,
         timeout: datetime.timedelta = datetime.timedelta(minutes=30),
     ) -> None:
-        _C.validate_spec(compressor)
-        if not 0.0 <= dense_share <= 1.0:
-            raise ValueError(f"dense_share must be in [0, 1], got {dense_share}")
-        if min_elements < 0 or dense_steps < 0 or steps_per_epoch < 0 or seed < 0:
-            raise ValueError("min_elements, dense_steps, steps_per_epoch and seed must be >= 0")
-        if total_steps is not None and total_steps < 0:
-            raise ValueError(f"total_steps must be >= 0 or None, got {total_steps}")
+        settings = dict(
+            compressor=compressor, reducer=reducer, dense_share=dense_share,
+            min_elements=min_elements, dense_steps=dense_steps, seed=seed,
+            steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+        )
+        # A bad setting is raised only once the ranks have agreed on their settings: a
+        # rank that raised at once would leave the others waiting for it in a collective.
+        invalid = _invalid_settings(settings)
         if process_group is None:
             if not dist.is_initialized():
+                if invalid is not None:
+                    raise invalid
                 raise RuntimeError(
                     "gradcomp: torch.distributed is not initialized "
                     "(call dist.init_process_group('gloo', ...) first)"
                 )
             process_group = dist.distributed_c10d._get_default_group()
+        # Collective: the ranks agree on the settings (ValueError on every rank naming the
+        # first that differs), then the exchanger validates the spec and the reducer.
+        self._exchanger = _C.Exchanger(
+            process_group, compressor, reducer, timeout.total_seconds(),
+            _settings_fields(settings),
+        )
+        if invalid is not None:
+            raise invalid
         # As given; the exchanger's spec (self.compressor) gains the default memory of a
         # bare biased codec when gradcomp.torch.SGD attaches (efm(...) under momentum).
         self._given_compressor = compressor
@@ -98,9 +119,6 @@ class CompressionState:
         self.seed = int(seed)
         self.steps_per_epoch = int(steps_per_epoch)
         self.total_steps = None if total_steps is None else int(total_steps)
-        self._exchanger = _C.Exchanger(
-            process_group, compressor, reducer, timeout.total_seconds()
-        )
         #: Steps exchanged so far (restored by load_state_dict).
         self.step = 0
         # Tensors, by gradcomp index (the order they were first seen, the same on every
@@ -116,6 +134,15 @@ class CompressionState:
         # Memory state not in any group yet (restored, or taken from a retired group).
         self._floating: Dict[int, Dict[str, torch.Tensor]] = {}
         self._optimizer: Optional[weakref.ReferenceType] = None
+        # This process's first step is held back until its last bucket, when the ranks
+        # agree on the model (see _agree_first_step): (submission, future) per bucket, and
+        # each bucket's (gradcomp index, shape) per tensor.
+        self._agreed = False
+        self._held: List[Tuple[Any, torch.futures.Future]] = []
+        self._seen: List[List[Tuple[int, Tuple[int, ...]]]] = []
+        # The ranks' disagreement (or the failure to compare), once found: every later
+        # bucket fails with it.
+        self._refused: Optional[Exception] = None
         self._compressed_last_step = False
         # The fixed 2-bit threshold check (gradcomp/dist/run_checks.h): due at the first
         # compressed step from step 10 on, on that step's compressed gradients.
@@ -130,47 +157,113 @@ class CompressionState:
 
     def _exchange(self, bucket: dist.GradBucket) -> "torch.futures.Future[torch.Tensor]":
         buffer = bucket.buffer()
-        if buffer.dtype != torch.float32 or buffer.device.type != "cpu":
+        if buffer.dtype not in _BUCKET_DTYPES or buffer.device.type != "cpu":
             raise TypeError(
                 f"gradcomp hook: bucket {bucket.index()} holds {buffer.dtype} on "
-                f"{buffer.device}; gradcomp exchanges float32 CPU gradients (Gloo)"
+                f"{buffer.device}; gradcomp exchanges float32, bfloat16 and float16 CPU "
+                "gradients (Gloo)"
             )
-        params = bucket.parameters()
         future: torch.futures.Future = torch.futures.Future()
+        if self._refused is not None:
+            _C.fail_future(future, self._refused)
+            return future
+        # Mixed precision: the exchange (and every memory) is fp32; a bf16 or fp16 bucket
+        # is exchanged as an fp32 copy and gets the mean back in its own dtype.
+        work = buffer if buffer.dtype == torch.float32 else buffer.float()
 
-        def done(error: Optional[str]) -> None:
-            if error is None:
-                future.set_result(buffer)
-            else:
-                future.set_exception(_C.CommError(f"gradcomp exchange: {error}"))
+        def done(error: Optional[BaseException]) -> None:
+            if error is not None:
+                # The exchange's own error (gradcomp.CommError, ValueError for a
+                # non-finite gradient, ...), raised as it is by loss.backward().
+                _C.fail_future(future, error)
+                return
+            if work is not buffer:
+                buffer.copy_(work)
+            future.set_result(buffer)
 
+        submit, compressed = self._prepare(bucket, work, done)
+        if self._agreed:
+            submit()
+        else:
+            self._held.append((submit, future))
+            self._seen.append([(self._index[id(p)], tuple(p.shape)) for p in bucket.parameters()])
+        if bucket.is_last():
+            if not self._agreed and not self._agree_first_step():
+                return future
+            self._end_step(compressed)
+        return future
+
+    def _prepare(self, bucket: dist.GradBucket, work: torch.Tensor, done):
+        """The bucket's submission to the exchanger (not made yet), and whether it is a
+        compressed step."""
+        params = bucket.parameters()
         ctx = self._context()
         if self._dense is None:
             # A fresh run's first iteration: learn the tensors, average densely.
             for p in params:
                 self._index_of(p)
-            self._exchanger.submit_dense(buffer, ctx, done)
-            compressed = False
-        else:
-            key, slots = self._group(bucket.index(), params, buffer.numel())
-            compressed = self.step >= self.dense_steps
-            if compressed and self._exchanger.momentum_in_memory and self._optimizer_ref() is None:
-                raise ValueError(
-                    f"gradcomp: {self.compressor} keeps the optimizer's momentum in its memory; "
-                    "create the optimizer with gradcomp.torch.SGD(params, lr=..., momentum=..., "
-                    "state=state) so that it skips momentum on compressed tensors and the "
-                    "exchange sees its learning rate and momentum"
-                )
-            if compressed and self._threshold_check_due and self.step >= _THRESHOLD_CHECK_STEP:
-                self._threshold_grads += [
-                    g.detach().clone()
-                    for p, g in zip(params, bucket.gradients())
-                    if not self._dense[self._index[id(p)]]
-                ]
-            self._exchanger.submit(key, buffer, slots, compressed, ctx, done)
-        if bucket.is_last():
-            self._end_step(compressed)
-        return future
+            return functools.partial(self._exchanger.submit_dense, work, ctx, done), False
+        key, slots = self._group(bucket.index(), params, work.numel())
+        compressed = self.step >= self.dense_steps
+        if compressed and self._exchanger.momentum_in_memory and self._optimizer_ref() is None:
+            raise ValueError(
+                f"gradcomp: {self.compressor} keeps the optimizer's momentum in its memory; "
+                "create the optimizer with gradcomp.torch.SGD(params, lr=..., momentum=..., "
+                "state=state) so that it skips momentum on compressed tensors and the "
+                "exchange sees its learning rate and momentum"
+            )
+        if compressed and self._threshold_check_due and self.step >= _THRESHOLD_CHECK_STEP:
+            self._threshold_grads += [
+                g.detach().clone()
+                for p, g in zip(params, bucket.gradients())
+                if not self._dense[self._index[id(p)]]
+            ]
+        submit = functools.partial(self._exchanger.submit, key, work, slots, compressed, ctx, done)
+        return submit, compressed
+
+    def _agree_first_step(self) -> bool:
+        """At the last bucket of this process's first step: the ranks agree on what they
+        exchange from now on (the compressor in use, the step, the model's tensors in DDP's
+        buckets), then the held buckets go to the exchanger. Ranks that differ would issue
+        collectives of different sizes, which Gloo answers with an abort; instead every
+        rank fails every bucket with the same ValueError. Nothing was submitted yet in this
+        process, so the agreement runs here, on the caller's thread, before the exchange
+        thread issues anything. Returns whether the ranks agree (a peer lost meanwhile fails
+        the buckets with gradcomp.CommError alike)."""
+        held, self._held = self._held, []
+        try:
+            self._exchanger.agree(self._first_step_fields())
+        except Exception as e:  # noqa: BLE001 (every held bucket fails with it)
+            self._refused = e
+            for _, future in held:
+                _C.fail_future(future, e)
+            return False
+        self._agreed = True
+        self._seen = []
+        for submit, _ in held:
+            submit()
+        return True
+
+    def _first_step_fields(self) -> List[Tuple[str, str]]:
+        """What the ranks must hold alike at their first step, settings first (as
+        gradcomp/config_agreement.h wants: the first difference is the one named). A tensor
+        reads with its DDP bucket: the same model in other buckets (bucket_cap_mb differs
+        and find_unused_parameters keeps DDP from using one bucket at first) shows so."""
+        n = len(self._seen)
+        tensors = [
+            (f"tensor {i}", f"{list(shape)} in DDP bucket {b} of {n}")
+            for b, bucket in enumerate(self._seen)
+            for i, shape in bucket
+        ]
+        dense = "(learned at this step)" if self._dense is None else str(
+            [i for i, d in enumerate(self._dense) if d])
+        return [
+            ("compressor in use", self.compressor),
+            ("step", str(self.step)),
+            ("tensors", str(len(tensors))),
+            *tensors,
+            ("dense tensors (restored)", dense),
+        ]
 
     @property
     def compressor(self) -> str:
@@ -381,6 +474,48 @@ class CompressionState:
         self._floating = {int(i): dict(v) for i, v in state["memories"].items()}
 
 
+_BUCKET_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _as_text(value: Any, kind) -> str:
+    """A setting as the hook uses it (0 and 0.0, 1e-2 and 0.01 read alike), or as given
+    when it is not one (it is refused after the agreement)."""
+    try:
+        return str(kind(value))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+# How each setting of CompressionState reads in the ranks' agreement, in the order a
+# difference is reported.
+_SETTINGS = (
+    ("compressor", str), ("reducer", str), ("dense_share", float), ("min_elements", int),
+    ("dense_steps", int), ("seed", int), ("steps_per_epoch", int),
+    ("total_steps", lambda v: None if v is None else int(v)),
+)
+
+
+def _settings_fields(settings: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """The settings every rank's CompressionState must be given alike, as (name, value)."""
+    return [(name, _as_text(settings[name], kind)) for name, kind in _SETTINGS]
+
+
+def _invalid_settings(s: Dict[str, Any]) -> Optional[Exception]:
+    """The error a bad setting raises, returned (not raised); None when all are valid.
+    The exchanger validates the reducer."""
+    try:
+        _C.validate_spec(s["compressor"])
+        if not 0.0 <= s["dense_share"] <= 1.0:
+            raise ValueError(f"dense_share must be in [0, 1], got {s['dense_share']}")
+        if min(s["min_elements"], s["dense_steps"], s["steps_per_epoch"], s["seed"]) < 0:
+            raise ValueError("min_elements, dense_steps, steps_per_epoch and seed must be >= 0")
+        if s["total_steps"] is not None and s["total_steps"] < 0:
+            raise ValueError(f"total_steps must be >= 0 or None, got {s['total_steps']}")
+    except (TypeError, ValueError) as e:
+        return e
+    return None
+
+
 def hook(state: "CompressionState", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: ``ddp.register_comm_hook(state, gradcomp.torch.hook)``.
 
@@ -388,7 +523,9 @@ def hook(state: "CompressionState", bucket: dist.GradBucket) -> torch.futures.Fu
     the bucket holding their mean over all ranks. Works with any number of buckets and
     any model: the exchanges run one at a time, in bucket order, on every rank.
     A dead or stalled peer fails the future (and so ``loss.backward()``) with
-    ``gradcomp.CommError`` within the state's timeout.
+    ``gradcomp.CommError`` within the state's timeout; any other error of the exchange
+    (``ValueError`` for a non-finite gradient) fails it as itself. Buckets may be
+    float32, bfloat16 or float16 on the CPU (the last two are exchanged as fp32 copies).
     """
     return state._exchange(bucket)
 

@@ -3,6 +3,7 @@
 
 #include <torch/extension.h>
 
+#include <exception>
 #include <span>
 
 namespace gradcomp::python {
@@ -12,6 +13,11 @@ void bind_codecs(pybind11::module_& m);
 // gradcomp._C.Exchanger and gradcomp._C.dense_tensors (exchanger_bindings.cc): what
 // gradcomp.torch's DDP hook drives.
 void bind_exchanger(pybind11::module_& m);
+
+// The Python exception object a C++ exception becomes, as when a call raises it
+// (module.cc: gradcomp.CommError, ValueError, otherwise RuntimeError), message intact:
+// for errors that reach Python through a future instead of a call. Needs the GIL.
+pybind11::object python_exception(const std::exception_ptr& error);
 
 // A float32 CPU tensor's data as a span; ValueError naming `what` otherwise.
 std::span<float> float_span(const at::Tensor& t, const char* what);

@@ -2,7 +2,9 @@
 // group, with completions delivered to Python callables (gradcomp.torch completes the
 // DDP hook's futures from them). The layout rule shared with the CLI trainer
 // (gradcomp/layout.h) is exposed as dense_tensors().
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/jit/python/pybind_utils.h>
 
 #include <chrono>
 #include <map>
@@ -13,6 +15,8 @@
 #include <vector>
 
 #include "bindings.h"
+#include "gradcomp/config_agreement.h"
+#include "gradcomp/dist/config_check.h"
 #include "gradcomp/dist/exchanger.h"
 #include "gradcomp/dist/process_group.h"
 #include "gradcomp/dist/run_checks.h"
@@ -27,7 +31,8 @@ namespace gradcomp::python {
 namespace {
 
 // A Python callable that may be called and released on the exchange thread: both take
-// the GIL there.
+// the GIL there. It is called with None, or with the exception the job failed with as
+// a Python exception object (gradcomp.CommError, ValueError, ...: python_exception()).
 class PyCallback {
  public:
   explicit PyCallback(py::function f) : f_(std::move(f)) {}
@@ -37,18 +42,8 @@ class PyCallback {
   }
   void operator()(std::exception_ptr error) const {
     py::gil_scoped_acquire gil;
-    py::object message = py::none();
-    if (error) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        message = py::str(e.what());
-      } catch (...) {
-        message = py::str("unknown error in the gradcomp exchange");
-      }
-    }
     try {
-      f_(message);
+      f_(error ? python_exception(error) : py::none());
     } catch (py::error_already_set& e) {
       // Nobody above this thread could catch it: report it as Python reports errors in
       // callbacks it cannot propagate (and the future it should have completed stays
@@ -74,14 +69,19 @@ std::vector<BucketShape> shapes_of(const std::vector<Slot>& slots) {
   return out;
 }
 
+// (name, value) pairs that every rank must hold alike (gradcomp/config_agreement.h).
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
 class PyExchanger {
  public:
+  // The ranks agree on `fields` (the caller's configuration, as given) before anything
+  // is validated or built: a rank whose own check would fail must not leave the others
+  // waiting in a collective it never joins, and ranks that differ must all fail alike.
   PyExchanger(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const std::string& spec,
-              const std::string& reducer, double timeout_seconds)
+              const std::string& reducer, double timeout_seconds, const Fields& fields)
       : comm_(std::make_unique<dist::Communicator>(dist::communicator_over(
             group, std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1e3))))),
-        exchanger_(
-            std::make_unique<dist::Exchanger>(*comm_, spec, dist::parse_reducer_kind(reducer))) {}
+        exchanger_(agreed_exchanger(*comm_, fields, spec, reducer)) {}
 
   // The exchange thread takes the GIL to run completions: never wait for it, or destroy
   // it, while holding the GIL.
@@ -169,12 +169,45 @@ class PyExchanger {
     exchanger_->drain();
   }
 
+  // One allgather of `fields` on this thread; ValueError, on every rank alike, naming
+  // the first field that differs and both values. Collective: every rank calls it at the
+  // same point, and only when no job is queued (the exchange thread issues the group's
+  // other collectives; it is drained first, so nothing interleaves).
+  void agree(const Fields& fields) {
+    {
+      py::gil_scoped_release release;
+      exchanger_->drain();
+    }
+    agree_on(*comm_, fields);
+  }
+
   const dist::Exchanger& exchanger() const { return *exchanger_; }
   dist::Exchanger& exchanger() { return *exchanger_; }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
 
  private:
+  // The agreement itself (dist/config_check.h), without the GIL: it waits for the peers.
+  static void agree_on(dist::Communicator& comm, const Fields& fields) {
+    ConfigFields mine;
+    for (const auto& [name, value] : fields) mine.push_back({name, value});
+    py::gil_scoped_release release;
+    try {
+      dist::check_ranks_agree(comm, mine);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("gradcomp: ") + e.what());
+    }
+  }
+
+  // The exchanger, built once the ranks agree on `fields` (it validates spec and reducer).
+  static std::unique_ptr<dist::Exchanger> agreed_exchanger(dist::Communicator& comm,
+                                                           const Fields& fields,
+                                                           const std::string& spec,
+                                                           const std::string& reducer) {
+    agree_on(comm, fields);
+    return std::make_unique<dist::Exchanger>(comm, spec, dist::parse_reducer_kind(reducer));
+  }
+
   // The buffer stays alive (and the callable reachable) until the job has completed.
   static dist::Exchanger::Done completion(const at::Tensor& buffer, const py::function& done) {
     auto callback = std::make_shared<PyCallback>(done);
@@ -184,6 +217,27 @@ class PyExchanger {
   std::unique_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::Exchanger> exchanger_;
 };
+
+// Completes a torch future with `error` as its exception, so that waiting for it
+// (Future.wait(), or DDP's reducer at the end of loss.backward()) raises that very
+// Python exception. Future.set_exception() cannot serve a DDP hook: it completes the
+// future with the exception as its value, which DDP then fails to read as a tensor.
+// torch rethrows a python_error as the Python exception it carries.
+void fail_future(const std::shared_ptr<torch::jit::PythonFutureWrapper>& future,
+                 const py::object& error) {
+  if (!PyExceptionInstance_Check(error.ptr())) {
+    throw py::type_error("fail_future: expected an exception instance");
+  }
+  python_error carried;
+  carried.type = py::type::handle_of(error).inc_ref().ptr();
+  carried.value = error.inc_ref().ptr();
+  carried.traceback = PyException_GetTraceback(error.ptr());  // a new reference, or null
+  carried.build_message();
+  std::exception_ptr eptr = std::make_exception_ptr(std::move(carried));
+  // The future's callbacks may take the GIL.
+  py::gil_scoped_release release;
+  future->fut->setError(std::move(eptr));
+}
 
 // Which of the model's tensors stay dense under the CLI's layout rules.
 std::vector<bool> dense_tensors(
@@ -219,14 +273,19 @@ void bind_exchanger(py::module_& m) {
                           "gradcomp::dist::Exchanger over a torch.distributed process group "
                           "(used by gradcomp.torch; see its docs).")
       .def(py::init<const c10::intrusive_ptr<c10d::ProcessGroup>&, const std::string&,
-                    const std::string&, double>(),
+                    const std::string&, double, const Fields&>(),
            py::arg("process_group"), py::arg("spec"), py::arg("reducer") = "auto",
-           py::arg("timeout_seconds") = 1800.0)
+           py::arg("timeout_seconds") = 1800.0, py::arg("agree") = Fields{},
+           "Collective: the ranks first agree on `agree`'s (name, value) pairs "
+           "(ValueError on every rank naming the first difference).")
       .def("submit", &PyExchanger::submit, py::arg("key"), py::arg("buffer"), py::arg("slots"),
            py::arg("compress"), py::arg("ctx"), py::arg("done"))
       .def("submit_dense", &PyExchanger::submit_dense, py::arg("buffer"), py::arg("ctx"),
            py::arg("done"))
       .def("drain", &PyExchanger::drain)
+      .def("agree", &PyExchanger::agree, py::arg("fields"),
+           "Collective, on this thread once the queue is drained: ValueError on every rank "
+           "naming the first (name, value) pair that differs.")
       .def("take_stats", &PyExchanger::take_stats)
       .def("state", &PyExchanger::state, py::arg("key"))
       .def("restore", &PyExchanger::restore, py::arg("key"), py::arg("slots"), py::arg("saved"))
@@ -248,6 +307,9 @@ void bind_exchanger(py::module_& m) {
       .def_property_readonly("rank", &PyExchanger::rank)
       .def_property_readonly("world_size", &PyExchanger::world_size);
 
+  m.def("fail_future", &fail_future, py::arg("future"), py::arg("error"),
+        "Completes a torch.futures.Future with `error` (an exception instance), so that "
+        "waiting for it raises that exception (also inside DDP's backward).");
   m.def("dense_tensors", &dense_tensors, py::arg("params"), py::arg("min_elements"),
         py::arg("dense_share"),
         "For (name, numel, dim, rows) tuples in model order: which tensors stay dense under\n"

@@ -3,11 +3,52 @@
 // and a corrupt message are ValueError, a failed peer is gradcomp.CommError (a
 // RuntimeError), so that no C++ exception ever reaches the interpreter untranslated.
 #include "bindings.h"
+
+#include <string>
+#include <utility>
+
 #include "gradcomp/error.h"
 
 namespace py = pybind11;
 
 namespace gradcomp::python {
+
+namespace {
+
+PyObject* comm_error_type = nullptr;  // gradcomp.CommError, set when the module loads
+
+// The Python type of one of gradcomp's exceptions and its message; a null type for an
+// exception that is not gradcomp's (left to pybind11's and torch's own translations).
+std::pair<PyObject*, std::string> classify(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const CommError& e) {
+    return {comm_error_type, e.what()};
+  } catch (const InvalidArgument& e) {
+    return {PyExc_ValueError, e.what()};
+  } catch (const CorruptMessage& e) {
+    return {PyExc_ValueError, e.what()};
+  } catch (const std::exception& e) {
+    return {nullptr, e.what()};
+  } catch (...) {
+    return {nullptr, "unknown error"};
+  }
+}
+
+// The module's exception translator (pybind11 tries the next one on a rethrow).
+void translate(std::exception_ptr error) {
+  if (!error) return;
+  const auto [type, message] = classify(error);
+  if (type == nullptr) std::rethrow_exception(error);
+  PyErr_SetString(type, message.c_str());
+}
+
+}  // namespace
+
+py::object python_exception(const std::exception_ptr& error) {
+  const auto [type, message] = classify(error);
+  return py::reinterpret_borrow<py::object>(type ? type : PyExc_RuntimeError)(message);
+}
 
 std::span<float> float_span(const at::Tensor& t, const char* what) {
   if (!t.device().is_cpu() || t.scalar_type() != at::kFloat || !t.is_contiguous()) {
@@ -23,17 +64,8 @@ std::span<float> float_span(const at::Tensor& t, const char* what) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "gradcomp's C++ core: codecs and the asynchronous gradient exchange";
   static py::exception<gradcomp::CommError> comm_error(m, "CommError", PyExc_RuntimeError);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const gradcomp::CommError& e) {
-      comm_error(e.what());
-    } catch (const gradcomp::InvalidArgument& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    } catch (const gradcomp::CorruptMessage& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    }
-  });
+  gradcomp::python::comm_error_type = comm_error.ptr();
+  py::register_exception_translator(&gradcomp::python::translate);
   gradcomp::python::bind_codecs(m);
   gradcomp::python::bind_exchanger(m);
 }

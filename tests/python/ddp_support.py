@@ -7,6 +7,7 @@ functions of an importable module (they are started with the spawn method).
 from __future__ import annotations
 
 import datetime
+import importlib
 import multiprocessing as mp
 import os
 import socket
@@ -25,12 +26,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(fn, rank, world, port, outdir, args, pg_timeout):
+def _entry(fn, rank, world, port, outdir, args, pg_timeout, backend):
     torch.set_num_threads(1)
     result: dict = {}
     try:
+        if "fake" in backend:
+            # torch's test backend (registered on import) stands in for NCCL without CUDA.
+            importlib.import_module("torch.testing._internal.distributed.fake_pg")
         dist.init_process_group(
-            "gloo",
+            backend,
             init_method=f"tcp://127.0.0.1:{port}",
             rank=rank,
             world_size=world,
@@ -49,14 +53,17 @@ class RankFailed(AssertionError):
 
 
 def run(fn: Callable, world: int, *args: Any, timeout: float = 120.0,
-        pg_timeout: float = 60.0, allow_errors: bool = False) -> List[Any]:
+        pg_timeout: float = 60.0, allow_errors: bool = False,
+        backend: str = "gloo") -> List[Any]:
     """Returns each rank's result; raises RankFailed with the first failing rank's
-    traceback (unless allow_errors, which returns {'error': text} entries instead)."""
+    traceback (unless allow_errors, which returns {'error': text} entries instead).
+    `backend` is init_process_group's, e.g. "cpu:gloo,cuda:fake" (a backend per device)."""
     ctx = mp.get_context("spawn")
     port = free_port()
     with tempfile.TemporaryDirectory() as outdir:
         procs = [
-            ctx.Process(target=_entry, args=(fn, r, world, port, outdir, args, pg_timeout))
+            ctx.Process(target=_entry,
+                        args=(fn, r, world, port, outdir, args, pg_timeout, backend))
             for r in range(world)
         ]
         for p in procs:

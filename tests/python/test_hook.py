@@ -1,10 +1,13 @@
 """gradcomp.torch's DDP hook on real processes over Gloo (127.0.0.1)."""
+import re
+
 import pytest
 import torch
 
 import ddp_support
 import workers
 
+import gradcomp
 import gradcomp.torch as gc
 
 
@@ -79,8 +82,10 @@ def test_a_killed_peer_makes_the_survivor_raise():
     survivor = results[0]
     assert "ok" in survivor, survivor
     out = survivor["ok"]
-    assert out["raised"] is not None, out
+    assert out["raised"] == "CommError", out
     assert out["after"] < 30, out
+    # Gloo names the peer by address; gradcomp maps it back to the rank (socket_endpoints.h).
+    assert "lost rank 1" in out["message"], out
 
 
 def test_start_of_run_warnings_on_rank_0():
@@ -96,3 +101,66 @@ def test_start_of_run_warnings_on_rank_0():
     assert schedule0 == ""
     (w0, _), _ = ddp_support.run(workers.run_warnings, 2, "2bit", 12, 0, None)
     assert w0 == []
+
+
+# Ranks that disagree must all raise the same ValueError: ddp_support.run fails the test
+# when a rank aborts (Gloo's enforce, SIGABRT, before) or is still running at the deadline.
+MISMATCHED_SETTINGS = [
+    ("compressor", ["efm(topk:ratio=0.05)", "powersgd:rank=2"]),
+    ("compressor", ["topkk", "topk"]),  # a bad spec on one rank: refused on both, not alone
+    ("dense_share", [0.0, 0.05]),       # other layouts: aborted in Gloo at the second step
+    ("seed", [0, 1]),
+]
+
+
+@pytest.mark.parametrize("setting, values", MISMATCHED_SETTINGS,
+                         ids=[f"{s}={v[0]}/{v[1]}" for s, v in MISMATCHED_SETTINGS])
+def test_ranks_with_different_settings_are_refused_on_every_rank(setting, values):
+    results = ddp_support.run(workers.mismatched_setting, 2, setting, values, timeout=60)
+    expected = (f"gradcomp: ranks disagree on {setting}: rank 0 has {values[0]}, "
+                f"rank 1 has {values[1]}")
+    assert results == [("ValueError", expected)] * 2
+
+
+def test_ranks_with_different_models_are_refused_on_every_rank():
+    results = ddp_support.run(workers.mismatched_model, 2, timeout=60)
+    expected = re.compile(r"gradcomp: ranks disagree on tensor \d+: rank 0 has \[256, 1152\] in "
+                          r"DDP bucket \d+ of \d+, rank 1 has \[128, 1152\] in DDP bucket")
+    assert results[0] == results[1], results
+    kind, message = results[0]
+    assert kind == "ValueError" and expected.match(message), message
+
+
+def test_ranks_with_different_ddp_buckets_are_refused_on_every_rank():
+    results = ddp_support.run(workers.mismatched_buckets, 2, timeout=60)
+    assert results[0] == results[1], results
+    kind, message = results[0]
+    counts = re.match(r"gradcomp: ranks disagree on tensor \d+: rank 0 has \[[\d, ]+\] in DDP "
+                      r"bucket \d+ of (\d+), rank 1 has \[[\d, ]+\] in DDP bucket \d+ of (\d+)$",
+                      message)
+    assert kind == "ValueError" and counts, message
+    assert counts[1] != counts[2], message
+
+
+@pytest.mark.parametrize("spec, start", [("powersgd:rank=2", "powersgd: bucket "),
+                                         ("efm(topk:ratio=0.05)", "topk encode: ")])
+def test_a_nan_gradient_raises_the_exchange_error_itself(spec, start):
+    # A non-finite value is gradcomp::InvalidArgument: ValueError, as when a call raises it
+    # (not "RuntimeError: Unable to cast ... to Tensor").
+    for step, (kind, message) in ddp_support.run(workers.nan_gradient, 2, spec, timeout=60):
+        assert step == 1
+        assert kind == "ValueError", (kind, message)
+        assert message.startswith(start) and "non-finite value" in message, message
+
+
+def test_a_failed_future_raises_the_error_itself():
+    future = torch.futures.Future()
+    gc._C.fail_future(future, gradcomp.CommError("allreduce_sum: lost rank 1"))
+    with pytest.raises(gradcomp.CommError, match=r"^allreduce_sum: lost rank 1$"):
+        future.wait()
+
+
+def test_a_float64_bucket_is_refused():
+    for kind, message in ddp_support.run(workers.float64_bucket, 2, timeout=60):
+        assert ("gradcomp hook: bucket 0 holds torch.float64 on cpu; gradcomp exchanges "
+                "float32, bfloat16 and float16 CPU gradients") in message, (kind, message)

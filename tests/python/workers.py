@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 import time
 
@@ -14,16 +15,16 @@ import gradcomp
 import gradcomp.torch as gc
 
 
-def small_model(seed: int = 0) -> nn.Module:
+def small_model(seed: int = 0, hidden: int = 256) -> nn.Module:
     """Several DDP buckets at bucket_cap_mb=0.1; a conv kernel (32 rows), matrices, biases."""
     torch.manual_seed(seed)
     return nn.Sequential(
         nn.Conv2d(4, 32, 3, padding=1),   # 1152 weights: compressible, 32 rows
         nn.ReLU(),
         nn.Flatten(),
-        nn.Linear(32 * 6 * 6, 256),       # 294912: a bucket of its own
+        nn.Linear(32 * 6 * 6, hidden),    # 294912: a bucket of its own
         nn.ReLU(),
-        nn.Linear(256, 128),
+        nn.Linear(hidden, 128),
         nn.ReLU(),
         nn.Linear(128, 10),
     )
@@ -36,8 +37,17 @@ def batch(rank: int, step: int, n: int = 16):
     return x, y
 
 
-def ddp(model: nn.Module) -> DDP:
-    return DDP(model, bucket_cap_mb=0.1)
+def ddp(model: nn.Module, bucket_cap_mb: float = 0.1) -> DDP:
+    return DDP(model, bucket_cap_mb=bucket_cap_mb)
+
+
+def raised(fn):
+    """(type name, message) of what fn() raises; None when it returns."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 (reported to the test)
+        return type(e).__name__, str(e)
+    return None
 
 
 def _grads(model):
@@ -217,3 +227,116 @@ def run_warnings(rank, world, spec, steps, steps_per_epoch, total_steps):
         warnings.simplefilter("always")
         _run_steps(model, opt, rank, 0, steps)
     return [str(w.message) for w in caught if "gradcomp:" in str(w.message)], state.schedule
+
+
+def _train(model, rank, settings, steps):
+    state = gc.CompressionState(**settings)
+    model.register_comm_hook(state, gc.hook)
+    _run_steps(model, gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state), rank, 0,
+               steps)
+
+
+def mismatched_setting(rank, world, setting, values):
+    """Two steps under a CompressionState whose `setting` is values[rank]: what the rank
+    raised, (type name, message)."""
+    settings = dict(compressor="efm(topk:ratio=0.05)", dense_share=0.0)
+    settings[setting] = values[rank]
+    return raised(lambda: _train(ddp(small_model()), rank, settings, 2))
+
+
+def _ddp_without_its_own_check(model: nn.Module) -> DDP:
+    """DDP without its start-up collectives (its check of the parameters' shapes across
+    ranks, the broadcast of rank 0's weights): torch 2's init_sync=False; switched off by
+    hand in torch 1.13, which has no such flag."""
+    if "init_sync" in inspect.signature(DDP.__init__).parameters:
+        return DDP(model, bucket_cap_mb=0.1, init_sync=False)
+    import torch.nn.parallel.distributed as ddp_module
+
+    ddp_module._verify_param_shape_across_processes = lambda *args, **kwargs: None
+    ddp_module._sync_module_states = lambda *args, **kwargs: None
+    return ddp(model)
+
+
+def mismatched_model(rank, world):
+    """Ranks whose models differ in one hidden width (DDP's own shape check off, so that
+    only the hook stands between them and Gloo): what each rank raised."""
+    model = _ddp_without_its_own_check(small_model(hidden=256 if rank == 0 else 128))
+    settings = dict(compressor="efm(topk:ratio=0.05)", dense_share=0.0)
+    return raised(lambda: _train(model, rank, settings, 2))
+
+
+def mismatched_buckets(rank, world):
+    """The same model in DDP buckets of different sizes on the two ranks: bucket_cap_mb
+    differs, which DDP does not check. (Its first iteration has one bucket of everything
+    unless find_unused_parameters; it rebuilds the buckets after it as rank 0's.)"""
+    model = DDP(small_model(), bucket_cap_mb=0.1 if rank == 0 else 25.0,
+                find_unused_parameters=True)
+    settings = dict(compressor="efm(topk:ratio=0.05)", dense_share=0.0)
+    return raised(lambda: _train(model, rank, settings, 2))
+
+
+def nan_gradient(rank, world, spec):
+    """A NaN in every rank's input at step 1: the step and what loss.backward() raised."""
+    model = ddp(small_model())
+    state = gc.CompressionState(spec, dense_share=0.0)
+    model.register_comm_hook(state, gc.hook)
+    opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+    for step in range(3):
+        x, y = batch(rank, step)
+        if step == 1:
+            x[0, 0, 0, 0] = float("nan")
+        opt.zero_grad()
+        error = raised(lambda: nn.functional.cross_entropy(model(x), y).backward())
+        if error is not None:
+            return step, error
+        opt.step()
+    return None
+
+
+def float64_bucket(rank, world):
+    model = ddp(small_model().double())
+    model.register_comm_hook(gc.CompressionState("none"), gc.hook)
+    x, y = batch(rank, 0)
+    return raised(lambda: nn.functional.cross_entropy(model(x.double()), y).backward())
+
+
+def mixed_precision_equals_ddp(rank, world, dtype, spec, steps):
+    """A bfloat16 or float16 model through the hook against DDP's own averaging in that
+    dtype: per step, the worst difference over tensors in units of the dtype's eps times
+    the tensor's largest mean gradient."""
+    dtype = getattr(torch, dtype)
+    ours, theirs = ddp(small_model().to(dtype)), ddp(small_model().to(dtype))
+    ours.register_comm_hook(gc.CompressionState(spec, dense_share=0.0), gc.hook)
+    eps = torch.finfo(dtype).eps
+    worst = []
+    for step in range(steps):
+        x, y = batch(rank, step)
+        for m in (ours, theirs):
+            m.zero_grad()
+            nn.functional.cross_entropy(m(x.to(dtype)), y).backward()
+        worst.append(0.0)
+        for a, b in zip(_grads(ours), _grads(theirs)):
+            assert a.dtype == dtype, a.dtype
+            scale = eps * b.float().abs().max().item()
+            worst[-1] = max(worst[-1], (a.float() - b.float()).abs().max().item() / scale)
+    return worst
+
+
+def mixed_precision_trains(rank, world, dtype, spec, steps):
+    """train_spec on a bfloat16 or float16 model; also the dtypes of the hook's memories."""
+    dtype = getattr(torch, dtype)
+    model = ddp(small_model().to(dtype))
+    state = gc.CompressionState(spec, dense_share=0.0, seed=7)
+    model.register_comm_hook(state, gc.hook)
+    opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+    losses = []
+    for step in range(steps):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x.to(dtype)), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    flat = torch.cat([p.detach().float().flatten() for p in model.parameters()])
+    memories = state.state_dict()["memories"].values()
+    return losses, flat, {str(t.dtype) for m in memories for t in m.values()}
