@@ -7,13 +7,22 @@
 #   scripts/install-deps.sh --netlab   also the network lab's extras (scripts/bench-net.sh,
 #                                      netlab-faults.sh): iproute2, nftables, iptables,
 #                                      libnetfilter-queue-dev, iputils-ping
+#   scripts/install-deps.sh --torch2   also .venv-torch2/: the machine's python3 with a pip
+#                                      wheel of torch 2.x (GRADCOMP_TORCH2_VERSION, default
+#                                      2.13.0, the CPU wheel these machines keep on disk),
+#                                      and what the torch 2.x test lane installs with
+#                                      (scikit-build-core) and tests with (pytest, numpy),
+#                                      all from PyPI
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 netlab=0
+torch2=0
 for arg in "$@"; do
   case $arg in
     --netlab) netlab=1 ;;
-    *) echo "install-deps: unknown option '$arg' (known: --netlab)" >&2; exit 2 ;;
+    --torch2) torch2=1 ;;
+    *) echo "install-deps: unknown option '$arg' (known: --netlab, --torch2)" >&2; exit 2 ;;
   esac
 done
 
@@ -34,7 +43,7 @@ packages=(
   zlib1g-dev dataset-fashion-mnist
   # the Python package (gradcomp.torch, a DDP communication hook) and its tests: the
   # same LibTorch for /usr/bin/python3, pybind11 to bind it, numpy and pytest
-  python3-torch python3-dev python3-numpy pybind11-dev python3-pytest
+  python3-torch python3-dev python3-numpy pybind11-dev python3-pytest python3-venv
 )
 if [ "$netlab" = 1 ]; then
   # namespaces, veth and tc; where the kernel has no netem, the delay line
@@ -51,17 +60,33 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "install-deps: done"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  SUDO="sudo"
+if [ "$torch2" = 1 ]; then
+  # Not /usr/bin/python3 (Debian's, with its torch 1.13): the python3 on PATH, as a user's.
+  version=${GRADCOMP_TORCH2_VERSION:-2.13.0}
+  venv=.venv-torch2
+  if ! "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core, sys; \
+sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
+    echo "install-deps: $venv with torch $version (pip)"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch==$version" \
+      numpy pytest 'scikit-build-core>=0.10' 2>&1 | grep -v "^WARNING: Location" || true
+    "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core" || {
+      echo "install-deps: $venv: torch $version, numpy, pytest or scikit-build-core did not install" >&2
+      exit 1
+    }
+  fi
+  echo "install-deps: $venv: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
 fi
-
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "install-deps: done"

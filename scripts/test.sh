@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs dependencies, builds every target in
-# build/ (reusing what scripts/run.sh built there), runs every ctest, then builds the core
-# with clang, AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/), runs the
-# core tests under them and runs every fuzz target for a short while (libFuzzer). Exits
-# non-zero on the first failure.
+# build/ against Debian's torch 1.13 (reusing what scripts/run.sh built there) and runs
+# every ctest; then the torch 2.x lane (scripts/test-torch2.sh: a pip wheel of torch 2.13.0
+# in .venv-torch2, `pip install .` into it, the C++ exchange, Python and installed-package
+# tests against it); then builds the core with clang, AddressSanitizer and
+# UndefinedBehaviorSanitizer (build-sanitize/), runs the core tests under them and runs
+# every fuzz target for a short while (libFuzzer). Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${GRADCOMP_JOBS:-2}
@@ -31,6 +33,9 @@ CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebI
 
 echo "== tests (Release) (at ${SECONDS} s)"
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== torch 2.x lane (at ${SECONDS} s)"
+bash scripts/test-torch2.sh
 
 # Built after the Release tests, not beside them: built at nice 19 during them (tried
 # 2026-11-26), it slowed them more than it saved (cli.train 77 -> 120 s; the whole command

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,7 @@ void run_group(int world, int die_rank, int die_step) {
   Group g;
   spawn_group(g, world, die_rank, die_step, Fault::kExit);
   const std::vector<int> codes = wait_group(g, -1);
+  int named_the_dead = 0;
   for (int r = 0; r < world; ++r) {
     const int code = codes[static_cast<std::size_t>(r)];
     const std::string log = slurp(g.logs[static_cast<std::size_t>(r)]);
@@ -64,14 +66,21 @@ void run_group(int world, int die_rank, int die_step) {
       EXPECT_EQ(code, 0) << "rank " << r << " of a healthy group: " << log;
     } else {
       EXPECT_EQ(code, 3) << "rank " << r << " should exit with CommError (-1: hung): " << log;
-      // The surviving rank's own line names the rank that died, by rank.
-      EXPECT_NE(log.find("lost rank " + std::to_string(die_rank) + ": "), std::string::npos)
-          << "rank " << r << ": " << log;
+      // Each survivor's own line names a lost rank, by rank: the one that died or -- when
+      // this survivor was waiting on another survivor that failed first and exited (a
+      // ring sends right and receives left) -- that one, which is gone too.
+      const auto at = log.find("lost rank ");
+      ASSERT_NE(at, std::string::npos) << "rank " << r << ": " << log;
+      const int lost = std::atoi(log.c_str() + at + 10);
+      ASSERT_TRUE(lost >= 0 && lost < world && lost != r) << log;
+      EXPECT_TRUE(lost == die_rank || codes[static_cast<std::size_t>(lost)] == 3) << log;
+      named_the_dead += lost == die_rank ? 1 : 0;
       EXPECT_NE(log.find("(on rank " + std::to_string(r) + " of " + std::to_string(world) + ")"),
                 std::string::npos)
           << log;
     }
   }
+  if (die_rank >= 0) EXPECT_GE(named_the_dead, 1) << "no survivor named rank " << die_rank;
 }
 
 TEST(DistDeadPeer, HealthyGroupOfProcessesCompletes) { run_group(3, -1, 0); }
