@@ -14,7 +14,8 @@ cat <<'HDR'
 `gradcomp` binary itself (no LibTorch; it starts in milliseconds); `train`, `eval`,
 `bench codec --torch` and `bench scheme` run in `gradcomp-torch`, the binary beside it, which `gradcomp` execs with
 the same arguments. Every error ends the program with one line `gradcomp: <message>` on stderr
-and exit status 1; `train` exits with its workers' status.
+and exit status 1. `train` checks all its flags, and the flags against each other, before it
+starts a worker, so a bad value is that one line too; otherwise it exits with its workers' status.
 
 The sections below are the programs' own `--help`.
 HDR

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,11 +13,11 @@
 
 #include "gradcomp/dist/config_check.h"
 #include "gradcomp/dist/run_checks.h"
-#include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"
 #include "gradcomp/launch.h"
 #include "gradcomp/registry.h"
+#include "train/job_checks.h"
 #include "train/job_config.h"
 #include "train/server_checkpoints.h"
 
@@ -36,7 +35,7 @@ bool is_distributed_worker(const JobOptions& o) {
   const auto& f = o.rendezvous;
   if (f.rank || f.world_size || f.master_addr || f.master_port) return true;
   if (env_set(launch::kLauncherPidEnv)) return true;
-  if (o.workers > 0) return false;  // an explicit local launch wins over ambient variables
+  if (o.workers) return false;  // an explicit local launch wins over ambient variables
   return env_set("RANK") || env_set("OMPI_COMM_WORLD_RANK") || env_set("SLURM_PROCID");
 }
 
@@ -94,71 +93,6 @@ dist::Communicator connect(const dist::RendezvousConfig& rc) {
 }
 
 bool is_ps(const JobOptions& o) { return o.topology != dist::Topology::kAllreduce; }
-
-void check_ps_options(const JobOptions& o) {
-  if (!is_ps(o)) return;
-  if (o.servers < 1) throw InvalidArgument("--servers must be >= 1");
-  if (o.reducer != dist::ReducerKind::kAuto) {
-    throw InvalidArgument("--reducer applies to --topology allreduce only");
-  }
-  const std::string name = parse_spec(o.compressor).name;
-  if (dist::find_scheme(name) != nullptr &&
-      !(name == "sketched-sgd" && o.topology == dist::Topology::kPsSync)) {
-    throw InvalidArgument("--compressor " + o.compressor +
-                          " is a reducer scheme of its own; it runs with --topology allreduce" +
-                          (name == "sketched-sgd" ? " or ps-sync" : ""));
-  }
-  if (o.topology == dist::Topology::kPsAsync && dist::find_scheme(name) == nullptr &&
-      builtin_registry().make_memory(o.compressor, 1)->carries_momentum()) {
-    throw InvalidArgument("--compressor " + o.compressor +
-                          " carries the optimizer's momentum, but on ps-async the servers "
-                          "apply it: it would be applied twice (use it with ps-sync)");
-  }
-  if (name == "sketched-sgd" && o.downlink == dist::Downlink::kCompressed) {
-    throw InvalidArgument(
-        "--ps-downlink compressed: sketched-sgd's reply is already the sparse "
-        "top k; use the dense downlink");
-  }
-  if (o.max_staleness >= 0 && o.topology != dist::Topology::kPsAsync) {
-    throw InvalidArgument("--max-staleness applies to --topology ps-async only");
-  }
-}
-
-// DGC, Sketched-SGD and FetchSGD keep the momentum of their compressed tensors
-// themselves (the optimizer skips it there but applies its own to the dense tensors):
-// a spec whose momentum differs from --momentum would train the two parts of the model
-// with different momenta, silently. efm(...) reads --momentum and cannot disagree.
-void check_spec_momentum(const JobOptions& o) {
-  const SpecNode node = parse_spec(o.compressor);
-  Params p;
-  bool has_nesterov = false;
-  if (const dist::SchemeInfo* scheme = dist::find_scheme(node.name)) {
-    const bool has_momentum = std::any_of(scheme->params.begin(), scheme->params.end(),
-                                          [](const ParamDef& d) { return d.key == "momentum"; });
-    if (!has_momentum) return;
-    p = resolve_params(node.name, scheme->params, node);
-  } else if (node.name == "dgc") {
-    p = resolve_params(node.name, builtin_registry().find_memory("dgc")->params, node);
-    if (!p.get_bool("correction")) return;  // the optimizer keeps its own momentum
-    has_nesterov = true;
-  } else {
-    return;
-  }
-  const double m = p.get_float("momentum");
-  const double want = o.train.sgd.momentum;
-  if (std::abs(m - want) > 1e-9 * std::max(1.0, std::abs(want))) {
-    throw InvalidArgument("--compressor " + o.compressor + ": its momentum " + json_number(m) +
-                          " differs from --momentum " + json_number(want) + "; " + node.name +
-                          " applies momentum in place of the optimizer, so they must agree "
-                          "(write momentum=" +
-                          json_number(want) + " in the spec)");
-  }
-  if (has_nesterov && p.get_bool("nesterov") != o.train.sgd.nesterov) {
-    throw InvalidArgument(
-        "--compressor " + o.compressor + ": nesterov=" + (p.get_bool("nesterov") ? "1" : "0") +
-        " but --nesterov is " + (o.train.sgd.nesterov ? "on" : "off") + "; they must agree");
-  }
-}
 
 // --resume with several ranks: every synchronous worker must start from the same step.
 // Each keeps its last two checkpoints (rank-R.ckpt and rank-R.ckpt.prev), so a run killed while
@@ -313,10 +247,6 @@ void write_ps_metrics(const JobOptions& o, const dist::PsConfig& pc,
 int run_worker(const JobOptions& o, std::ostream& out) {
   launch::die_with_launcher();
   const dist::RendezvousConfig rc = dist::rendezvous_from_env(o.rendezvous);
-  // Validate the compressor before anyone connects: a typo should not cost a timeout.
-  dist::validate_compressor_spec(o.compressor);
-  check_spec_momentum(o);
-  check_ps_options(o);
   std::optional<dist::PsConfig> pc;
   if (is_ps(o)) {
     pc = ps_config(o, rc.world_size);
@@ -387,21 +317,18 @@ int run_worker(const JobOptions& o, std::ostream& out) {
   return 0;
 }
 
-int run_local_launch(const JobOptions& o, std::ostream& err) {
+// `workers` local workers (and, for a parameter server, o.servers servers beside them).
+int run_local_launch(const JobOptions& o, int workers, std::ostream& err) {
+  // A parameter server run starts its servers too: ranks workers .. workers+servers-1.
+  const int world = workers + (is_ps(o) ? o.servers : 0);
   // Only the timeout matters here (the port is the store's own, picked below).
   const dist::RendezvousConfig base =
       dist::rendezvous_from_env(dist::RendezvousFlags{.rank = "0",
-                                                      .world_size = std::to_string(o.workers),
+                                                      .world_size = std::to_string(world),
                                                       .master_addr = "127.0.0.1",
                                                       .master_port = "1",
                                                       .timeout_ms = o.rendezvous.timeout_ms,
                                                       .interface = std::nullopt});
-  // Fail on a bad compressor or data set here, once, not in N workers.
-  dist::validate_compressor_spec(o.compressor);
-  check_spec_momentum(o);
-  check_ps_options(o);
-  // A parameter server run starts its servers too: ranks workers .. workers+servers-1.
-  const int world = o.workers + (is_ps(o) ? o.servers : 0);
   const dist::Store store = dist::Store::tcp_server("127.0.0.1", 0, world, base.timeout);
   const std::string port = std::to_string(store.port());
 
@@ -427,8 +354,8 @@ int run_local_launch(const JobOptions& o, std::ostream& err) {
   if (res.exit_code != 0) {
     std::string role;
     if (is_ps(o) && res.failed_rank >= 0) {
-      role = res.failed_rank >= o.workers
-                 ? " (server " + std::to_string(res.failed_rank - o.workers) + ")"
+      role = res.failed_rank >= workers
+                 ? " (server " + std::to_string(res.failed_rank - workers) + ")"
                  : " (worker " + std::to_string(res.failed_rank) + ")";
     }
     err << "gradcomp: training failed: " << res.message << role
@@ -518,13 +445,20 @@ std::string job_compressor(const JobOptions& o) {
   return builtin_registry().with_default_memory(o.compressor, m);
 }
 
+std::optional<int> local_workers(const JobOptions& o) {
+  if (is_distributed_worker(o)) return std::nullopt;
+  return o.workers.value_or(std::max(1, o.default_workers));
+}
+
 int run_job(const JobOptions& options, std::ostream& out, std::ostream& err) {
-  if (options.workers < 0) throw InvalidArgument("--workers must be >= 1");
   JobOptions local = options;
   local.compressor = job_compressor(options);
-  if (is_distributed_worker(local)) return run_worker(local, out);
-  if (local.workers == 0) local.workers = std::max(1, local.default_workers);
-  if (local.workers > 1) return run_local_launch(local, err);
+  // Here, before anything starts: the local launcher refuses a bad value with one line
+  // instead of every worker printing it. Its workers pass it again, harmlessly.
+  validate_job_options(local);
+  const std::optional<int> workers = local_workers(local);
+  if (!workers) return run_worker(local, out);
+  if (*workers > 1) return run_local_launch(local, *workers, err);
   // One process: a world of one, whatever the environment says.
   local.rendezvous.rank = "0";
   local.rendezvous.world_size = "1";

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -37,7 +38,7 @@ struct JobOptions {
   dist::Downlink downlink = dist::Downlink::kDense;
   int max_staleness = -1;
   std::size_t split_elements = dist::kDefaultSplitElements;
-  int workers = 0;                   // --workers: >0 requests a local launch of that many
+  std::optional<int> workers;        // --workers: a local launch of that many (given: >= 1)
   int default_workers = 1;           // local workers when neither --workers nor a rendezvous
   bool threads_given = false;        // --threads was set (else cores / local workers)
   dist::RendezvousFlags rendezvous;  // --rank --world-size --master-addr --master-port ...
@@ -48,9 +49,15 @@ struct JobOptions {
 data::Dataset load_dataset(const DataOptions& d, data::Split split, std::uint64_t seed);
 
 // Runs the job; returns the process exit status. Errors in this process throw
-// (gradcomp::Error); a failed local worker makes the launcher return non-zero after
+// (gradcomp::Error): a bad options value before anything starts (validate_job_options,
+// train/job_checks.h); a failed local worker makes the launcher return non-zero after
 // printing which rank failed.
 int run_job(const JobOptions& options, std::ostream& out, std::ostream& err);
+
+// The workers this process runs itself: --workers, else the default, when it is the
+// local launcher or a single process; nullopt when it is a rank of a run started
+// elsewhere (rendezvous flags, torchrun / mpirun / Slurm variables, the local launcher's).
+std::optional<int> local_workers(const JobOptions& options);
 
 // The final report table (printed on rank 0).
 void print_report(std::ostream& out, const TrainSummary& s, const JobOptions& options, int world);

@@ -140,7 +140,11 @@ class ResNet20 final : public Model {
 
 std::string known_models() { return "lenet5, mlp, resnet20"; }
 
-std::vector<std::int64_t> parse_widths(std::string_view s) {
+bool is_known_model(std::string_view name) {
+  return name == "lenet5" || name == "mlp" || name == "resnet20";
+}
+
+std::vector<std::int64_t> parse_widths(std::string_view s, std::string_view what) {
   std::vector<std::int64_t> out;
   std::size_t pos = 0;
   while (pos <= s.size()) {
@@ -149,8 +153,8 @@ std::vector<std::int64_t> parse_widths(std::string_view s) {
     std::int64_t v = 0;
     const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
     if (tok.empty() || ec != std::errc() || end != tok.data() + tok.size() || v <= 0) {
-      throw InvalidArgument("mlp widths: '" + std::string(tok) + "' in '" + std::string(s) +
-                            "' is not a positive integer");
+      throw InvalidArgument(std::string(what) + ": '" + std::string(tok) + "' in '" +
+                            std::string(s) + "' is not a positive integer");
     }
     out.push_back(v);
     pos = comma + 1;

@@ -38,9 +38,11 @@ class Model : public torch::nn::Module {
 // too small for the architecture.
 std::shared_ptr<Model> make_model(const ModelConfig& config);
 
-// "1536,1536" -> {1536, 1536}; InvalidArgument on anything else.
-std::vector<std::int64_t> parse_widths(std::string_view s);
+// "1536,1536" -> {1536, 1536}; InvalidArgument on anything else, its message starting with
+// `what` (the flag the list came from: --mlp-hidden, --milestones).
+std::vector<std::int64_t> parse_widths(std::string_view s, std::string_view what = "mlp widths");
 
-std::string known_models();  // "lenet5, mlp, resnet20"
+std::string known_models();                  // "lenet5, mlp, resnet20"
+bool is_known_model(std::string_view name);  // one of known_models()
 
 }  // namespace gradcomp::train

@@ -75,8 +75,8 @@ LrDecay parse_lr_decay(std::string_view s) {
   if (s == "constant") return LrDecay::kConstant;
   if (s == "step") return LrDecay::kStep;
   if (s == "cosine") return LrDecay::kCosine;
-  throw InvalidArgument("lr decay: unknown '" + std::string(s) +
-                        "' (known: constant, step, cosine)");
+  throw InvalidArgument("--lr-decay " + std::string(s) +
+                        ": unknown (known: constant, step, cosine)");
 }
 
 LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options)) {

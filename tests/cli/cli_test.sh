@@ -192,6 +192,107 @@ run_err "missing required flag" "required" "$GRADCOMP" codec encode --spec none 
 run_err "no command" "subcommand" "$GRADCOMP"
 run_err "unknown command" "nosuchcommand" "$GRADCOMP" nosuchcommand
 run_err "bad number" "size" "$GRADCOMP" bench codec --size abc
+# Unsigned flags: CLI11 would read -1 as 2^64 - 1.
+run_err "negative unsigned (codec encode --seed)" "^gradcomp: --seed: -1 is not an integer >= 0" \
+  "$GRADCOMP" codec encode --spec none --in g.f32 --out out.f32 --seed -1
+run_err "negative unsigned (codec encode --step)" "^gradcomp: --step: -3 is not an integer >= 0" \
+  "$GRADCOMP" codec encode --spec none --in g.f32 --out out.f32 --step -3
+run_err "negative unsigned (bench codec --seed)" "^gradcomp: --seed: -1 is not an integer >= 0" \
+  "$GRADCOMP" bench codec --size 1000 --spec none --seed -1
+run_err "eval --poll-ms 0" "^gradcomp: --poll-ms: 0 is not an integer >= 1" \
+  "$GRADCOMP" eval --checkpoint-dir "$WORK" --poll-ms 0
+run_err "eval --idle-seconds -1" "^gradcomp: --idle-seconds: -1 is not a number >= 0" \
+  "$GRADCOMP" eval --checkpoint-dir "$WORK" --idle-seconds -1
+run_err "eval --seed -1" "^gradcomp: --seed: -1 is not an integer >= 0" \
+  "$GRADCOMP" eval --checkpoint-dir "$WORK" --seed -1
+
+# ---- train: every bad flag value refused once, before any worker starts (issue 32) --
+# The launcher checks the whole options value first; it used to start the workers, each
+# of which printed the same error (4 lines), and --workers 0 ran 4 workers.
+# The job leaves --workers (4 by default) and --batch-size (64) at their defaults, so that
+# a case's flag is given once (CLI11 reports both values of a repeated flag it cannot read).
+train_job=(--dataset synthetic --synthetic-train 512 --mlp-hidden 16 --steps 2 --seed 7
+           --timeout-ms 8000)
+if "$GRADCOMP" train --workers 2 "${train_job[@]}" > out.txt 2> err.txt &&
+   grep -q "== gradcomp train report ==" out.txt; then
+  pass "train: the job the bad values are added to runs"
+else fail "train: the base job of the bad-value tests"; cat err.txt; fi
+# train_err EXPECTED FLAG...: `train <job> FLAG...` exits 1 within 5 s (a launch alone
+# takes longer), prints nothing on stdout (rank 0's lines), and exactly one stderr line,
+# which contains EXPECTED (fixed text naming the flag and the value). A worker that
+# started would print a line of its own, and the launcher "training failed: rank ...".
+train_err() {
+  local want=$1 name="train ${*:2}" started rc lines took
+  shift
+  started=$(date +%s%N)
+  "$GRADCOMP" train "${train_job[@]}" "$@" > out.txt 2> err.txt
+  rc=$?
+  took=$(( ($(date +%s%N) - started) / 1000000 ))
+  lines=$(wc -l < err.txt)
+  if [ "$rc" -ne 1 ]; then fail "$name: exit $rc, expected 1"; cat err.txt; return; fi
+  if [ "$lines" -ne 1 ]; then fail "$name: $lines stderr lines, expected 1"; cat err.txt; return; fi
+  if ! grep -q '^gradcomp: ' err.txt; then fail "$name: no 'gradcomp: ' prefix"; cat err.txt; return; fi
+  if ! grep -qF -- "$want" err.txt; then fail "$name: stderr lacks '$want'"; cat err.txt; return; fi
+  if [ -s out.txt ]; then fail "$name: a worker ran (stdout not empty)"; cat out.txt; return; fi
+  if grep -qE 'training failed|rank [0-9]' err.txt; then fail "$name: a worker's error"; cat err.txt; return; fi
+  if [ "$took" -ge 5000 ]; then fail "$name: took ${took} ms"; return; fi
+  pass "$name (${took} ms): $(cat err.txt)"
+}
+train_err "--workers: 0 is not an integer in [1, 65536]" --workers 0
+train_err "--workers: -2 is not an integer in [1, 65536]" --workers -2
+train_err "--workers: 70000 is not an integer in [1, 65536]" --workers 70000
+train_err "--workers = 3x" --workers 3x
+train_err "--epochs: -1 is not an integer >= 1" --epochs -1
+train_err "--epochs: 0 is not an integer >= 1" --epochs 0
+train_err "--epochs = 3x" --epochs 3x
+train_err "--steps: -1 is not an integer >= 0" --steps -1
+train_err "--batch-size: 0 is not an integer >= 1" --batch-size 0
+train_err "--batch-size = 3.5" --batch-size 3.5
+train_err "--batch-size: 129 is not in [1, 128] (the smallest worker's shard: --synthetic-train 512 over 4 workers)" \
+  --batch-size 129
+train_err "--batch-size: 200 is not in [1, 170] (the smallest worker's shard: --synthetic-train 512 over 3 workers)" \
+  --workers 3 --batch-size 200
+train_err "--lr: -1 is not a number > 0" --lr -1
+train_err "--lr: 0 is not a number > 0" --lr 0
+train_err "--lr: nan is not a number > 0" --lr nan
+train_err "--lr = 0.1x" --lr 0.1x
+train_err "--momentum: 1 is not a number in [0, 1)" --momentum 1
+train_err "--momentum: -0.5 is not a number in [0, 1)" --momentum -0.5
+train_err "--nesterov needs --momentum > 0" --momentum 0 --nesterov
+train_err "--weight-decay: -0.001 is not a number >= 0" --weight-decay -0.001
+train_err "--warmup-steps: -1 is not an integer >= 0" --warmup-steps -1
+train_err "--lr-decay linear: unknown (known: constant, step, cosine)" --lr-decay linear
+train_err "--milestones: 3,2 is not in increasing order" --lr-decay step --milestones 3,2
+train_err "--milestones: 'x' in '3,x' is not a positive integer" --milestones 3,x
+train_err "--gamma: 0 is not a number > 0" --gamma 0
+train_err "--dense-steps: -1 is not an integer >= 0" --dense-steps -1
+train_err "--bucket-mb: -1 is not a number >= 0" --bucket-mb -1
+train_err "--min-group-mb: -1 is not a number >= 0" --min-group-mb -1
+train_err "--min-elements: -5 is not an integer >= 0" --min-elements -5
+train_err "--dense-share: Value 1.5 not in range" --dense-share 1.5
+train_err "--dense-share: nan is not a number in [0, 1]" --dense-share nan
+train_err "--threads: 0 is not an integer >= 1" --threads 0
+train_err "--blas-threads: -1 is not an integer >= 0" --blas-threads -1
+train_err "--seed: -1 is not an integer >= 0" --seed -1
+train_err "--synthetic-train: 0 is not an integer >= 1" --synthetic-train 0
+train_err "--mlp-hidden: '0' in '16,0' is not a positive integer" --mlp-hidden 16,0
+train_err "--model: vgg is not one of lenet5, mlp, resnet20" --model vgg
+train_err "--dataset: imagenet is not one of fashion-mnist, mnist, cifar10, synthetic" --dataset imagenet
+train_err "--dataset mnist needs --data-dir" --dataset mnist
+train_err "--data-dir: $WORK/none is not a directory" --dataset fashion-mnist --data-dir "$WORK/none"
+train_err "--servers: 0 is not an integer in [1, 65535]" --topology ps-sync --servers 0
+train_err "--max-staleness: -5 is not -1 (never) or an integer >= 0" --topology ps-async --max-staleness -5
+train_err "--max-staleness applies to --topology ps-async only" --max-staleness 2
+train_err "--ps-split-elements: -1 is not an integer >= 0" --topology ps-sync --ps-split-elements -1
+train_err "--topology ring: unknown" --topology ring
+train_err "reducer: unknown kind 'ring'" --reducer ring
+train_err "--reducer applies to --topology allreduce only" --topology ps-sync --reducer dense
+train_err "unknown codec 'nosuch'" --compressor nosuch
+train_err "--resume needs --checkpoint-dir" --resume
+train_err "--timeout-ms=0 outside [1, 86400000]" --timeout-ms 0
+train_err "--timeout-ms='soon' is not an integer" --timeout-ms soon
+# With a rendezvous flag this process is one rank of a larger run: one process, one line.
+train_err "--master-port=70000 outside [1, 65535]" --master-port 70000
 
 # ---- bench ------------------------------------------------------------------------
 run_ok "bench codec --json --torch" "$GRADCOMP" bench codec --size 100000 --repeats 1 --json --torch

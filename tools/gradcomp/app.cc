@@ -59,6 +59,38 @@ CLI::Validator non_negative_number() {
       "NUMBER>=0");
 }
 
+CLI::Validator integer_at_least(long long min) {
+  return CLI::Validator(
+      [min](std::string& value) -> std::string {
+        long long v = 0;
+        std::size_t used = 0;
+        try {
+          v = std::stoll(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != value.size() || v < min) {
+          return value + " is not an integer >= " + std::to_string(min);
+        }
+        return {};
+      },
+      "INT>=" + std::to_string(min));
+}
+
+CLI::Validator unsigned_integer() {
+  // Only the sign is judged here: CLI11's conversion still refuses what is not a number.
+  // No description, so that --help keeps showing the type alone (UINT).
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const std::size_t first = value.find_first_not_of(" \t");
+        if (first != std::string::npos && value[first] == '-') {
+          return value + " is not an integer >= 0";
+        }
+        return {};
+      },
+      "");
+}
+
 int run_app(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);  // runs the chosen command's callback

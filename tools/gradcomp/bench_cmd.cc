@@ -1,7 +1,6 @@
 // gradcomp bench codec [--spec S ...] [--size N] [--threads T] [--repeats R] [--json]
 // [--torch]: encode/decode throughput of codec specs against memcpy (and, with --torch,
 // LibTorch's top-k: the torch-free gradcomp hands that to gradcomp-torch).
-#include <exception>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -15,26 +14,6 @@
 namespace gradcomp::cli {
 
 namespace {
-
-// "--size: abc is not a positive integer" (CLI11's PositiveNumber prints its whole
-// double range instead).
-CLI::Validator integer_at_least(long long min) {
-  return CLI::Validator(
-      [min](std::string& value) -> std::string {
-        long long v = 0;
-        std::size_t used = 0;
-        try {
-          v = std::stoll(value, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != value.size() || v < min) {
-          return value + " is not an integer >= " + std::to_string(min);
-        }
-        return {};
-      },
-      "INT>=" + std::to_string(min));
-}
 
 struct BenchFlags {
   bench::BenchOptions options;
@@ -69,7 +48,9 @@ void add_bench_command(CLI::App& app, TorchBaselines torch) {
   codec->add_option("--warmup", f->options.warmup, "Untimed calls before them")
       ->capture_default_str()
       ->check(integer_at_least(0));
-  codec->add_option("--seed", f->options.seed, "Input data seed")->capture_default_str();
+  codec->add_option("--seed", f->options.seed, "Input data seed")
+      ->capture_default_str()
+      ->check(unsigned_integer());
   codec->add_flag("--json", f->json, "One JSON object per row (and per comparison, note)");
   codec->add_flag("--torch", f->torch,
                   "Add LibTorch's topk(abs(g), k) at ratio 0.001 (loads LibTorch: ~1 s more)");

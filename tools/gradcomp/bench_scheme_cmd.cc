@@ -98,7 +98,9 @@ void add_bench_scheme_command(CLI::App& bench) {
   s->add_option("--warmup", f->warmup, "Untimed steps before them")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
-  s->add_option("--seed", f->seed, "Gradient data seed")->capture_default_str();
+  s->add_option("--seed", f->seed, "Gradient data seed")
+      ->capture_default_str()
+      ->check(unsigned_integer());
   s->add_flag("--json", f->json, "One JSON object per spec (advise --codec-speeds reads it)");
   s->callback([f] { run_scheme_bench(*f); });
 }

@@ -42,10 +42,18 @@ void add_codec_command(CLI::App& app) {
   encode->add_option("--out", enc->request.out, "Message file to write")->required();
   encode->add_option("--residual", enc->request.residual,
                      "Memory state (float32): loaded if the file exists, then written back");
-  encode->add_option("--seed", enc->request.ctx.seed, "Run seed")->capture_default_str();
-  encode->add_option("--step", enc->request.ctx.step, "Step number")->capture_default_str();
-  encode->add_option("--rank", enc->request.ctx.rank, "Worker rank")->capture_default_str();
-  encode->add_option("--bucket", enc->request.ctx.bucket, "Bucket id")->capture_default_str();
+  encode->add_option("--seed", enc->request.ctx.seed, "Run seed")
+      ->capture_default_str()
+      ->check(unsigned_integer());
+  encode->add_option("--step", enc->request.ctx.step, "Step number")
+      ->capture_default_str()
+      ->check(unsigned_integer());
+  encode->add_option("--rank", enc->request.ctx.rank, "Worker rank")
+      ->capture_default_str()
+      ->check(unsigned_integer());
+  encode->add_option("--bucket", enc->request.ctx.bucket, "Bucket id")
+      ->capture_default_str()
+      ->check(unsigned_integer());
   encode->callback([enc] {
     const auto r = bench::encode_file(builtin_registry(), enc->request);
     std::cout << "encoded " << r.n << " floats with " << r.memory_spec << " into "
@@ -60,9 +68,11 @@ void add_codec_command(CLI::App& app) {
       ->required();
   decode->add_option("--in", dec->in, "Message file")->required();
   decode->add_option("--out", dec->out, "Output: raw little-endian float32")->required();
-  decode->add_option("--n", dec->n,
-                     "Elements expected: a header that says otherwise is refused (needed "
-                     "above 2^28 elements, 1 GiB of floats)");
+  decode
+      ->add_option("--n", dec->n,
+                   "Elements expected: a header that says otherwise is refused (needed "
+                   "above 2^28 elements, 1 GiB of floats)")
+      ->check(unsigned_integer());
   decode->callback([dec] {
     const auto r = bench::decode_file(builtin_registry(), dec->spec, dec->in, dec->out, dec->n);
     std::cout << "decoded " << r.n << " floats with " << r.codec_spec << "\n";

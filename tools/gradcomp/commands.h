@@ -48,6 +48,12 @@ struct ExitStatus {
 // "--x: -1 is not a number >= 0" (CLI11's NonNegativeNumber prints the whole range of
 // double instead). app.cc.
 CLI::Validator non_negative_number();
+// "--x: abc is not an integer >= 1" (CLI11's PositiveNumber prints its whole double
+// range instead). app.cc.
+CLI::Validator integer_at_least(long long min);
+// For unsigned flags: "--seed: -1 is not an integer >= 0". CLI11 2.1 reads "-1" into a
+// 64-bit unsigned as 2^64 - 1 without complaint (strtoull's wrap-around). app.cc.
+CLI::Validator unsigned_integer();
 
 // Parses argv into `app` (running the chosen command's callback) and turns every error
 // into one line "gradcomp: <message>" on stderr and exit status 1 (app.cc).

@@ -22,9 +22,11 @@ void add_eval_command(CLI::App& app) {
   cmd->add_flag("--follow", e.follow, "keep waiting for new checkpoints");
   cmd->add_option("--idle-seconds", e.idle_seconds,
                   "--follow: stop after this long without a new checkpoint (0: never)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(non_negative_number());
   cmd->add_option("--poll-ms", e.poll_ms, "--follow: directory polling interval")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_at_least(1));
   cmd->add_option("--output", e.output, "append the JSON lines to this file (default: stdout)");
   cmd->add_option("--model", flags->model, "the trained model: mlp | lenet5 | resnet20")
       ->capture_default_str();
@@ -34,13 +36,19 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--data-dir", e.data.data_dir, "data directory (default: the dataset's own)");
   cmd->add_option("--synthetic-train", e.data.synthetic_train,
                   "synthetic: train samples (as the run had them)");
-  cmd->add_option("--seed", e.seed, "the run's seed (synthetic data)")->capture_default_str();
-  cmd->add_option("--eval-batch", e.eval_batch, "samples per forward pass")->capture_default_str();
-  cmd->add_option("--threads", e.threads, "intra-op threads")->capture_default_str();
+  cmd->add_option("--seed", e.seed, "the run's seed (synthetic data)")
+      ->capture_default_str()
+      ->check(unsigned_integer());
+  cmd->add_option("--eval-batch", e.eval_batch, "samples per forward pass")
+      ->capture_default_str()
+      ->check(integer_at_least(1));
+  cmd->add_option("--threads", e.threads, "intra-op threads")
+      ->capture_default_str()
+      ->check(integer_at_least(1));
   cmd->callback([flags] {
     train::EvalOptions o = flags->eval;
     o.model.name = flags->model;
-    o.model.mlp_hidden = train::parse_widths(flags->mlp_hidden);
+    o.model.mlp_hidden = train::parse_widths(flags->mlp_hidden, "--mlp-hidden");
     train::run_eval(o, std::cout);
   });
 }

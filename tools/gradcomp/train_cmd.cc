@@ -1,5 +1,6 @@
 // gradcomp train: flags to a train::JobOptions, then train::run_job.
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "commands.h"
@@ -23,7 +24,7 @@ struct TrainFlags {
   std::string lr_decay = "cosine";
   std::string milestones;
   std::string rank, world_size, master_addr, master_port, timeout_ms, interface;
-  int workers = 0;
+  std::optional<int> workers;  // unset: the default, or the rendezvous decides
   int threads = 0;
 };
 
@@ -80,7 +81,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
       ->capture_default_str();
   cmd->add_option("--ps-split-elements", j.split_elements,
                   "parameter server: buckets larger than this are split across the servers")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(unsigned_integer());
   cmd->add_option("--model", flags->model, "mlp | lenet5 | resnet20")->capture_default_str();
   cmd->add_option("--mlp-hidden", flags->mlp_hidden, "MLP hidden widths")->capture_default_str();
   cmd->add_option("--dataset", j.data.dataset, "fashion-mnist | mnist | cifar10 | synthetic")
@@ -117,10 +119,12 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                   "elements, stay dense (0.01 keeps the MLP's classifier dense)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  cmd->add_option("--threads", flags->threads,
-                  "threads per worker (default: cores / local workers)");
+  CLI::Option* threads_flag = cmd->add_option(
+      "--threads", flags->threads, "threads per worker (default: cores / local workers)");
   cmd->add_option("--blas-threads", j.train.blas_threads, "OpenBLAS threads (0: = --threads)");
-  cmd->add_option("--seed", j.train.seed, "run seed")->capture_default_str();
+  cmd->add_option("--seed", j.train.seed, "run seed")
+      ->capture_default_str()
+      ->check(unsigned_integer());
   cmd->add_option("--checkpoint-dir", j.train.checkpoint_dir,
                   "write a checkpoint per rank (and parameter server) each epoch and at the "
                   "stop; the previous one is kept as .prev");
@@ -136,10 +140,12 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--timeout-ms", flags->timeout_ms, "rendezvous and collective timeout");
   cmd->add_option("--interface", flags->interface, "network interface for Gloo");
 
-  cmd->callback([flags, compressor_flag] {
+  // The values themselves are judged by train::run_job (validate_job_options), once, before
+  // any worker starts; here they are only turned into options.
+  cmd->callback([flags, compressor_flag, threads_flag] {
     train::JobOptions job = flags->job;
     job.train.model.name = flags->model;
-    job.train.model.mlp_hidden = train::parse_widths(flags->mlp_hidden);
+    job.train.model.mlp_hidden = train::parse_widths(flags->mlp_hidden, "--mlp-hidden");
     job.reducer = dist::parse_reducer_kind(flags->reducer);
     job.topology = dist::parse_topology(flags->topology);
     if (compressor_flag->count() == 0) {
@@ -148,8 +154,9 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
     job.downlink = dist::parse_downlink(flags->downlink);
     job.train.decay = train::parse_lr_decay(flags->lr_decay);
     if (!flags->milestones.empty())
-      job.train.milestone_epochs = train::parse_widths(flags->milestones);
-    job.threads_given = flags->threads > 0;
+      job.train.milestone_epochs = train::parse_widths(flags->milestones, "--milestones");
+    // Given, --threads is taken as it is (0 is refused, not read as "the default").
+    job.threads_given = threads_flag->count() > 0;
     if (job.threads_given) job.train.threads = flags->threads;
     auto set = [](std::optional<std::string>& dst, const std::string& v) {
       if (!v.empty()) dst = v;

@@ -1,0 +1,271 @@
+#include "train/job_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gradcomp/data/dataset.h"
+#include "gradcomp/dist/schemes.h"
+#include "gradcomp/error.h"
+#include "gradcomp/json.h"
+#include "gradcomp/registry.h"
+#include "train/models.h"
+
+namespace gradcomp::train {
+
+namespace {
+
+// Ranks a run can have (rendezvous_from_env's bound on the world size).
+constexpr std::int64_t kMaxRanks = 65536;
+
+// A double as the user would have typed it (json_number writes "null" for NaN and inf).
+std::string number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return json_number(v);
+}
+
+// Every range error reads "--flag: VALUE is not ALLOWED", as the CLI's own validators do.
+[[noreturn]] void refuse(std::string_view flag, const std::string& value,
+                         const std::string& allowed) {
+  throw InvalidArgument(std::string(flag) + ": " + value + " is not " + allowed);
+}
+
+void integer_at_least(std::string_view flag, std::int64_t v, std::int64_t min) {
+  if (v < min) refuse(flag, std::to_string(v), "an integer >= " + std::to_string(min));
+}
+
+void integer_in(std::string_view flag, std::int64_t v, std::int64_t min, std::int64_t max) {
+  if (v < min || v > max) {
+    refuse(flag, std::to_string(v),
+           "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+}
+
+// The comparisons are written so that NaN fails them.
+void number_at_least_zero(std::string_view flag, double v) {
+  if (!(std::isfinite(v) && v >= 0.0)) refuse(flag, number(v), "a number >= 0");
+}
+
+void positive_number(std::string_view flag, double v) {
+  if (!(std::isfinite(v) && v > 0.0)) refuse(flag, number(v), "a number > 0");
+}
+
+bool is_ps(const JobOptions& o) { return o.topology != dist::Topology::kAllreduce; }
+
+// Processes and threads. --workers is the local launch's (absent: the default, or the
+// rendezvous decides); the world it makes with the servers is bounded like any rendezvous.
+void check_counts(const JobOptions& o) {
+  if (o.workers) integer_in("--workers", *o.workers, 1, kMaxRanks);
+  // Checked whatever the topology: a count of servers below one is never meaningful.
+  integer_in("--servers", o.servers, 1, kMaxRanks - 1);
+  if (o.workers && is_ps(o) && *o.workers + o.servers > kMaxRanks) {
+    throw InvalidArgument("--workers " + std::to_string(*o.workers) + " and --servers " +
+                          std::to_string(o.servers) + " make " +
+                          std::to_string(*o.workers + o.servers) + " ranks, more than " +
+                          std::to_string(kMaxRanks));
+  }
+  if (o.max_staleness < -1) {
+    refuse("--max-staleness", std::to_string(o.max_staleness), "-1 (never) or an integer >= 0");
+  }
+  integer_at_least("--threads", o.train.threads, 1);
+  integer_at_least("--blas-threads", o.train.blas_threads, 0);
+}
+
+void check_model(const ModelConfig& m) {
+  if (!is_known_model(m.name)) refuse("--model", m.name, "one of " + known_models());
+}
+
+// The data set's name and directory, here rather than in every worker's loader. Only
+// the directory is looked at: reading the files is the workers' job.
+void check_data_source(const DataOptions& d) {
+  if (d.dataset == "synthetic") {
+    integer_at_least("--synthetic-train", d.synthetic_train, 1);
+    return;
+  }
+  if (d.dataset != "fashion-mnist" && d.dataset != "mnist" && d.dataset != "cifar10") {
+    refuse("--dataset", d.dataset, "one of fashion-mnist, mnist, cifar10, synthetic");
+  }
+  std::error_code ec;
+  if (!d.data_dir.empty()) {
+    if (!std::filesystem::is_directory(d.data_dir, ec)) {
+      refuse("--data-dir", d.data_dir.string(), "a directory");
+    }
+    return;
+  }
+  if (d.dataset != "fashion-mnist") {
+    throw InvalidArgument("--dataset " + d.dataset + " needs --data-dir");
+  }
+  if (!std::filesystem::is_directory(data::kFashionMnistDefaultDir, ec)) {
+    throw InvalidArgument("--dataset fashion-mnist: " + std::string(data::kFashionMnistDefaultDir) +
+                          " is not a directory (install the Debian package "
+                          "dataset-fashion-mnist (scripts/install-deps.sh), or pass --data-dir)");
+  }
+}
+
+// Every worker's shard must hold a batch (the trainer drops the last partial batch of an
+// epoch, so a smaller shard has no step at all). Decidable here only for synthetic data,
+// whose size is a flag, and only where this process starts the workers: a rank of a run
+// started elsewhere does not know the world before it joins it.
+void check_batch_fits_shards(const JobOptions& o) {
+  const std::optional<int> workers = local_workers(o);
+  if (o.data.dataset != "synthetic" || !workers) return;
+  const std::int64_t smallest = o.data.synthetic_train / *workers;
+  if (o.train.batch_size > smallest) {
+    refuse("--batch-size", std::to_string(o.train.batch_size),
+           "in [1, " + std::to_string(smallest) + "] (the smallest worker's shard: " +
+               "--synthetic-train " + std::to_string(o.data.synthetic_train) + " over " +
+               std::to_string(*workers) + " worker" + (*workers > 1 ? "s" : "") + ")");
+  }
+}
+
+void check_run_length(const TrainConfig& t) {
+  integer_at_least("--epochs", t.epochs, 1);
+  integer_at_least("--steps", t.max_steps, 0);
+  integer_at_least("--batch-size", t.batch_size, 1);
+  integer_at_least("--dense-steps", t.dense_steps, 0);
+}
+
+void check_optimizer(const SgdOptions& sgd) {
+  if (!(sgd.momentum >= 0.0 && sgd.momentum < 1.0)) {
+    refuse("--momentum", number(sgd.momentum), "a number in [0, 1)");
+  }
+  if (sgd.nesterov && sgd.momentum == 0.0) {
+    throw InvalidArgument("--nesterov needs --momentum > 0");
+  }
+  number_at_least_zero("--weight-decay", sgd.weight_decay);
+}
+
+void check_lr_schedule(const TrainConfig& t) {
+  positive_number("--lr", t.lr);
+  integer_at_least("--warmup-steps", t.warmup_steps, 0);
+  if (!std::is_sorted(t.milestone_epochs.begin(), t.milestone_epochs.end())) {
+    std::string list;
+    for (std::int64_t e : t.milestone_epochs) {
+      if (!list.empty()) list += ',';
+      list += std::to_string(e);
+    }
+    refuse("--milestones", list, "in increasing order");
+  }
+  positive_number("--gamma", t.gamma);
+}
+
+void check_layout(const TrainConfig& t) {
+  number_at_least_zero("--bucket-mb", t.layout.bucket_mb);
+  integer_at_least("--min-elements", t.layout.min_elements, 0);
+  if (!(t.layout.dense_share >= 0.0 && t.layout.dense_share <= 1.0)) {
+    refuse("--dense-share", number(t.layout.dense_share), "a number in [0, 1]");
+  }
+  if (t.min_group_mb) number_at_least_zero("--min-group-mb", *t.min_group_mb);
+}
+
+// --resume reads --checkpoint-dir; without one it would silently start afresh.
+void check_checkpoints(const TrainConfig& t) {
+  if (t.resume && t.checkpoint_dir.empty()) {
+    throw InvalidArgument("--resume needs --checkpoint-dir");
+  }
+}
+
+// rendezvous_from_env judges each value (an integer, in range, rank < world size) with
+// its own messages. What the command line leaves to the environment gets a value that
+// passes, so that only the flags are judged here; the environment is read where the
+// process joins the run.
+void check_rendezvous_flags(const dist::RendezvousFlags& given) {
+  dist::RendezvousFlags f = given;
+  if (!f.world_size) f.world_size = std::to_string(kMaxRanks);
+  if (!f.rank) f.rank = "0";
+  if (!f.master_addr) f.master_addr = "127.0.0.1";
+  if (!f.master_port) f.master_port = "1";
+  (void)dist::rendezvous_from_env(f, dist::Environment{});
+}
+
+// DGC, Sketched-SGD and FetchSGD keep the momentum of their compressed tensors
+// themselves (the optimizer skips it there but applies its own to the dense tensors):
+// a spec whose momentum differs from --momentum would train the two parts of the model
+// with different momenta, silently. efm(...) reads --momentum and cannot disagree.
+void check_spec_momentum(const JobOptions& o) {
+  const SpecNode node = parse_spec(o.compressor);
+  Params p;
+  bool has_nesterov = false;
+  if (const dist::SchemeInfo* scheme = dist::find_scheme(node.name)) {
+    const bool has_momentum = std::any_of(scheme->params.begin(), scheme->params.end(),
+                                          [](const ParamDef& d) { return d.key == "momentum"; });
+    if (!has_momentum) return;
+    p = resolve_params(node.name, scheme->params, node);
+  } else if (node.name == "dgc") {
+    p = resolve_params(node.name, builtin_registry().find_memory("dgc")->params, node);
+    if (!p.get_bool("correction")) return;  // the optimizer keeps its own momentum
+    has_nesterov = true;
+  } else {
+    return;
+  }
+  const double m = p.get_float("momentum");
+  const double want = o.train.sgd.momentum;
+  if (std::abs(m - want) > 1e-9 * std::max(1.0, std::abs(want))) {
+    throw InvalidArgument("--compressor " + o.compressor + ": its momentum " + json_number(m) +
+                          " differs from --momentum " + json_number(want) + "; " + node.name +
+                          " applies momentum in place of the optimizer, so they must agree "
+                          "(write momentum=" +
+                          json_number(want) + " in the spec)");
+  }
+  if (has_nesterov && p.get_bool("nesterov") != o.train.sgd.nesterov) {
+    throw InvalidArgument(
+        "--compressor " + o.compressor + ": nesterov=" + (p.get_bool("nesterov") ? "1" : "0") +
+        " but --nesterov is " + (o.train.sgd.nesterov ? "on" : "off") + "; they must agree");
+  }
+}
+
+// The parameter-server flags against the topology and the compressor.
+void check_topology_options(const JobOptions& o) {
+  // -1 is the default: a value >= 0 was given, and only ps-async has a staleness bound.
+  if (o.max_staleness >= 0 && o.topology != dist::Topology::kPsAsync) {
+    throw InvalidArgument("--max-staleness applies to --topology ps-async only");
+  }
+  if (!is_ps(o)) return;
+  if (o.reducer != dist::ReducerKind::kAuto) {
+    throw InvalidArgument("--reducer applies to --topology allreduce only");
+  }
+  const std::string name = parse_spec(o.compressor).name;
+  if (dist::find_scheme(name) != nullptr &&
+      !(name == "sketched-sgd" && o.topology == dist::Topology::kPsSync)) {
+    throw InvalidArgument("--compressor " + o.compressor +
+                          " is a reducer scheme of its own; it runs with --topology allreduce" +
+                          (name == "sketched-sgd" ? " or ps-sync" : ""));
+  }
+  if (o.topology == dist::Topology::kPsAsync && dist::find_scheme(name) == nullptr &&
+      builtin_registry().make_memory(o.compressor, 1)->carries_momentum()) {
+    throw InvalidArgument("--compressor " + o.compressor +
+                          " carries the optimizer's momentum, but on ps-async the servers "
+                          "apply it: it would be applied twice (use it with ps-sync)");
+  }
+  if (name == "sketched-sgd" && o.downlink == dist::Downlink::kCompressed) {
+    throw InvalidArgument(
+        "--ps-downlink compressed: sketched-sgd's reply is already the sparse "
+        "top k; use the dense downlink");
+  }
+}
+
+}  // namespace
+
+void validate_job_options(const JobOptions& o) {
+  // Each flag's own range first, then what the flags must agree on.
+  check_counts(o);
+  check_model(o.train.model);
+  check_data_source(o.data);
+  check_run_length(o.train);
+  check_optimizer(o.train.sgd);
+  check_lr_schedule(o.train);
+  check_layout(o.train);
+  check_checkpoints(o.train);
+  check_rendezvous_flags(o.rendezvous);
+  check_batch_fits_shards(o);
+  dist::validate_compressor_spec(o.compressor);
+  check_spec_momentum(o);
+  check_topology_options(o);
+}
+
+}  // namespace gradcomp::train
