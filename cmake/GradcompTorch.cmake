@@ -20,8 +20,11 @@ if(GRADCOMP_TORCH_PYTHON)
     message(FATAL_ERROR "GRADCOMP_TORCH_PYTHON=${GRADCOMP_TORCH_PYTHON} cannot import torch: ${gradcomp_torch_err}")
   endif()
   # FORCE: packages cached by an earlier configure (another torch) would win otherwise.
-  set(Torch_DIR "${gradcomp_torch_prefix}/Torch" CACHE PATH "torch's CMake package" FORCE)
-  set(Caffe2_DIR "${gradcomp_torch_prefix}/Caffe2" CACHE PATH "torch's Caffe2 package" FORCE)
+  # Debian's torch keeps its CMake package apart (libtorch-dev), where CMake finds it alone.
+  if(EXISTS "${gradcomp_torch_prefix}/Torch/TorchConfig.cmake")
+    set(Torch_DIR "${gradcomp_torch_prefix}/Torch" CACHE PATH "torch's CMake package" FORCE)
+    set(Caffe2_DIR "${gradcomp_torch_prefix}/Caffe2" CACHE PATH "torch's Caffe2 package" FORCE)
+  endif()
   set(Python_EXECUTABLE ${GRADCOMP_TORCH_PYTHON})
 endif()
 # torch's CMake package finds its Caffe2 package and its libraries (libtorch, libc10, ...)

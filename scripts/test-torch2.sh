@@ -32,7 +32,7 @@ ctest --test-dir build-torch2 --output-on-failure -j "$jobs" -L dist
 
 echo "== torch $version: pip install --no-build-isolation . (at ${SECONDS} s)"
 "$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
-  -C build-dir=build-torch2 . 2>&1 | grep -v "^WARNING: Location" || true
+  --config-settings=build-dir=build-torch2 . 2>&1 | grep -v "^WARNING: Location" || true
 # Imported from the venv's site-packages, not from a build tree.
 (cd /tmp && "$py" -c "import gradcomp.torch, gradcomp, sys; \
 assert 'site-packages' in gradcomp.__file__, gradcomp.__file__; print('installed:', gradcomp.__file__)")

@@ -24,7 +24,6 @@
 #include "gradcomp/dist/communicator.h"
 #include "gradcomp/dist/process_group.h"
 #include "gradcomp/error.h"
-#include "socket_endpoints.h"
 
 namespace gradcomp::dist {
 
@@ -52,7 +51,7 @@ std::string first_line(const std::exception& e) {
 
 // Gloo names a peer by an address ("[127.0.0.1]:40123"), never by rank: the peer's end
 // of their connection, or the address the peer listened on. Every rank tells the others
-// its TCP endpoints (socket_endpoints.h; one small allgather when the communicator is
+// its own (c10d_compat::local_gloo_addresses; one small allgather when the communicator is
 // built), so that a failure's address maps back to a rank.
 
 // The rank whose address `msg` names (the address followed by a non-digit, so that
@@ -173,7 +172,7 @@ struct Communicator::Impl {
     pg = std::move(group);
     out_tensors.resize(1);
     if (world == 1) return;
-    const std::string mine = local_tcp_endpoints();
+    const std::string mine = c10d_compat::local_gloo_addresses(*pg);
     std::vector<std::byte> all;
     std::vector<std::size_t> offsets;
     allgather_bytes(std::as_bytes(std::span(mine)), all, offsets);
