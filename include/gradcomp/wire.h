@@ -5,7 +5,7 @@
 //        0    4 magic          "GCMP" (0x47 0x43 0x4D 0x50)
 //        4    1 version        kWireVersion
 //        5    1 flags          must be 0 (reserved)
-//        6    2 codec_id       which codec wrote it (CodecInfo::wire_id)
+//        6    2 codec_id       which codec wrote it (CodecInfo::wire_id; WireId below)
 //        8    4 config_tag     hash of the codec's canonical spec: a message encoded
 //                              with other parameters (levels, threshold...) is rejected
 //       12    4 elements       n, the length of the encoded gradient
@@ -39,6 +39,42 @@ static_assert(std::endian::native == std::endian::little,
 inline constexpr std::uint32_t kWireMagic = 0x504D4347;  // bytes "GCMP"
 inline constexpr std::uint8_t kWireVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 24;
+
+// The built-in codecs' codec_id. Fixed for good: a message names the codec that wrote it,
+// and a decoder refuses any other, so an id is never reused or renumbered. This is the one
+// list (each codec's registration names its entry); a new codec appends the next number.
+enum class WireId : std::uint16_t {
+  kNone = 1,
+  kFp16 = 2,
+  kTopk = 3,
+  kRandomk = 4,
+  kThreshold = 5,
+  kMask = 6,
+  k2bit = 7,
+  k1bit = 8,
+  kQsgd = 9,
+  kTerngrad = 10,
+  kSignsgd = 11,
+  kEfsign = 12,
+  kSketch = 13,
+  kAtomo = 14,
+};
+inline constexpr WireId kBuiltinWireIds[] = {
+    WireId::kNone,    WireId::kFp16,   WireId::kTopk,   WireId::kRandomk, WireId::kThreshold,
+    WireId::kMask,    WireId::k2bit,   WireId::k1bit,   WireId::kQsgd,    WireId::kTerngrad,
+    WireId::kSignsgd, WireId::kEfsign, WireId::kSketch, WireId::kAtomo};
+constexpr std::uint16_t wire_id(WireId id) { return static_cast<std::uint16_t>(id); }
+// The ids run 1, 2, ... with no gap or repeat: two codecs cannot share one, and the next
+// codec's id is plain.
+consteval bool builtin_wire_ids_are_dense() {
+  std::uint16_t expected = 1;
+  for (const WireId id : kBuiltinWireIds) {
+    if (wire_id(id) != expected++) return false;
+  }
+  return true;
+}
+static_assert(builtin_wire_ids_are_dense(), "WireId: every built-in id once, numbered 1..N");
+
 // Where the checksum sits in the header.
 inline constexpr std::size_t kCrcOffset = 20;
 // Element counts and payload lengths are uint32 on the wire.

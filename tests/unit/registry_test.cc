@@ -1,8 +1,13 @@
 // Spec strings: grammar, validation, canonical forms, memory wrappers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
+#include "gradcomp/wire.h"
 
 namespace gradcomp {
 namespace {
@@ -169,6 +174,23 @@ TEST(Registry, BuiltinCodecsHaveUniqueIdsAndDocumentedParams) {
     EXPECT_NO_THROW(builtin_registry().make_codec(info->name)) << info->name;
     for (const auto& e : info->examples) EXPECT_NO_THROW(builtin_registry().make_codec(e)) << e;
   }
+}
+
+}  // namespace
+}  // namespace gradcomp
+
+namespace gradcomp {
+namespace {
+
+// include/gradcomp/wire.h's WireId is the one list of the built-in codecs' ids: every
+// registered codec uses one of its entries, and every entry belongs to one codec.
+TEST(WireIds, EveryBuiltinCodecHasOneEntryOfTheList) {
+  std::vector<std::uint16_t> registered;
+  for (const CodecInfo* info : builtin_registry().all()) registered.push_back(info->wire_id);
+  std::sort(registered.begin(), registered.end());
+  std::vector<std::uint16_t> listed;
+  for (const WireId id : kBuiltinWireIds) listed.push_back(wire_id(id));
+  EXPECT_EQ(registered, listed);
 }
 
 }  // namespace

@@ -311,7 +311,7 @@ class AtomoCodec final : public Codec {
 void register_atomo(CodecRegistry& registry) {
   registry.add(
       {.name = "atomo",
-       .wire_id = 14,
+       .wire_id = wire_id(WireId::kAtomo),
        .summary = "ATOMO: unbiased sampling of spectral (SVD) or entrywise atoms, budget s",
        .traits = {.unbiased = true, .stochastic = true},
        .params = {choice_param("atoms", "spectral", {"spectral", "entry"},

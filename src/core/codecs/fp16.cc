@@ -83,7 +83,7 @@ class Fp16Codec final : public Codec {
 
 void register_fp16(CodecRegistry& registry) {
   registry.add({.name = "fp16",
-                .wire_id = 2,
+                .wire_id = wire_id(WireId::kFp16),
                 .summary = "16-bit floats (fp16 or bf16), round to nearest even, saturating",
                 .traits = {.linear = true, .unbiased = false},
                 .params = {choice_param("format", "fp16", {"fp16", "bf16"},

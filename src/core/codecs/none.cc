@@ -68,7 +68,7 @@ class NoneCodec final : public Codec {
 
 void register_none(CodecRegistry& registry) {
   registry.add({.name = "none",
-                .wire_id = 1,
+                .wire_id = wire_id(WireId::kNone),
                 .summary = "uncompressed fp32 (the dense baseline)",
                 .traits = {.linear = true, .unbiased = true},
                 .params = {},

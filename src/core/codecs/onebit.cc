@@ -104,7 +104,7 @@ class OneBitCodec final : public Codec {
 void register_onebit(CodecRegistry& registry) {
   registry.add(
       {.name = "1bit",
-       .wire_id = 8,
+       .wire_id = wire_id(WireId::k1bit),
        .summary = "MXNet 1-bit quantization: +1 where p > threshold, else -1, with residual",
        .traits = kTraits,
        .params = {float_param("threshold", 0.0, -1e30, 1e30,

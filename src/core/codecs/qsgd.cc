@@ -461,7 +461,7 @@ class QsgdCodec final : public Codec {
 
 void register_qsgd(CodecRegistry& registry) {
   registry.add({.name = "qsgd",
-                .wire_id = 9,
+                .wire_id = wire_id(WireId::kQsgd),
                 .summary = "QSGD stochastic quantization to s levels per bucket (unbiased)",
                 .traits = {.unbiased = true, .stochastic = true},
                 .params = {int_param("levels", 16, 1, 65535, "quantization levels s"),

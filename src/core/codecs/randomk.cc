@@ -178,7 +178,7 @@ class RandomkCodec final : public Codec {
 
 void register_randomk(CodecRegistry& registry) {
   registry.add({.name = "randomk",
-                .wire_id = 4,
+                .wire_id = wire_id(WireId::kRandomk),
                 .summary = "k = ceil(ratio*n) random entries, indices from a shared seed (linear)",
                 .traits = traits_for(false),
                 .params = {float_param("ratio", 0.01, 0.0, 1.0, "fraction of entries sent",

@@ -221,7 +221,7 @@ class EfSignCodec final : public Codec {
 
 void register_signsgd(CodecRegistry& registry) {
   registry.add({.name = "signsgd",
-                .wire_id = 11,
+                .wire_id = wire_id(WireId::kSignsgd),
                 .summary = "signSGD (majority vote): one sign bit per element, +-1; no memory",
                 .traits = kSignTraits,
                 .params = {},
@@ -230,7 +230,7 @@ void register_signsgd(CodecRegistry& registry) {
                   return std::make_unique<SignSgdCodec>(std::move(id));
                 }});
   registry.add({.name = "efsign",
-                .wire_id = 12,
+                .wire_id = wire_id(WireId::kEfsign),
                 .summary = "EF-signSGD: (||p||_1/n) * sign(p), with error feedback",
                 .traits = kEfSignTraits,
                 .params = {int_param("block", 0, 0, 1 << 30,

@@ -144,7 +144,7 @@ class SketchCodec final : public Codec {
 void register_sketch(CodecRegistry& registry) {
   registry.add(
       {.name = "sketch",
-       .wire_id = 13,
+       .wire_id = wire_id(WireId::kSketch),
        .summary = "count sketch (rows x cols fp32 table); decodes the heavy hitters of the "
                   "median estimates",
        .traits = {.linear = false, .unbiased = false, .needs_memory = false, .stochastic = false},

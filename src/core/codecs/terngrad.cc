@@ -115,7 +115,7 @@ class TernGradCodec final : public Codec {
 
 void register_terngrad(CodecRegistry& registry) {
   registry.add({.name = "terngrad",
-                .wire_id = 10,
+                .wire_id = wire_id(WireId::kTerngrad),
                 .summary = "TernGrad: stochastic ternary {-s, 0, +s}, s = max|g|; unbiased",
                 .traits = traits_for(0.0),
                 .params = {float_param("clip", 0.0, 0.0, 1000.0,

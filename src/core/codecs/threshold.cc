@@ -19,6 +19,7 @@
 #include "detail/scratch.h"
 #include "detail/select.h"
 #include "detail/sparse_message.h"
+#include "gradcomp/wire.h"
 
 namespace gradcomp {
 
@@ -116,7 +117,7 @@ constexpr double kMaxTau = 3.4028234663852886e38;  // FLT_MAX: tau is compared a
 void register_threshold(CodecRegistry& registry) {
   registry.add(
       {.name = "threshold",
-       .wire_id = 5,
+       .wire_id = wire_id(WireId::kThreshold),
        .summary = "gradient dropping: every |p| >= thr (fixed, or a percentile of |p|)",
        .traits = {.linear = false, .unbiased = false, .needs_memory = true},
        .params = {float_param("tau", 0.0, 0.0, kMaxTau,
@@ -133,7 +134,7 @@ void register_threshold(CodecRegistry& registry) {
        }});
   registry.add(
       {.name = "mask",
-       .wire_id = 6,
+       .wire_id = wire_id(WireId::kMask),
        .summary = "masking ablation (no memory): keep |g| >= thr, drop the rest for good",
        .traits = {.linear = false, .unbiased = false, .needs_memory = false},
        .params = {float_param("ratio", 0.01, 0.0, 1.0,

@@ -201,7 +201,7 @@ class Threshold2BitCodec final : public Codec {
 void register_threshold_2bit(CodecRegistry& registry) {
   registry.add(
       {.name = "2bit",
-       .wire_id = 7,
+       .wire_id = wire_id(WireId::k2bit),
        .summary = "threshold 2-bit quantization: +-tau or 0, 16x, with residual; tau = "
                   "scale * mean|p| per message (default) or fixed (threshold=T: MXNet's 2bit)",
        .traits = kTraits,

@@ -126,7 +126,7 @@ class TopkCodec final : public Codec {
 void register_topk(CodecRegistry& registry) {
   registry.add(
       {.name = "topk",
-       .wire_id = 3,
+       .wire_id = wire_id(WireId::kTopk),
        .summary = "top-k sparsification: the ceil(ratio*n) largest |p| as (index, value) pairs",
        .traits = {.linear = false, .unbiased = false, .needs_memory = true, .stochastic = true},
        .params = {float_param("ratio", 0.01, 0.0, 1.0,
