@@ -3,8 +3,8 @@
 // DDP hook's futures from them). The layout rule shared with the CLI trainer
 // (gradcomp/layout.h) is exposed as dense_tensors().
 #include <torch/csrc/Exceptions.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <chrono>
 #include <map>

@@ -41,8 +41,9 @@ TEST(SocketEndpoints, ParsesIpv6AndMappedRows) {
 }
 
 TEST(SocketEndpoints, RefusesHeadersWildcardsAndMalformedRows) {
-  EXPECT_FALSE(parse_socket_row("  sl  local_address rem_address   st tx_queue rx_queue tr "
-                                "tm->when retrnsmt   uid  timeout inode"));
+  EXPECT_FALSE(
+      parse_socket_row("  sl  local_address rem_address   st tx_queue rx_queue tr "
+                       "tm->when retrnsmt   uid  timeout inode"));
   EXPECT_FALSE(parse_socket_row("   0: 00000000:73AB 00000000:0000 0A 0:0 0:0 0 0 0 5 1"));
   EXPECT_FALSE(parse_socket_row(
       "   0: 00000000000000000000000000000000:73AB 00000000000000000000000000000000:0000 0A "

@@ -120,16 +120,22 @@ def train_spec(rank, world, spec, steps):
     state = gc.CompressionState(spec, dense_share=0.0, seed=7)
     model.register_comm_hook(state, gc.hook)
     opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+    losses = _sgd_steps(model, opt, rank, steps)
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return losses, flat, state.stats(), state.describe
+
+
+def _sgd_steps(model, opt, rank, steps, dtype=torch.float32):
+    """`steps` training steps on this rank's batches (inputs in `dtype`); the losses."""
     losses = []
     for step in range(steps):
         x, y = batch(rank, step)
         opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
+        loss = nn.functional.cross_entropy(model(x.to(dtype)), y)
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    return losses, flat, state.stats(), state.describe
+    return losses
 
 
 def _run_steps(model, opt, rank, first, last):
@@ -329,14 +335,7 @@ def mixed_precision_trains(rank, world, dtype, spec, steps):
     state = gc.CompressionState(spec, dense_share=0.0, seed=7)
     model.register_comm_hook(state, gc.hook)
     opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
-    losses = []
-    for step in range(steps):
-        x, y = batch(rank, step)
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x.to(dtype)), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = _sgd_steps(model, opt, rank, steps, dtype)
     flat = torch.cat([p.detach().float().flatten() for p in model.parameters()])
     memories = state.state_dict()["memories"].values()
     return losses, flat, {str(t.dtype) for m in memories for t in m.values()}
