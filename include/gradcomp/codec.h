@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -135,9 +136,24 @@ class Codec {
     return max_payload_bytes(n);
   }
 
+  // A checksum fused into the payload pass. Every message's header ends with the CRC-32C
+  // of the header and payload (wire.h); for codecs whose encode is itself one cheap pass
+  // (none: a copy, see crc32c_copy; signsgd and 1bit: the message checksummed piece by
+  // piece as it is written), a separate pass over the message afterwards would show. So
+  // each encode hook below takes `payload_crc`: null while checksums are off
+  // (detail::ScopedChecksumOff: compute none); otherwise empty on entry, and a hook that
+  // computes the CRC-32C (crc32c.h, from 0) of exactly the payload bytes it returns, in
+  // the pass that writes them, may store it there; the entry point then checksums only
+  // the header and combines the two. Leaving it empty (every codec that does not fuse
+  // ignores the argument) is always correct: the entry point checksums the payload
+  // itself. One parameter rather than a "_crc" twin of each hook, so that a codec writes
+  // each encode once and codec.cc frames all three entry points alike.
+  using PayloadCrc = std::optional<std::uint32_t>;
+
   // Writes the payload for `in` (payload.size() >= max_payload_bytes); returns its size.
   virtual std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,
-                                     std::span<std::byte> payload) const = 0;
+                                     std::span<std::byte> payload,
+                                     PayloadCrc* payload_crc) const = 0;
 
   // out += alpha * decode(payload). The header has been checked (codec, spec, n ==
   // out.size()); the payload's length and contents have not: validate them all before
@@ -145,9 +161,11 @@ class Codec {
   virtual void decode_payload_add(std::span<const std::byte> payload, std::span<float> out,
                                   float alpha) const = 0;
 
-  // Fused error-feedback hook; the default is encode_payload then decode_payload_add(-1).
+  // Fused error-feedback hook; the default is encode_payload then decode_payload_add(-1),
+  // passing payload_crc on (decoding leaves the payload as encode_payload wrote it).
   virtual std::size_t encode_payload_feedback(std::span<float> p, const StepContext& ctx,
-                                              std::span<std::byte> payload) const;
+                                              std::span<std::byte> payload,
+                                              PayloadCrc* payload_crc) const;
 
   // Fused residual hook (encode_with_residual): e holds the residual, update says what this
   // step adds. The default applies update to all of e, then encode_payload_feedback(e): a
@@ -155,28 +173,8 @@ class Codec {
   // (normal or by exception) every element of e must have been applied exactly once.
   virtual std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
                                                    const StepContext& ctx,
-                                                   std::span<std::byte> payload) const;
-
-  // Optional fusion of the checksum into the payload pass, for codecs whose encode is
-  // itself one cheap pass, where a separate pass over the message would show (none: a
-  // copy, see crc32c_copy; signsgd and 1bit: the message checksummed piece by piece as it
-  // is written): write the payload as encode_payload / encode_payload_feedback /
-  // encode_payload_with_residual do, store its CRC-32C (crc32c.h, from 0) in
-  // *payload_crc, computed in the same pass, and return its size; encode() then
-  // checksums only the header and combines the two. Returning kNoPayloadCrc instead,
-  // having touched nothing (the default: the plain hook and a separate checksum pass),
-  // is always correct.
-  static constexpr std::size_t kNoPayloadCrc = static_cast<std::size_t>(-1);
-  virtual std::size_t encode_payload_crc(std::span<const float> in, const StepContext& ctx,
-                                         std::span<std::byte> payload,
-                                         std::uint32_t* payload_crc) const;
-  virtual std::size_t encode_payload_feedback_crc(std::span<float> p, const StepContext& ctx,
-                                                  std::span<std::byte> payload,
-                                                  std::uint32_t* payload_crc) const;
-  virtual std::size_t encode_payload_with_residual_crc(const ResidualUpdate& update,
-                                                       std::span<float> e, const StepContext& ctx,
-                                                       std::span<std::byte> payload,
-                                                       std::uint32_t* payload_crc) const;
+                                                   std::span<std::byte> payload,
+                                                   PayloadCrc* payload_crc) const;
 
  private:
   CodecIdentity identity_;

@@ -1,6 +1,7 @@
 #include "gradcomp/codec.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "detail/checksum_switch.h"
@@ -36,23 +37,32 @@ void check_encode_args(const Codec& codec, std::size_t n, std::size_t out_bytes,
   }
 }
 
+// The framing all three encode entry points share: check the arguments, let `hook` write
+// the payload after the header (given a CRC slot, null while checksums are off), then
+// write the header, with the payload's CRC if the hook fused it into its pass (codec.h,
+// PayloadCrc), else checksumming the payload here.
+template <class Hook>
+std::size_t encode_framed(const Codec& codec, std::size_t n, std::span<std::byte> out,
+                          Hook&& hook) {
+  check_encode_args(codec, n, out.size(), "encode");
+  std::optional<std::uint32_t> payload_crc;
+  const std::size_t payload =
+      hook(out.subspan(kHeaderBytes), detail::checksum_disabled() ? nullptr : &payload_crc);
+  if (payload_crc) {
+    write_header_payload_crc(out, codec.wire_id(), codec.config_tag(), n, payload, *payload_crc);
+  } else {
+    write_header(out, codec.wire_id(), codec.config_tag(), n, payload);
+  }
+  return kHeaderBytes + payload;
+}
+
 }  // namespace
 
 std::size_t Codec::encode(std::span<const float> in, const StepContext& ctx,
                           std::span<std::byte> out) const {
-  check_encode_args(*this, in.size(), out.size(), "encode");
-  std::uint32_t payload_crc = 0;
-  if (!detail::checksum_disabled()) {
-    const std::size_t payload =
-        encode_payload_crc(in, ctx, out.subspan(kHeaderBytes), &payload_crc);
-    if (payload != kNoPayloadCrc) {
-      write_header_payload_crc(out, wire_id(), config_tag(), in.size(), payload, payload_crc);
-      return kHeaderBytes + payload;
-    }
-  }
-  const std::size_t payload = encode_payload(in, ctx, out.subspan(kHeaderBytes));
-  write_header(out, wire_id(), config_tag(), in.size(), payload);
-  return kHeaderBytes + payload;
+  return encode_framed(*this, in.size(), out, [&](std::span<std::byte> payload, PayloadCrc* crc) {
+    return encode_payload(in, ctx, payload, crc);
+  });
 }
 
 void Codec::decode_add(std::span<const std::byte> msg, std::span<float> out, float alpha) const {
@@ -61,24 +71,15 @@ void Codec::decode_add(std::span<const std::byte> msg, std::span<float> out, flo
 
 std::size_t Codec::encode_feedback(std::span<float> p, const StepContext& ctx,
                                    std::span<std::byte> out) const {
-  check_encode_args(*this, p.size(), out.size(), "encode");
-  std::uint32_t payload_crc = 0;
-  if (!detail::checksum_disabled()) {
-    const std::size_t payload =
-        encode_payload_feedback_crc(p, ctx, out.subspan(kHeaderBytes), &payload_crc);
-    if (payload != kNoPayloadCrc) {
-      write_header_payload_crc(out, wire_id(), config_tag(), p.size(), payload, payload_crc);
-      return kHeaderBytes + payload;
-    }
-  }
-  const std::size_t payload = encode_payload_feedback(p, ctx, out.subspan(kHeaderBytes));
-  write_header(out, wire_id(), config_tag(), p.size(), payload);
-  return kHeaderBytes + payload;
+  return encode_framed(*this, p.size(), out, [&](std::span<std::byte> payload, PayloadCrc* crc) {
+    return encode_payload_feedback(p, ctx, payload, crc);
+  });
 }
 
 std::size_t Codec::encode_payload_feedback(std::span<float> p, const StepContext& ctx,
-                                           std::span<std::byte> payload) const {
-  const std::size_t bytes = encode_payload(p, ctx, payload);
+                                           std::span<std::byte> payload,
+                                           PayloadCrc* payload_crc) const {
+  const std::size_t bytes = encode_payload(p, ctx, payload, payload_crc);
   decode_payload_add(payload.first(bytes), p, -1.0f);
   return bytes;
 }
@@ -89,27 +90,17 @@ std::size_t Codec::encode_with_residual(const ResidualUpdate& update, std::span<
     throw InvalidArgument(name() + " encode: gradient of " + std::to_string(update.size()) +
                           " elements, residual of " + std::to_string(e.size()));
   }
-  check_encode_args(*this, e.size(), out.size(), "encode");
-  std::uint32_t payload_crc = 0;
-  if (!detail::checksum_disabled()) {
-    const std::size_t payload =
-        encode_payload_with_residual_crc(update, e, ctx, out.subspan(kHeaderBytes), &payload_crc);
-    if (payload != kNoPayloadCrc) {
-      write_header_payload_crc(out, wire_id(), config_tag(), e.size(), payload, payload_crc);
-      return kHeaderBytes + payload;
-    }
-  }
-  const std::size_t payload =
-      encode_payload_with_residual(update, e, ctx, out.subspan(kHeaderBytes));
-  write_header(out, wire_id(), config_tag(), e.size(), payload);
-  return kHeaderBytes + payload;
+  return encode_framed(*this, e.size(), out, [&](std::span<std::byte> payload, PayloadCrc* crc) {
+    return encode_payload_with_residual(update, e, ctx, payload, crc);
+  });
 }
 
 std::size_t Codec::encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
                                                 const StepContext& ctx,
-                                                std::span<std::byte> payload) const {
+                                                std::span<std::byte> payload,
+                                                PayloadCrc* payload_crc) const {
   update.apply(e.data(), 0, e.size());
-  return encode_payload_feedback(e, ctx, payload);
+  return encode_payload_feedback(e, ctx, payload, payload_crc);
 }
 
 // The expressions are those of the unfused memories (error_feedback.cc before the fused
@@ -158,26 +149,6 @@ void ResidualUpdate::peek(const float* e, std::size_t begin, std::size_t end, fl
       dst[i - begin] = e[i] + ui;
     }
   }
-}
-
-std::size_t Codec::encode_payload_crc(std::span<const float> /*in*/, const StepContext& /*ctx*/,
-                                      std::span<std::byte> /*payload*/,
-                                      std::uint32_t* /*payload_crc*/) const {
-  return kNoPayloadCrc;
-}
-
-std::size_t Codec::encode_payload_feedback_crc(std::span<float> /*p*/, const StepContext& /*ctx*/,
-                                               std::span<std::byte> /*payload*/,
-                                               std::uint32_t* /*payload_crc*/) const {
-  return kNoPayloadCrc;
-}
-
-std::size_t Codec::encode_payload_with_residual_crc(const ResidualUpdate& /*update*/,
-                                                    std::span<float> /*e*/,
-                                                    const StepContext& /*ctx*/,
-                                                    std::span<std::byte> /*payload*/,
-                                                    std::uint32_t* /*payload_crc*/) const {
-  return kNoPayloadCrc;
 }
 
 LinearRegion Codec::linear_region(std::size_t /*n*/) const {

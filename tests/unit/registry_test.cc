@@ -20,8 +20,8 @@ CodecRegistry toy_registry() {
 
    protected:
     std::size_t max_payload_bytes(std::size_t) const override { return 0; }
-    std::size_t encode_payload(std::span<const float>, const StepContext&,
-                               std::span<std::byte>) const override {
+    std::size_t encode_payload(std::span<const float>, const StepContext&, std::span<std::byte>,
+                               PayloadCrc*) const override {
       return 0;
     }
     void decode_payload_add(std::span<const std::byte>, std::span<float>, float) const override {}

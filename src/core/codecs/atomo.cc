@@ -124,7 +124,8 @@ class AtomoCodec final : public Codec {
   }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,
-                             std::span<std::byte> payload) const override {
+                             std::span<std::byte> payload,
+                             PayloadCrc* /*payload_crc*/) const override {
     const std::size_t bad = first_non_finite(in);
     if (bad != in.size()) {
       throw InvalidArgument("atomo encode: element " + std::to_string(bad) + " is " +

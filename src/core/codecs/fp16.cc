@@ -39,7 +39,8 @@ class Fp16Codec final : public Codec {
   std::size_t max_payload_bytes(std::size_t n) const override { return 2 * n; }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& /*ctx*/,
-                             std::span<std::byte> payload) const override {
+                             std::span<std::byte> payload,
+                             PayloadCrc* /*payload_crc*/) const override {
     const std::size_t bad = detail::encode_halves(format_, in, payload.data());
     if (bad != in.size()) throw_non_finite(in[bad], bad);
     return 2 * in.size();
@@ -47,7 +48,8 @@ class Fp16Codec final : public Codec {
 
   // p <- p - float(half(p)) in the same pass that writes the halves.
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& /*ctx*/,
-                                      std::span<std::byte> payload) const override {
+                                      std::span<std::byte> payload,
+                                      PayloadCrc* /*payload_crc*/) const override {
     const std::size_t bad = detail::encode_halves_feedback(format_, p, payload.data());
     if (bad != p.size()) throw_non_finite(p[bad], bad);
     return 2 * p.size();

@@ -24,9 +24,14 @@ class NoneCodec final : public Codec {
  protected:
   std::size_t max_payload_bytes(std::size_t n) const override { return 4 * n; }
 
+  // With checksums on, the copy and its checksum in one pass (crc32c_copy).
   std::size_t encode_payload(std::span<const float> in, const StepContext& /*ctx*/,
-                             std::span<std::byte> payload) const override {
-    if (!in.empty()) std::memcpy(payload.data(), in.data(), 4 * in.size());
+                             std::span<std::byte> payload, PayloadCrc* payload_crc) const override {
+    if (payload_crc != nullptr) {
+      *payload_crc = crc32c_copy(payload.data(), std::as_bytes(in));
+    } else if (!in.empty()) {
+      std::memcpy(payload.data(), in.data(), 4 * in.size());
+    }
     return 4 * in.size();
   }
 
@@ -39,26 +44,11 @@ class NoneCodec final : public Codec {
     for (std::size_t i = 0; i < n; ++i) dst[i] += alpha * load_le<float>(src + 4 * i);
   }
 
-  // The copy and its checksum in one pass (crc32c_copy).
-  std::size_t encode_payload_crc(std::span<const float> in, const StepContext& /*ctx*/,
-                                 std::span<std::byte> payload,
-                                 std::uint32_t* payload_crc) const override {
-    *payload_crc = crc32c_copy(payload.data(), std::as_bytes(in));
-    return 4 * in.size();
-  }
-
-  std::size_t encode_payload_feedback_crc(std::span<float> p, const StepContext& ctx,
-                                          std::span<std::byte> payload,
-                                          std::uint32_t* payload_crc) const override {
-    const std::size_t bytes = encode_payload_crc(p, ctx, payload, payload_crc);
-    for (float& v : p) v -= v;  // as encode_payload_feedback
-    return bytes;
-  }
-
   // e = p - p = 0: nothing is held back.
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& ctx,
-                                      std::span<std::byte> payload) const override {
-    const std::size_t bytes = encode_payload(p, ctx, payload);
+                                      std::span<std::byte> payload,
+                                      PayloadCrc* payload_crc) const override {
+    const std::size_t bytes = encode_payload(p, ctx, payload, payload_crc);
     for (float& v : p) v -= v;  // p - decode(p), exactly as the generic form computes it
     return bytes;
   }

@@ -34,38 +34,18 @@ class OneBitCodec final : public Codec {
  protected:
   std::size_t max_payload_bytes(std::size_t n) const override { return detail::packed1_bytes(n); }
 
+  // With checksums on, the checksum is folded into the packing, piece by piece
+  // (detail::sign_encode_crc and sign_encode_feedback_crc, in all three hooks): a separate
+  // pass over the message cost ~4 percent of this one-pass encode.
   std::size_t encode_payload(std::span<const float> in, const StepContext& /*ctx*/,
-                             std::span<std::byte> payload) const override {
-    detail::sign_encode(in.data(), in.size(), tau_, detail::SignRule::kGreater, payload.data());
+                             std::span<std::byte> payload, PayloadCrc* payload_crc) const override {
+    if (payload_crc != nullptr) {
+      *payload_crc = detail::sign_encode_crc(in.data(), in.size(), tau_, detail::SignRule::kGreater,
+                                             payload.data());
+    } else {
+      detail::sign_encode(in.data(), in.size(), tau_, detail::SignRule::kGreater, payload.data());
+    }
     return detail::packed1_bytes(in.size());
-  }
-
-  // The checksum folded into the packing, piece by piece (detail::sign_encode_crc): a
-  // separate pass over the message cost ~4 percent of this one-pass encode.
-  std::size_t encode_payload_crc(std::span<const float> in, const StepContext& /*ctx*/,
-                                 std::span<std::byte> payload,
-                                 std::uint32_t* payload_crc) const override {
-    *payload_crc = detail::sign_encode_crc(in.data(), in.size(), tau_, detail::SignRule::kGreater,
-                                           payload.data());
-    return detail::packed1_bytes(in.size());
-  }
-
-  std::size_t encode_payload_feedback_crc(std::span<float> p, const StepContext& /*ctx*/,
-                                          std::span<std::byte> payload,
-                                          std::uint32_t* payload_crc) const override {
-    *payload_crc = detail::sign_encode_feedback_crc(
-        p.data(), p.size(), tau_, detail::SignRule::kGreater, lut(-1.0f), payload.data());
-    return detail::packed1_bytes(p.size());
-  }
-
-  std::size_t encode_payload_with_residual_crc(const ResidualUpdate& update, std::span<float> e,
-                                               const StepContext& /*ctx*/,
-                                               std::span<std::byte> payload,
-                                               std::uint32_t* payload_crc) const override {
-    const detail::Pending pending = detail::residual_pending(update, e);
-    *payload_crc = detail::sign_encode_feedback_crc(
-        e.data(), e.size(), tau_, detail::SignRule::kGreater, lut(-1.0f), payload.data(), &pending);
-    return detail::packed1_bytes(e.size());
   }
 
   void decode_payload_add(std::span<const std::byte> payload, std::span<float> out,
@@ -77,19 +57,31 @@ class OneBitCodec final : public Codec {
   }
 
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& /*ctx*/,
-                                      std::span<std::byte> payload) const override {
-    detail::sign_encode_feedback(p.data(), p.size(), tau_, detail::SignRule::kGreater, lut(-1.0f),
-                                 payload.data());
+                                      std::span<std::byte> payload,
+                                      PayloadCrc* payload_crc) const override {
+    if (payload_crc != nullptr) {
+      *payload_crc = detail::sign_encode_feedback_crc(
+          p.data(), p.size(), tau_, detail::SignRule::kGreater, lut(-1.0f), payload.data());
+    } else {
+      detail::sign_encode_feedback(p.data(), p.size(), tau_, detail::SignRule::kGreater, lut(-1.0f),
+                                   payload.data());
+    }
     return detail::packed1_bytes(p.size());
   }
 
   // One pass over g and e: p formed per L1-sized block, packed, e = p - decode.
   std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
-                                           const StepContext& /*ctx*/,
-                                           std::span<std::byte> payload) const override {
+                                           const StepContext& /*ctx*/, std::span<std::byte> payload,
+                                           PayloadCrc* payload_crc) const override {
     const detail::Pending pending = detail::residual_pending(update, e);
-    detail::sign_encode_feedback(e.data(), e.size(), tau_, detail::SignRule::kGreater, lut(-1.0f),
-                                 payload.data(), &pending);
+    if (payload_crc != nullptr) {
+      *payload_crc =
+          detail::sign_encode_feedback_crc(e.data(), e.size(), tau_, detail::SignRule::kGreater,
+                                           lut(-1.0f), payload.data(), &pending);
+    } else {
+      detail::sign_encode_feedback(e.data(), e.size(), tau_, detail::SignRule::kGreater, lut(-1.0f),
+                                   payload.data(), &pending);
+    }
     return detail::packed1_bytes(e.size());
   }
 

@@ -257,7 +257,8 @@ class QsgdCodec final : public Codec {
   std::size_t max_payload_bytes(std::size_t n) const override { return payload_bytes(n); }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,
-                             std::span<std::byte> payload) const override {
+                             std::span<std::byte> payload,
+                             PayloadCrc* /*payload_crc*/) const override {
     encode_impl(in.data(), in.size(), ctx, payload.data(), nullptr);
     return payload_bytes(in.size());
   }
@@ -266,7 +267,8 @@ class QsgdCodec final : public Codec {
   // codes are in L1. All norms are computed first, so a non-finite input throws
   // before p is touched (as the generic form leaves p unchanged when encode throws).
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& ctx,
-                                      std::span<std::byte> payload) const override {
+                                      std::span<std::byte> payload,
+                                      PayloadCrc* /*payload_crc*/) const override {
     encode_impl(p.data(), p.size(), ctx, payload.data(), p.data());
     return payload_bytes(p.size());
   }

@@ -87,7 +87,8 @@ class RandomkCodec final : public Codec {
   }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,
-                             std::span<std::byte> payload) const override {
+                             std::span<std::byte> payload,
+                             PayloadCrc* /*payload_crc*/) const override {
     encode_impl(in, ctx, payload.data());
     return max_payload_bytes(in.size());
   }
@@ -95,7 +96,8 @@ class RandomkCodec final : public Codec {
   // Generic form: p[i] += -1 * value for the sent i (so p[i] = +0 with rescale=0).
   // Done only after every value was checked, so a throwing encode leaves p as it was.
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& ctx,
-                                      std::span<std::byte> payload) const override {
+                                      std::span<std::byte> payload,
+                                      PayloadCrc* /*payload_crc*/) const override {
     const auto bits = encode_impl(p, ctx, payload.data());
     const std::byte* vals = payload.data() + kKeyBytes;
     float* dst = p.data();

@@ -74,7 +74,8 @@ class SketchCodec final : public Codec {
   std::size_t max_payload_bytes(std::size_t n) const override { return kKeyBytes + 4 * cells(n); }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,
-                             std::span<std::byte> payload) const override {
+                             std::span<std::byte> payload,
+                             PayloadCrc* /*payload_crc*/) const override {
     const std::size_t n = in.size();
     for (std::size_t i = 0; i < n; ++i) {
       if (!std::isfinite(in[i])) {

@@ -55,7 +55,8 @@ class TernGradCodec final : public Codec {
   }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,
-                             std::span<std::byte> payload) const override {
+                             std::span<std::byte> payload,
+                             PayloadCrc* /*payload_crc*/) const override {
     const std::size_t n = in.size();
     // One reading pass for max|g| (and, when clipping, the mean and variance with it).
     detail::Moments m;

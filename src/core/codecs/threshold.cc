@@ -61,12 +61,14 @@ class ThresholdCodec final : public Codec {
   }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& /*ctx*/,
-                             std::span<std::byte> payload) const override {
+                             std::span<std::byte> payload,
+                             PayloadCrc* /*payload_crc*/) const override {
     return detail::write_sparse(in, select(in), SparseValues::kFp32, payload);
   }
 
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& /*ctx*/,
-                                      std::span<std::byte> payload) const override {
+                                      std::span<std::byte> payload,
+                                      PayloadCrc* /*payload_crc*/) const override {
     const auto idx = select(p);
     const std::size_t bytes = detail::write_sparse(p, idx, SparseValues::kFp32, payload);
     detail::subtract_sent(p, idx, SparseValues::kFp32);

@@ -72,7 +72,8 @@ class Threshold2BitCodec final : public Codec {
   }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& /*ctx*/,
-                             std::span<std::byte> payload) const override {
+                             std::span<std::byte> payload,
+                             PayloadCrc* /*payload_crc*/) const override {
     const float tau = message_tau(in, payload);
     require_finite(detail::threshold2_encode(in.data(), in.size(), encode_tau(tau),
                                              payload.data() + header_bytes(),
@@ -100,7 +101,8 @@ class Threshold2BitCodec final : public Codec {
 
   // One pass: pack and p += (-1) * decode, i.e. p -= tau for 11, p += tau for 10.
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& /*ctx*/,
-                                      std::span<std::byte> payload) const override {
+                                      std::span<std::byte> payload,
+                                      PayloadCrc* /*payload_crc*/) const override {
     const float tau = message_tau(p, payload);
     require_finite(detail::threshold2_encode_feedback(
         p.data(), p.size(), encode_tau(tau), lut(tau, -1.0f), payload.data() + header_bytes(),
@@ -119,8 +121,8 @@ class Threshold2BitCodec final : public Codec {
   //     passes: the first forms p in e and sums |p| (the blocked sum of abs_sum, the same
   //     double), the second packs and updates e (reads e only); both stay in cache.
   std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
-                                           const StepContext& /*ctx*/,
-                                           std::span<std::byte> payload) const override {
+                                           const StepContext& /*ctx*/, std::span<std::byte> payload,
+                                           PayloadCrc* /*payload_crc*/) const override {
     const detail::Pending pending = detail::residual_pending(update, e);
     if (!adaptive()) {
       detail::threshold2_encode_feedback(e.data(), e.size(), encode_tau(tau_), lut(tau_, -1.0f),

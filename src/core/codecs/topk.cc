@@ -48,14 +48,16 @@ class TopkCodec final : public Codec {
   }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,
-                             std::span<std::byte> payload) const override {
+                             std::span<std::byte> payload,
+                             PayloadCrc* /*payload_crc*/) const override {
     return detail::write_sparse(in, select(in, ctx), values_, payload);
   }
 
   // e <- p, then the sent positions lose what was sent: zero (fp32 values) or the
   // fp16 rounding error. Touches only the k sent entries.
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& ctx,
-                                      std::span<std::byte> payload) const override {
+                                      std::span<std::byte> payload,
+                                      PayloadCrc* /*payload_crc*/) const override {
     const auto idx = select(p, ctx);
     const std::size_t bytes = detail::write_sparse(p, idx, values_, payload);
     detail::subtract_sent(p, idx, values_);
@@ -74,8 +76,8 @@ class TopkCodec final : public Codec {
   // candidates: exact selection, two reads) are as before. Exact selection: pass 1 forms
   // p and builds the histogram, pass 2 reads p to gather the candidates (was three).
   std::size_t encode_payload_with_residual(const ResidualUpdate& update, std::span<float> e,
-                                           const StepContext& ctx,
-                                           std::span<std::byte> payload) const override {
+                                           const StepContext& ctx, std::span<std::byte> payload,
+                                           PayloadCrc* /*payload_crc*/) const override {
     const detail::Pending pending = detail::residual_pending(update, e);
     const auto idx = select(e, ctx, &pending);
     const std::size_t bytes = detail::write_sparse(e, idx, values_, payload);

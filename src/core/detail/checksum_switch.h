@@ -2,7 +2,8 @@
 // inside Codec::encode ("gradcomp bench codec" times encode with and without it, call
 // for call). While a ScopedChecksumOff lives on a thread, encode() and write_header()
 // on that thread leave the header's CRC field 0 and skip the fused checksum (a codec's
-// encode_payload_crc), so decoding such a message fails: never send one.
+// encode hooks get a null PayloadCrc, codec.h), so decoding such a message fails: never
+// send one.
 #pragma once
 
 namespace gradcomp::detail {
