@@ -5,7 +5,8 @@
 #
 # Builds the clang ASan+UBSan+libFuzzer build in build-sanitize/ (configured exactly as
 # scripts/test.sh configures it, so the two share it) and runs each target N seconds
-# (default 20) on its working corpus build-sanitize/corpus/<target>/, seeded from the
+# (default 20; GRADCOMP_JOBS targets side by side, default 2) on its working corpus
+# build-sanitize/corpus/<target>/, seeded from the
 # in-tree corpus tests/fuzz/corpus/<target>/ (read only: libFuzzer adds new inputs to the
 # first directory only). --merge minimises the working corpus afterwards (-merge=1).
 # Prints one line per target: executions, executions per second, corpus size (inputs and
@@ -56,20 +57,38 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 mkdir -p "$build/fuzz-artifacts"
 findings=0
+# corpus_dirs TARGET: the working corpus (created) and the in-tree seeds, if any.
+corpus_dirs() {
+  mkdir -p "$build/corpus/$1"
+  dirs=("$build/corpus/$1")
+  [ -d "tests/fuzz/corpus/$1" ] && dirs+=("tests/fuzz/corpus/$1")
+}
+# The targets run side by side, $jobs at a time (each is one process on one core): on a
+# 2-core machine the three take the time of two, not three.
+run_target() {
+  local t=$1 extra=() status=0
+  corpus_dirs "$t"
+  [ "$t" = checkpoint ] && extra+=(-max_len=4096)
+  "$build/bin/gradcomp_${t}_fuzz" "${dirs[@]}" -max_total_time="$seconds" -timeout=10 \
+    -print_final_stats=1 "${extra[@]}" -artifact_prefix="$build/fuzz-artifacts/$t-" \
+    >"$build/fuzz-$t.log" 2>&1 || status=$?
+  echo $status >"$build/fuzz-$t.status"
+}
+running=0
+for t in $targets; do
+  if [ $running -ge "$jobs" ]; then wait -n || true; running=$((running - 1)); fi
+  run_target "$t" &
+  running=$((running + 1))
+done
+wait
+
 printf '%-11s %12s %10s %16s  %s\n' target executions "exec/s" "corpus" result
 for t in $targets; do
   bin="$build/bin/gradcomp_${t}_fuzz"
   work="$build/corpus/$t"
-  seeds="tests/fuzz/corpus/$t"
   log="$build/fuzz-$t.log"
-  mkdir -p "$work"
-  dirs=("$work")
-  [ -d "$seeds" ] && dirs+=("$seeds")
-  extra=()
-  [ "$t" = checkpoint ] && extra+=(-max_len=4096)
-  status=0
-  "$bin" "${dirs[@]}" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 "${extra[@]}" \
-    -artifact_prefix="$build/fuzz-artifacts/$t-" >"$log" 2>&1 || status=$?
+  corpus_dirs "$t"
+  status=$(cat "$build/fuzz-$t.status")
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   # The last status line: "#N  <event> cov: C ft: F corp: K/SIZE ..."
   corp=$(grep -oE 'corp: [0-9]+/[0-9]+[a-zA-Z]*' "$log" | tail -n 1 | cut -d' ' -f2)

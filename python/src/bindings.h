@@ -1,7 +1,7 @@
 // The pieces of gradcomp's Python extension (gradcomp._C), one function per file.
 #pragma once
 
-#include <torch/extension.h>
+#include <torch/python.h>
 
 #include <exception>
 #include <span>

@@ -2,7 +2,12 @@
 
 Each rank's return value (or its traceback) comes back to the test; a rank that hangs
 past the deadline fails the test instead of blocking it. Workers must be top-level
-functions of an importable module (they are started with the spawn method).
+functions of an importable module.
+
+Ranks are forked from a forkserver that imported torch and gradcomp once: a fresh
+process (the spawn method) spends about 2 s of CPU importing torch 2.x, which was most of
+each test's time on a 2-core machine. The forkserver is a clean single-threaded process,
+so forking it is as safe as spawning (forking pytest itself would copy its threads).
 """
 from __future__ import annotations
 
@@ -48,6 +53,18 @@ def _entry(fn, rank, world, port, outdir, args, pg_timeout, backend):
     os._exit(0)
 
 
+_CONTEXT = None
+
+
+def _context():
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = mp.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "gradcomp.torch",
+                                         "ddp_support", "workers"])
+    return _CONTEXT
+
+
 class RankFailed(AssertionError):
     pass
 
@@ -58,7 +75,7 @@ def run(fn: Callable, world: int, *args: Any, timeout: float = 120.0,
     """Returns each rank's result; raises RankFailed with the first failing rank's
     traceback (unless allow_errors, which returns {'error': text} entries instead).
     `backend` is init_process_group's, e.g. "cpu:gloo,cuda:fake" (a backend per device)."""
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     port = free_port()
     with tempfile.TemporaryDirectory() as outdir:
         procs = [
