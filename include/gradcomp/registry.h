@@ -10,8 +10,8 @@
 // noef(...) switches it off for ablations; ef(...) adds it to any codec; efm(...) is
 // error feedback with momentum correction (make_momentum_error_feedback, memory.h).
 // Which of ef and efm a bare codec gets depends on the optimizer: see
-// CodecRegistry::with_default_memory, which every way in (gradcomp train, the LibTorch
-// GradientExchange, the Python hook) applies before it builds anything.
+// CodecRegistry::with_default_memory, which Method::parse (gradcomp/method.h) applies for
+// every way in (gradcomp train, the LibTorch GradientExchange, the Python hook).
 // The grammar is strict: names and keys are [a-z0-9_-]+, values are consumed whole
 // by std::from_chars, no whitespace inside. Unknown names and keys, duplicate keys,
 // malformed and out-of-range values throw InvalidArgument listing the known choices.
@@ -115,6 +115,31 @@ struct MemoryInfo {
       make;
 };
 
+// ---- reducer schemes ----------------------------------------------------------------
+
+// A method that is a whole exchange protocol rather than a codec under a generic reducer
+// (PowerSGD, Sketched-SGD, FetchSGD): what it is, without the code that runs it. The
+// registry holds it so that a Method (gradcomp/method.h) is parsed and questioned in the
+// core; the distributed layer pairs each description with its reducer
+// (gradcomp/dist/schemes.h). Users name schemes in --compressor exactly like codecs
+// ("powersgd:rank=2").
+struct SchemeDescription {
+  std::string name;     // what users type: "powersgd"
+  std::string summary;  // one line for `gradcomp list`
+  std::vector<ParamDef> params;
+  std::vector<std::string> examples;
+  // Keeps the momentum of the tensors it compresses (its "momentum" parameter, which must
+  // equal the optimizer's): the optimizer skips momentum there.
+  bool carries_momentum = false;
+  // Also runs on a ps-sync parameter server (the server merges what the workers send and
+  // replies with the sparse update itself: a dense downlink only).
+  bool runs_on_ps_sync = false;
+};
+
+// The canonical spec of a scheme spec ("powersgd" -> "powersgd:rank=4,..."), validating
+// its parameters; InvalidArgument for unknown keys or bad values.
+std::string canonical_scheme_spec(const SchemeDescription& info, const SpecNode& node);
+
 // ---- codec registry -------------------------------------------------------------
 
 struct CodecInfo {
@@ -145,12 +170,20 @@ class CodecRegistry {
   const MemoryInfo* find_memory(std::string_view name) const;
   std::vector<const MemoryInfo*> memories() const;  // sorted by name
 
+  // Reducer schemes share the namespace too. Throws InvalidArgument on a name taken.
+  void add_scheme(SchemeDescription info);
+  const SchemeDescription* find_scheme(std::string_view name) const;
+  std::vector<const SchemeDescription*> schemes() const;  // sorted by name
+
   // A plain codec spec ("qsgd:levels=16"); wrappers are rejected.
   std::shared_ptr<const Codec> make_codec(std::string_view spec) const;
   std::shared_ptr<const Codec> make_codec(const SpecNode& node) const;
 
   // A full compressor spec, wrappers and named memories allowed, for a bucket of n elements.
   std::unique_ptr<Memory> make_memory(std::string_view spec, std::size_t n) const;
+  // The same for a spec already parsed into `node` (`spec` names it in messages).
+  std::unique_ptr<Memory> make_memory(const SpecNode& node, std::string_view spec,
+                                      std::size_t n) const;
 
   // The spec a bare biased codec means under an optimizer with momentum m: "efm(spec)"
   // when m > 0 (momentum correction: the measured best recipe for every biased codec
@@ -175,10 +208,11 @@ class CodecRegistry {
 
   std::map<std::string, CodecInfo, std::less<>> codecs_;
   std::map<std::string, MemoryInfo, std::less<>> memories_;
+  std::map<std::string, SchemeDescription, std::less<>> schemes_;
 };
 
-// Registers every built-in codec and named memory. Explicit (no static initialisers a
-// linker may drop).
+// Registers every built-in codec, named memory and scheme description. Explicit (no static
+// initialisers a linker may drop).
 void register_builtin_codecs(CodecRegistry& registry);
 
 // A process-wide registry holding the built-in codecs, built on first use.

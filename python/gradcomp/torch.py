@@ -271,11 +271,13 @@ class CompressionState:
         gradcomp.torch.SGD with momentum is attached, efm(...)."""
         return self._exchanger.compressor
 
-    def _attach_optimizer(self, optimizer: "SGD", momentum: float) -> None:
+    def _attach_optimizer(self, optimizer: "SGD", momentum: float, nesterov: bool) -> None:
         self._optimizer = weakref.ref(optimizer)
-        # Momentum-corrected error feedback for a bare biased codec under momentum SGD
-        # (CodecRegistry::with_default_memory), as gradcomp train and GradientExchange do.
-        self._exchanger.use_momentum(momentum)
+        # The method for this optimizer (Method::with_momentum), as gradcomp train and
+        # GradientExchange parse it: momentum-corrected error feedback for a bare biased
+        # codec under momentum SGD; a memory that keeps the momentum (dgc, sketched-sgd,
+        # fetchsgd) must have the optimizer's (ValueError otherwise).
+        self._exchanger.use_momentum(momentum, nesterov)
 
     def _context(self) -> "_C.StepContext":
         ctx = _C.StepContext()
@@ -562,7 +564,7 @@ class SGD(torch.optim.Optimizer):
             params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
         )
         self._gradcomp = state
-        state._attach_optimizer(self, momentum)
+        state._attach_optimizer(self, momentum, nesterov)
 
     @torch.no_grad()
     def step(self, closure=None):

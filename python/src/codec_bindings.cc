@@ -49,9 +49,9 @@ py::list list_codecs() {
     out.append(entry("memory", mem->name, mem->summary, registry.make_memory(mem->name, 0)->spec(),
                      mem->params, mem->examples));
   }
-  for (const dist::SchemeInfo& s : dist::reducer_schemes()) {
-    out.append(entry("scheme", s.name, s.summary,
-                     dist::canonical_scheme_spec(s, parse_spec(s.name)), s.params, s.examples));
+  for (const SchemeDescription* s : registry.schemes()) {
+    out.append(entry("scheme", s->name, s->summary, canonical_scheme_spec(*s, parse_spec(s->name)),
+                     s->params, s->examples));
   }
   return out;
 }

@@ -23,6 +23,7 @@
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/layout.h"
+#include "gradcomp/method.h"
 
 namespace py = pybind11;
 
@@ -297,8 +298,10 @@ void bind_exchanger(py::module_& m) {
           [](const PyExchanger& e) { return e.exchanger().momentum_in_memory(); })
       .def(
           "use_momentum",
-          [](PyExchanger& e, double momentum) { e.exchanger().use_momentum(momentum); },
-          py::arg("momentum"),
+          [](PyExchanger& e, double momentum, bool nesterov) {
+            e.exchanger().use_momentum(momentum, nesterov);
+          },
+          py::arg("momentum"), py::arg("nesterov") = false,
           "A bare biased codec gets efm(...) when momentum > 0 (before the first step).")
       .def_property_readonly("compressor",
                              [](const PyExchanger& e) { return e.exchanger().compressor(); })
@@ -353,8 +356,8 @@ void bind_exchanger(py::module_& m) {
       py::arg("spec"), py::arg("grads"), py::arg("step"),
       "A warning when the spec's fixed 2-bit threshold is far above these gradients' scale.");
   m.def(
-      "validate_spec", [](const std::string& spec) { dist::validate_compressor_spec(spec); },
-      py::arg("spec"), "Raises ValueError with the registry's message for a bad compressor spec.");
+      "validate_spec", [](const std::string& spec) { (void)Method::parse(spec); }, py::arg("spec"),
+      "Raises ValueError with the registry's message for a bad compressor spec.");
 }
 
 }  // namespace gradcomp::python

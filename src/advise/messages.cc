@@ -88,12 +88,12 @@ MethodPlan plan_dense(std::string_view spec, std::span<const BucketPlan> buckets
   return m;
 }
 
-MethodPlan plan_scheme(std::string_view spec, const dist::SchemeDescription& info,
-                       const SpecNode& node, std::span<const BucketPlan> buckets) {
+MethodPlan plan_scheme(std::string_view spec, const SchemeDescription& info, const SpecNode& node,
+                       std::span<const BucketPlan> buckets) {
   const std::size_t total = total_numel(buckets);
   MethodPlan m;
   m.spec = std::string(spec);
-  m.canonical = dist::canonical_scheme_spec(info, node);
+  m.canonical = canonical_scheme_spec(info, node);
   m.family = info.name;
   m.gradient_bytes = kF32 * static_cast<double>(total);
   const Params p = resolve_params(info.name, info.params, node);
@@ -229,12 +229,7 @@ MethodPlan plan_method(std::string_view spec, std::span<const ParamInfo> params,
   const std::vector<BucketPlan> buckets = plan_buckets(params, options.layout);
   const bool dense = is_dense_spec(spec);
   const SpecNode node = dense ? SpecNode{} : parse_spec(spec);
-  const dist::SchemeDescription* scheme = nullptr;
-  if (!dense && !node.inner) {
-    for (const dist::SchemeDescription& info : dist::scheme_descriptions()) {
-      if (info.name == node.name) scheme = &info;
-    }
-  }
+  const SchemeDescription* scheme = dense || node.inner ? nullptr : registry.find_scheme(node.name);
   auto plan_of = [&](std::span<const BucketPlan> bs) {
     if (dense) return plan_dense(spec, bs);
     if (scheme != nullptr) return plan_scheme(spec, *scheme, node, bs);

@@ -27,6 +27,8 @@ void register_builtin_codecs(CodecRegistry& registry) {
   register_sketch(registry);  // wire id 13
   // atomic sparsification
   register_atomo(registry);  // wire id 14
+  // reducer schemes (descriptions only: no wire id of their own)
+  register_builtin_schemes(registry);
 }
 
 }  // namespace gradcomp

@@ -6,11 +6,18 @@
 
 namespace gradcomp {
 
+namespace {
+
+bool is_wrapper(std::string_view name) { return name == "ef" || name == "efm" || name == "noef"; }
+
+}  // namespace
+
 void CodecRegistry::add(CodecInfo info) {
   if (info.name.empty() || !info.make) {
     throw InvalidArgument("codec registry: a codec needs a name and a factory");
   }
-  if (codecs_.count(info.name) != 0 || memories_.count(info.name) != 0) {
+  if (codecs_.count(info.name) != 0 || memories_.count(info.name) != 0 ||
+      schemes_.count(info.name) != 0) {
     throw InvalidArgument("codec registry: '" + info.name + "' registered twice");
   }
   if (const CodecInfo* other = find_wire_id(info.wire_id)) {
@@ -46,21 +53,42 @@ std::string CodecRegistry::known_names() const {
   return out;
 }
 
-namespace {
-
-bool is_wrapper(std::string_view name) { return name == "ef" || name == "efm" || name == "noef"; }
-
-}  // namespace
-
 void CodecRegistry::add_memory(MemoryInfo info) {
   if (info.name.empty() || !info.codec_spec || !info.make) {
     throw InvalidArgument("codec registry: a memory needs a name, a codec_spec and a factory");
   }
-  if (is_wrapper(info.name) || codecs_.count(info.name) != 0 || memories_.count(info.name) != 0) {
+  if (is_wrapper(info.name) || codecs_.count(info.name) != 0 || memories_.count(info.name) != 0 ||
+      schemes_.count(info.name) != 0) {
     throw InvalidArgument("codec registry: '" + info.name + "' registered twice");
   }
   std::string name = info.name;
   memories_.emplace(std::move(name), std::move(info));
+}
+
+void CodecRegistry::add_scheme(SchemeDescription info) {
+  if (info.name.empty() || is_wrapper(info.name) || codecs_.count(info.name) != 0 ||
+      memories_.count(info.name) != 0 || schemes_.count(info.name) != 0) {
+    throw InvalidArgument("codec registry: scheme '" + info.name + "' registered twice");
+  }
+  std::string name = info.name;
+  schemes_.emplace(std::move(name), std::move(info));
+}
+
+const SchemeDescription* CodecRegistry::find_scheme(std::string_view name) const {
+  const auto it = schemes_.find(name);
+  return it == schemes_.end() ? nullptr : &it->second;
+}
+
+std::vector<const SchemeDescription*> CodecRegistry::schemes() const {
+  std::vector<const SchemeDescription*> out;
+  out.reserve(schemes_.size());
+  for (const auto& [name, info] : schemes_) out.push_back(&info);
+  return out;
+}
+
+std::string canonical_scheme_spec(const SchemeDescription& info, const SpecNode& node) {
+  const std::string canonical = resolve_params(info.name, info.params, node).canonical();
+  return canonical.empty() ? info.name : info.name + ":" + canonical;
 }
 
 const MemoryInfo* CodecRegistry::find_memory(std::string_view name) const {
@@ -147,7 +175,11 @@ std::shared_ptr<const Codec> CodecRegistry::make_codec_of(std::string_view compr
 }
 
 std::unique_ptr<Memory> CodecRegistry::make_memory(std::string_view spec, std::size_t n) const {
-  const SpecNode node = parse_spec(spec);
+  return make_memory(parse_spec(spec), spec, n);
+}
+
+std::unique_ptr<Memory> CodecRegistry::make_memory(const SpecNode& node, std::string_view spec,
+                                                   std::size_t n) const {
   if (const MemoryInfo* m = find_memory(node.name)) {
     auto [params, codec] = memory_codec(*m, node, spec);
     return m->make(params, std::move(codec), n);

@@ -1,18 +1,34 @@
-// The reducer schemes' descriptions: names, parameters with defaults and ranges,
-// examples. Torch-free and free of the reducers' code (library
-// gradcomp_scheme_descriptions), so that `gradcomp list` links it without c10d; each
-// scheme's file (powersgd.cc, sketched_sgd.cc, fetchsgd.cc) reads the parameters
-// declared here and pairs its description with its reducer.
-#include <algorithm>
+// The reducer schemes' descriptions (gradcomp/registry.h, SchemeDescription): names,
+// parameters with defaults and ranges, examples, traits. In the core, free of the
+// reducers' code, so that a Method is parsed and `gradcomp list` describes the schemes
+// without c10d; each scheme's file in src/distributed (powersgd.cc, sketched_sgd.cc,
+// fetchsgd.cc) reads the parameters declared here and pairs the description with its
+// reducer.
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "gradcomp/dist/schemes.h"
-#include "scheme_list.h"
-#include "sketch_scheme_util.h"
+#include "codecs/codecs.h"
+#include "detail/count_sketch.h"
+#include "gradcomp/registry.h"
 
-namespace gradcomp::dist {
+namespace gradcomp {
+
+namespace {
+
+// The sketch geometry both count-sketch schemes take (read by the distributed layer's
+// sketch_scheme::geometry_from).
+std::vector<ParamDef> geometry_params(double default_ratio, double default_table,
+                                      std::int64_t default_rows) {
+  return {int_param("k", 0, 0, std::int64_t{1} << 31,
+                    "coordinates updated per bucket and step; 0: ceil(ratio*n)"),
+          float_param("ratio", default_ratio, 0.0, 1.0, "with k=0: k as a fraction of the bucket",
+                      true),
+          int_param("rows", default_rows, 1, detail::kMaxSketchRows, "sketch rows r"),
+          int_param("cols", 0, 0, std::int64_t{1} << 24, "sketch columns c; 0: ceil(table*n/rows)"),
+          float_param("table", default_table, 0.0, 1.0,
+                      "with cols=0: sketch cells r*c as a fraction of the bucket", true)};
+}
 
 // Rank 4 by default: on the default job (3 seeds) rank 2 lands 0.74 points below dense at
 // 123x, rank 4 0.3 below at 90x (docs/measurements/accuracy.md).
@@ -38,7 +54,7 @@ SchemeDescription sketched_sgd_description() {
   // wire, 2.5x less CPU per step than 5 rows of n/200 with k = 1% (14.3x), and the same
   // accuracy, which no geometry moves (docs/algorithms/sketches.md); unlike those 5 rows it
   // gives each candidate a column of its own.
-  std::vector<ParamDef> params = sketch_scheme::geometry_params(0.005, 0.05, 1);
+  std::vector<ParamDef> params = geometry_params(0.005, 0.05, 1);
   params.push_back(int_param("p2", 4, 1, 1000,
                              "candidates per bucket in round 2: p2*k (exact values allreduced)"));
   params.push_back(
@@ -46,21 +62,22 @@ SchemeDescription sketched_sgd_description() {
   params.push_back(bool_param("mask", true,
                               "zero the momentum u where the update is applied (the paper's "
                               "momentum stopping)"));
-  return {
-      .name = "sketched-sgd",
-      .summary =
-          "Sketched-SGD: allreduce count sketches of the accumulated momentum, then "
-          "the exact values of the p2*k best candidates; apply the top k (on "
-          "--topology ps-sync the server merges the sketches)",
-      .params = std::move(params),
-      .examples = {"sketched-sgd:ratio=0.001,table=0.01", "sketched-sgd:k=100,rows=3,cols=500"}};
+  return {.name = "sketched-sgd",
+          .summary =
+              "Sketched-SGD: allreduce count sketches of the accumulated momentum, then "
+              "the exact values of the p2*k best candidates; apply the top k (on "
+              "--topology ps-sync the server merges the sketches)",
+          .params = std::move(params),
+          .examples = {"sketched-sgd:ratio=0.001,table=0.01", "sketched-sgd:k=100,rows=3,cols=500"},
+          .carries_momentum = true,
+          .runs_on_ps_sync = true};
 }
 
 SchemeDescription fetchsgd_description() {
   // One row of 0.09 n columns (18 k for k = 0.5%), >= 10x on the wire: on the default job
   // it lands -0.39 points from dense, where 5 rows of the same cells land -3.7 whatever k
   // (docs/measurements/accuracy.md, "FetchSGD's sketch").
-  std::vector<ParamDef> params = sketch_scheme::geometry_params(0.005, 0.09, 1);
+  std::vector<ParamDef> params = geometry_params(0.005, 0.09, 1);
   params.push_back(
       float_param("momentum", 0.9, 0.0, 0.9999, "momentum m in sketch space; = --momentum"));
   return {.name = "fetchsgd",
@@ -68,25 +85,16 @@ SchemeDescription fetchsgd_description() {
               "FetchSGD: allreduce count sketches of the gradients; momentum and error "
               "kept in sketch space; apply the top k of the error sketch's estimates",
           .params = std::move(params),
-          .examples = {"fetchsgd:rows=5,ratio=0.01,table=0.1", "fetchsgd:k=50,rows=3,cols=1000"}};
+          .examples = {"fetchsgd:rows=5,ratio=0.01,table=0.1", "fetchsgd:k=50,rows=3,cols=1000"},
+          .carries_momentum = true};
 }
 
-const std::vector<SchemeDescription>& scheme_descriptions() {
-  static const std::vector<SchemeDescription> descriptions = [] {
-    // SCHEME-LIST entries: all.push_back(<name>_description());
-    std::vector<SchemeDescription> all{powersgd_description(), sketched_sgd_description(),
-                                       fetchsgd_description()};
-    std::sort(all.begin(), all.end(), [](const SchemeDescription& a, const SchemeDescription& b) {
-      return a.name < b.name;
-    });
-    return all;
-  }();
-  return descriptions;
+}  // namespace
+
+void register_builtin_schemes(CodecRegistry& registry) {
+  registry.add_scheme(powersgd_description());
+  registry.add_scheme(sketched_sgd_description());
+  registry.add_scheme(fetchsgd_description());
 }
 
-std::string canonical_scheme_spec(const SchemeDescription& info, const SpecNode& node) {
-  const std::string canonical = resolve_params(info.name, info.params, node).canonical();
-  return canonical.empty() ? info.name : info.name + ":" + canonical;
-}
-
-}  // namespace gradcomp::dist
+}  // namespace gradcomp

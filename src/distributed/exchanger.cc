@@ -34,40 +34,30 @@ std::string describe_shapes(std::span<const BucketShape> shapes) {
 
 }  // namespace
 
-Exchanger::Exchanger(Communicator& comm, std::string compressor_spec, ReducerKind kind,
-                     const CodecRegistry& registry)
-    : comm_(comm), kind_(kind), registry_(registry) {
-  adopt_spec(std::move(compressor_spec));
+Exchanger::Exchanger(Communicator& comm, Method method) : comm_(comm), method_(std::move(method)) {
   thread_ = std::thread([this] { loop(); });
 }
 
-void Exchanger::adopt_spec(std::string spec) {
-  // A one-element probe validates the spec and answers what the reducer is; reducers
-  // issue no collective when they are built, so this is local.
-  const BucketShape probe{0, 1, true, 0};
-  const auto reducer =
-      make_reducer(spec, kind_, comm_, std::span<const BucketShape>(&probe, 1), registry_);
-  if (reducer->owns_weights()) {
-    throw InvalidArgument("exchanger: " + reducer->describe() +
-                          " exchanges weights, not gradients");
-  }
-  spec_ = std::move(spec);
-  describe_ = reducer->describe();
-  momentum_in_memory_ = reducer->momentum_in_memory();
-  dense_only_ = reducer->dense_only();
-}
+Exchanger::Exchanger(Communicator& comm, const std::string& compressor_spec, ReducerKind kind,
+                     const CodecRegistry& registry)
+    : Exchanger(comm, Method::parse(compressor_spec, {.reducer = kind}, registry)) {}
 
-void Exchanger::use_momentum(double momentum) {
-  std::string resolved = registry_.with_default_memory(spec_, momentum);
-  if (resolved == spec_) return;
+void Exchanger::use_momentum(double momentum, bool nesterov) {
+  Method resolved = method_.with_momentum(momentum, nesterov);
+  if (resolved.spec() == method_.spec()) {
+    method_ = std::move(resolved);
+    return;
+  }
   std::lock_guard lock(groups_mutex_);
   if (!groups_.empty()) {
-    throw InvalidArgument("exchanger: " + spec_ + " was already built without momentum; " +
+    throw InvalidArgument("exchanger: " + method_.spec() + " was already built without momentum; " +
                           "give the exchanger the optimizer (momentum " + std::to_string(momentum) +
                           ") before the first compressed step");
   }
-  adopt_spec(std::move(resolved));
+  method_ = std::move(resolved);
 }
+
+std::string Exchanger::describe() const { return describe_reducer(method_); }
 
 Exchanger::~Exchanger() {
   {
@@ -84,7 +74,7 @@ Exchanger::Group& Exchanger::group_for(std::uint64_t key, std::span<const Bucket
   if (it == groups_.end()) {
     Group g;
     g.shapes.assign(shapes.begin(), shapes.end());
-    g.reducer = make_reducer(spec_, kind_, comm_, shapes, registry_);
+    g.reducer = make_reducer(method_, comm_, shapes);
     it = groups_.emplace(key, std::move(g)).first;
   } else if (!same_shapes(it->second.shapes, shapes)) {
     throw InvalidArgument("exchanger: group " + std::to_string(key) + " was built for tensors " +

@@ -188,7 +188,7 @@ class FetchSgdReducer final : public Reducer {
 
 // Parameters: declared in scheme_descriptions.cc.
 SchemeInfo fetchsgd_scheme() {
-  return {fetchsgd_description(),
+  return {described("fetchsgd"),
           [](const Params& p, const std::string& spec, Communicator& comm,
              std::span<const BucketShape> buckets) -> std::unique_ptr<Reducer> {
             return std::make_unique<FetchSgdReducer>(p, spec, comm, buckets);

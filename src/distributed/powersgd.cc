@@ -251,7 +251,7 @@ class PowerSgdReducer final : public Reducer {
 // The parameters this reads ("rank", "warmup_steps", "error_feedback", "warm_start") are
 // declared in scheme_descriptions.cc.
 SchemeInfo powersgd_scheme() {
-  return {powersgd_description(),
+  return {described("powersgd"),
           [](const Params& params, const std::string& spec, Communicator& comm,
              std::span<const BucketShape> buckets) -> std::unique_ptr<Reducer> {
             return std::make_unique<PowerSgdReducer>(params, spec, comm, buckets);

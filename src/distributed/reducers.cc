@@ -44,10 +44,11 @@ class FusedReducer final : public Reducer {
  public:
   // dense_fallback: with kAllgather, send a bucket dense for a step where its gathered
   // message would cost more bytes (dense_is_cheaper).
-  FusedReducer(Mode mode, bool dense_fallback, const std::string& compressor_spec,
-               Communicator& comm, std::span<const BucketShape> shapes,
-               const CodecRegistry& registry)
-      : mode_(mode), dense_fallback_(dense_fallback && mode == Mode::kAllgather), comm_(comm) {
+  FusedReducer(Mode mode, const Method& method, Communicator& comm,
+               std::span<const BucketShape> shapes)
+      : mode_(mode),
+        dense_fallback_(method.dense_fallback() && mode == Mode::kAllgather),
+        comm_(comm) {
     for (const BucketShape& s : shapes) {
       ids_.push_back(s.id);
       sizes_.push_back(s.numel);
@@ -56,20 +57,19 @@ class FusedReducer final : public Reducer {
     std::size_t dense_cap = 0;
     for (std::size_t n : sizes_) dense_cap += n;
     if (mode_ == Mode::kDense) {
-      describe_ = "dense";
+      describe_ = describe_reducer(method);
       // Sized at the first step that packs: buckets that lie back to back never do.
       dense_cap_ = dense_cap;
       return;
     }
-    codec_ = registry.make_codec_of(compressor_spec);
-    describe_ = std::string(mode_ == Mode::kAllreduce ? "allreduce(" : "allgather(") +
-                registry.make_memory(compressor_spec, 0)->spec() + ")";
+    codec_ = method.codec();
+    describe_ = describe_reducer(method);
     std::size_t cap32 = dense_cap;
     std::size_t cap16 = 0;
     std::size_t send_cap = 0;
     memories_.reserve(sizes_.size());
     for (std::size_t n : sizes_) {
-      memories_.push_back(registry.make_memory(compressor_spec, n));
+      memories_.push_back(method.make_memory(n));
       const std::size_t max_bytes = memories_.back()->max_encoded_bytes();
       if (mode_ == Mode::kAllreduce) {
         const LinearRegion r = codec_->linear_region(n);
@@ -356,58 +356,18 @@ class FusedReducer final : public Reducer {
 
 }  // namespace
 
-ReducerKind parse_reducer_kind(std::string_view name) {
-  if (name == "auto") return ReducerKind::kAuto;
-  if (name == "dense") return ReducerKind::kDense;
-  if (name == "allreduce") return ReducerKind::kAllreduce;
-  if (name == "allgather") return ReducerKind::kAllgather;
-  throw InvalidArgument("reducer: unknown kind '" + std::string(name) +
-                        "' (known: auto, allgather, allreduce, dense)");
-}
-
-std::string default_compressor(ReducerKind kind) {
-  switch (kind) {
-    case ReducerKind::kDense:
-      return "none";
-    case ReducerKind::kAllreduce:
-      return "fp16";
-    case ReducerKind::kAllgather:
-      return "efm(topk:ratio=0.01)";
-    case ReducerKind::kAuto:
-      break;
-  }
-  return "powersgd";
-}
-
-const char* to_string(ReducerKind kind) {
-  switch (kind) {
-    case ReducerKind::kAuto:
-      return "auto";
+std::string describe_reducer(const Method& method) {
+  if (method.is_scheme()) return method.canonical();
+  switch (method.reducer()) {
     case ReducerKind::kDense:
       return "dense";
     case ReducerKind::kAllreduce:
-      return "allreduce";
+      return "allreduce(" + method.canonical() + ")";
     case ReducerKind::kAllgather:
-      return "allgather";
+    case ReducerKind::kAuto:
+      break;
   }
-  return "?";
-}
-
-namespace {
-
-// What the auto reducer does with a codec: the none codec is the dense baseline.
-bool auto_is_dense(const Codec& codec) { return codec.name() == "none"; }
-
-}  // namespace
-
-bool exchanges_dense(const std::string& compressor_spec, ReducerKind kind,
-                     const CodecRegistry& registry) {
-  if (find_scheme(parse_spec(compressor_spec).name) != nullptr) {
-    validate_compressor_spec(compressor_spec, registry);
-    return false;  // a scheme is its own, compressed, reducer
-  }
-  const auto codec = registry.make_codec_of(compressor_spec);
-  return kind == ReducerKind::kDense || (kind == ReducerKind::kAuto && auto_is_dense(*codec));
+  return "allgather(" + method.canonical() + ")";
 }
 
 std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
@@ -417,46 +377,38 @@ std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, Reduce
   for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
     shapes.push_back({static_cast<std::uint32_t>(i), bucket_sizes[i], true, 0});
   }
-  return make_reducer(compressor_spec, kind, comm, shapes, registry);
+  return make_reducer(Method::parse(compressor_spec, {.reducer = kind}, registry), comm, shapes);
 }
 
 std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
                                       Communicator& comm, std::span<const BucketShape> buckets,
                                       const CodecRegistry& registry) {
-  const SpecNode node = parse_spec(compressor_spec);
-  if (const SchemeInfo* scheme = find_scheme(node.name)) {
-    if (kind != ReducerKind::kAuto) {
-      throw InvalidArgument("reducer: " + scheme->name + " is a reducer of its own; --reducer " +
-                            to_string(kind) + " cannot be combined with it (use auto)");
+  return make_reducer(Method::parse(compressor_spec, {.reducer = kind}, registry), comm, buckets);
+}
+
+std::unique_ptr<Reducer> make_reducer(const Method& method, Communicator& comm,
+                                      std::span<const BucketShape> buckets) {
+  if (method.is_scheme()) {
+    const SchemeInfo* scheme = find_scheme(method.name());
+    if (scheme == nullptr) {
+      throw Error("reducer: scheme " + method.name() + " is described but has no reducer");
     }
-    const Params params = resolve_params(scheme->name, scheme->params, node);
-    return scheme->make(params, canonical_scheme_spec(*scheme, node), comm, buckets);
+    return scheme->make(method.scheme_params(), method.canonical(), comm, buckets);
   }
-  // Validates the spec whatever the kind (a typo must not pass silently under dense).
-  const auto codec = registry.make_codec_of(compressor_spec);
   Mode mode = Mode::kAllgather;
-  switch (kind) {
-    case ReducerKind::kAuto:
-      mode = auto_is_dense(*codec)    ? Mode::kDense
-             : codec->traits().linear ? Mode::kAllreduce
-                                      : Mode::kAllgather;
-      break;
+  switch (method.reducer()) {
     case ReducerKind::kDense:
       mode = Mode::kDense;
       break;
     case ReducerKind::kAllreduce:
-      if (!codec->traits().linear) {
-        throw InvalidArgument("reducer: allreduce needs a linear codec; " + codec->spec() +
-                              " is not (use allgather or auto)");
-      }
       mode = Mode::kAllreduce;
       break;
     case ReducerKind::kAllgather:
+    case ReducerKind::kAuto:  // never for a codec method: Method resolves it
       mode = Mode::kAllgather;
       break;
   }
-  return std::make_unique<FusedReducer>(mode, kind == ReducerKind::kAuto, compressor_spec, comm,
-                                        buckets, registry);
+  return std::make_unique<FusedReducer>(mode, method, comm, buckets);
 }
 
 }  // namespace gradcomp::dist

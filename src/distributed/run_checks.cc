@@ -57,10 +57,9 @@ std::optional<Params> two_bit_params(std::string_view spec) {
 // A reducer scheme's resolved parameters (powersgd, sketched-sgd, fetchsgd), or nothing
 // for any other spec.
 std::optional<Params> scheme_params(const SpecNode& node) {
-  for (const SchemeDescription& d : scheme_descriptions()) {
-    if (d.name == node.name) return resolve_params(node.name, d.params, node);
-  }
-  return std::nullopt;
+  const SchemeDescription* d = builtin_registry().find_scheme(node.name);
+  if (d == nullptr) return std::nullopt;
+  return resolve_params(node.name, d->params, node);
 }
 
 // PowerSGD's dense warm-up (warmup_steps), 0 for any other spec.

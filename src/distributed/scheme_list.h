@@ -1,16 +1,16 @@
 // The reducer schemes built into gradcomp (see gradcomp/dist/schemes.h): each scheme's
-// description (scheme_descriptions.cc, torch-free: what `gradcomp list` shows) and its
-// reducer (one file per scheme), collected under SCHEME-LIST in scheme_descriptions.cc
-// and schemes.cc.
+// reducer (one file per scheme), paired with the description the core registers
+// (src/core/scheme_descriptions.cc), collected under SCHEME-LIST in schemes.cc.
 #pragma once
+
+#include <string_view>
 
 #include "gradcomp/dist/schemes.h"
 
 namespace gradcomp::dist {
 
-SchemeDescription powersgd_description();      // scheme_descriptions.cc
-SchemeDescription sketched_sgd_description();  // scheme_descriptions.cc
-SchemeDescription fetchsgd_description();      // scheme_descriptions.cc
+// The registered description of a built-in scheme (schemes.cc).
+const SchemeDescription& described(std::string_view name);
 
 SchemeInfo powersgd_scheme();      // powersgd.cc
 SchemeInfo sketched_sgd_scheme();  // sketched_sgd.cc

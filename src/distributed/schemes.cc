@@ -8,8 +8,8 @@
 namespace gradcomp::dist {
 
 // SCHEME-LIST: each scheme's file defines one of these; add it to the list below and its
-// description to scheme_descriptions(). (Explicit calls, not static registration objects
-// a linker may drop.)
+// description to register_builtin_schemes (src/core/scheme_descriptions.cc). (Explicit calls, not
+// static registration objects a linker may drop.)
 
 const std::vector<SchemeInfo>& reducer_schemes() {
   static const std::vector<SchemeInfo> schemes = [] {
@@ -20,12 +20,12 @@ const std::vector<SchemeInfo>& reducer_schemes() {
     all.push_back(fetchsgd_scheme());
     std::sort(all.begin(), all.end(),
               [](const SchemeInfo& a, const SchemeInfo& b) { return a.name < b.name; });
-    // `gradcomp list` shows scheme_descriptions(): it must name exactly these.
-    const std::vector<SchemeDescription>& listed = scheme_descriptions();
+    // A Method knows the registry's schemes: each must have its reducer here.
+    const std::vector<const SchemeDescription*> listed = builtin_registry().schemes();
     const bool same = std::equal(
         all.begin(), all.end(), listed.begin(), listed.end(),
-        [](const SchemeInfo& a, const SchemeDescription& b) { return a.name == b.name; });
-    if (!same) throw Error("reducer_schemes() and scheme_descriptions() list different schemes");
+        [](const SchemeInfo& a, const SchemeDescription* b) { return a.name == b->name; });
+    if (!same) throw Error("reducer_schemes() and the registry's schemes() differ");
     return all;
   }();
   return schemes;
@@ -38,13 +38,10 @@ const SchemeInfo* find_scheme(std::string_view name) {
   return nullptr;
 }
 
-void validate_compressor_spec(std::string_view spec, const CodecRegistry& registry) {
-  const SpecNode node = parse_spec(spec);
-  if (const SchemeInfo* s = find_scheme(node.name)) {
-    (void)canonical_scheme_spec(*s, node);
-    return;
-  }
-  (void)registry.make_memory(spec, 1);
+const SchemeDescription& described(std::string_view name) {
+  const SchemeDescription* d = builtin_registry().find_scheme(name);
+  if (d == nullptr) throw Error("scheme " + std::string(name) + " has no description");
+  return *d;
 }
 
 }  // namespace gradcomp::dist

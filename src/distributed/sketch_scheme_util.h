@@ -20,7 +20,8 @@
 
 namespace gradcomp::dist::sketch_scheme {
 
-// k, rows, cols, table as the user gave them.
+// k, rows, cols, table as the user gave them (the parameters both schemes declare:
+// src/core/scheme_descriptions.cc).
 struct Geometry {
   std::int64_t k = 0;      // 0: from ratio
   double ratio = 0.01;     // k = ceil(ratio * n)
@@ -44,18 +45,6 @@ inline std::size_t k_for(const Geometry& g, std::size_t n) {
   if (n == 0) return 0;
   if (g.k > 0) return std::min<std::size_t>(static_cast<std::size_t>(g.k), n);
   return detail::count_for_fraction(g.ratio, n);
-}
-
-inline std::vector<ParamDef> geometry_params(double default_ratio, double default_table,
-                                             std::int64_t default_rows) {
-  return {int_param("k", 0, 0, std::int64_t{1} << 31,
-                    "coordinates updated per bucket and step; 0: ceil(ratio*n)"),
-          float_param("ratio", default_ratio, 0.0, 1.0, "with k=0: k as a fraction of the bucket",
-                      true),
-          int_param("rows", default_rows, 1, detail::kMaxSketchRows, "sketch rows r"),
-          int_param("cols", 0, 0, std::int64_t{1} << 24, "sketch columns c; 0: ceil(table*n/rows)"),
-          float_param("table", default_table, 0.0, 1.0,
-                      "with cols=0: sketch cells r*c as a fraction of the bucket", true)};
 }
 
 inline void check_buckets(std::span<const BucketRef> buckets, std::span<const BucketShape> shapes,

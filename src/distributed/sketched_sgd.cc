@@ -201,7 +201,7 @@ class SketchedSgdReducer final : public Reducer {
 
 // Parameters: declared in scheme_descriptions.cc.
 SchemeInfo sketched_sgd_scheme() {
-  return {sketched_sgd_description(),
+  return {described("sketched-sgd"),
           [](const Params& p, const std::string& spec, Communicator& comm,
              std::span<const BucketShape> buckets) -> std::unique_ptr<Reducer> {
             return std::make_unique<SketchedSgdReducer>(p, spec, comm, buckets);

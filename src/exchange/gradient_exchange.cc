@@ -157,12 +157,13 @@ struct GradientExchange::Impl {
       buffers[b] = std::span<float>(arena.data() + at, plan[b].numel);
       at += plan[b].numel;
     }
-    const dist::ReducerKind reducer = dist::parse_reducer_kind(options.reducer);
-    if (options.compressor.empty()) options.compressor = dist::default_compressor(reducer);
-    // A bare biased codec gets its memory for this optimizer: efm(...) under momentum.
-    options.compressor =
-        builtin_registry().with_default_memory(options.compressor, options.momentum);
-    exchanger = std::make_unique<dist::Exchanger>(*comm, options.compressor, reducer);
+    if (options.compressor.empty()) options.compressor = default_compressor(options.reducer);
+    // Once, for this optimizer: a bare biased codec gets efm(...) under momentum.
+    Method method = Method::parse(
+        options.compressor,
+        {.reducer = options.reducer, .momentum = options.momentum, .nesterov = options.nesterov});
+    options.compressor = method.spec();
+    exchanger = std::make_unique<dist::Exchanger>(*comm, std::move(method));
     form_groups();  // the default group size depends on whether the exchange is dense
     inv_world = 1.0f / static_cast<float>(comm->world_size());
     for (std::size_t g = 0; g < groups.size(); ++g) exchanger->prepare(g, groups[g].shapes);

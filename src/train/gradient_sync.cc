@@ -163,9 +163,9 @@ class ReducerSync final : public GradientSync {
 
 }  // namespace
 
-SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, std::string reducer) {
+SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, ReducerKind reducer) {
   return [&comm, compressor = std::move(compressor),
-          reducer = std::move(reducer)](const SyncSetup& setup) -> std::unique_ptr<GradientSync> {
+          reducer](const SyncSetup& setup) -> std::unique_ptr<GradientSync> {
     const TrainConfig& c = setup.config;
     ExchangeOptions o;
     o.compressor = compressor;

@@ -80,7 +80,7 @@ using SyncFactory = std::function<std::unique_ptr<GradientSync>(const SyncSetup&
 
 // The allreduce topology: GradientExchange over comm (which must outlive the trainer),
 // with the compressor and reducer ("auto", "dense", "allreduce", "allgather").
-SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, std::string reducer);
+SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, ReducerKind reducer);
 
 // Builds the Reducer once the bucket layout is known (a parameter-server worker, a
 // LocalReducer).

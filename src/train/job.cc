@@ -180,7 +180,7 @@ dist::PsConfig ps_config(const JobOptions& o, int world) {
 
 // A parameter server rank: the same model and bucket layout as the workers (built from
 // the same seed, so for ps-async the same starting weights), then serve.
-int run_server(const JobOptions& o, const dist::RendezvousConfig& rc) {
+int run_server(const JobOptions& o, const Method& method, const dist::RendezvousConfig& rc) {
   const dist::PsConfig pc = ps_config(o, rc.world_size);
   set_threads(1);
   const data::Dataset shape_of = load_dataset(o.data, data::Split::kTest, o.train.seed);
@@ -203,7 +203,8 @@ int run_server(const JobOptions& o, const dist::RendezvousConfig& rc) {
         server_checkpoints(o.train.checkpoint_dir, rc.rank - pc.workers, identity, o.train.resume);
   }
   dist::Communicator comm = connect(rc);
-  dist::check_ranks_agree(comm, job_config_fields(o, rc.world_size, *model, buffers.plan()));
+  dist::check_ranks_agree(comm,
+                          job_config_fields(o, method, rc.world_size, *model, buffers.plan()));
   if (o.train.resume && !o.train.checkpoint_dir.empty())
     (void)agree_resume_file(comm, o, pc.workers);
   (void)dist::run_ps_server(pc, comm, shapes, initial, builtin_registry(), checkpoints);
@@ -244,13 +245,13 @@ void write_ps_metrics(const JobOptions& o, const dist::PsConfig& pc,
   m.write(j);
 }
 
-int run_worker(const JobOptions& o, std::ostream& out) {
+int run_worker(const JobOptions& o, const Method& method, std::ostream& out) {
   launch::die_with_launcher();
   const dist::RendezvousConfig rc = dist::rendezvous_from_env(o.rendezvous);
   std::optional<dist::PsConfig> pc;
   if (is_ps(o)) {
     pc = ps_config(o, rc.world_size);
-    if (pc->is_server(rc.rank)) return run_server(o, rc);
+    if (pc->is_server(rc.rank)) return run_server(o, method, rc);
   }
   const int workers = pc ? pc->workers : rc.world_size;
 
@@ -281,7 +282,7 @@ int run_worker(const JobOptions& o, std::ostream& out) {
   {
     const std::shared_ptr<Model> model = make_model(job_model_config(o, train_set));
     std::vector<BucketPlan> plan = plan_buckets(describe_parameters(*model), cfg.layout);
-    fields = job_config_fields(o, rc.world_size, *model, plan);
+    fields = job_config_fields(o, method, rc.world_size, *model, plan);
   }
   // The compressor's schedule in this run, once (what its settings cannot do in this run
   // comes from the gradient sync, printed by the trainer on rank 0).
@@ -306,7 +307,7 @@ int run_worker(const JobOptions& o, std::ostream& out) {
                  return w;
                },
                o.compressor)
-         : exchange_sync(comm, o.compressor, std::string(dist::to_string(o.reducer)));
+         : exchange_sync(comm, o.compressor, o.reducer);
   Trainer trainer(cfg, std::move(train_set), std::move(test_set), factory);
   const TrainSummary summary = trainer.run();
   if (ps_worker != nullptr) ps_worker->finish();
@@ -436,33 +437,27 @@ void print_report(std::ostream& out, const TrainSummary& s, const JobOptions& o,
   row("BLAS", s.blas);
 }
 
-// The compressor every rank runs: a bare biased codec gets its default memory here, once
-// (CodecRegistry::with_default_memory), so the header, the cross-rank check and the
-// checkpoints all name what runs. Under momentum SGD that is momentum-corrected error
-// feedback, efm(...), except on ps-async, whose servers apply the momentum themselves.
-std::string job_compressor(const JobOptions& o) {
-  const double m = o.topology == dist::Topology::kPsAsync ? 0.0 : o.train.sgd.momentum;
-  return builtin_registry().with_default_memory(o.compressor, m);
-}
-
 std::optional<int> local_workers(const JobOptions& o) {
   if (is_distributed_worker(o)) return std::nullopt;
   return o.workers.value_or(std::max(1, o.default_workers));
 }
 
 int run_job(const JobOptions& options, std::ostream& out, std::ostream& err) {
-  JobOptions local = options;
-  local.compressor = job_compressor(options);
   // Here, before anything starts: the local launcher refuses a bad value with one line
   // instead of every worker printing it. Its workers pass it again, harmlessly.
-  validate_job_options(local);
+  const Method method = validate_job_options(options);
+  // The compressor every rank runs, with the default memory a bare biased codec gets
+  // (Method::parse), so the header, the cross-rank check and the checkpoints all name
+  // what runs.
+  JobOptions local = options;
+  local.compressor = method.spec();
   const std::optional<int> workers = local_workers(local);
-  if (!workers) return run_worker(local, out);
+  if (!workers) return run_worker(local, method, out);
   if (*workers > 1) return run_local_launch(local, *workers, err);
   // One process: a world of one, whatever the environment says.
   local.rendezvous.rank = "0";
   local.rendezvous.world_size = "1";
-  return run_worker(local, out);
+  return run_worker(local, method, out);
 }
 
 }  // namespace gradcomp::train

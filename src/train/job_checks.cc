@@ -9,7 +9,6 @@
 #include <string_view>
 
 #include "gradcomp/data/dataset.h"
-#include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"
 #include "gradcomp/registry.h"
@@ -183,43 +182,7 @@ void check_rendezvous_flags(const dist::RendezvousFlags& given) {
   (void)dist::rendezvous_from_env(f, dist::Environment{});
 }
 
-// DGC, Sketched-SGD and FetchSGD keep the momentum of their compressed tensors
-// themselves (the optimizer skips it there but applies its own to the dense tensors):
-// a spec whose momentum differs from --momentum would train the two parts of the model
-// with different momenta, silently. efm(...) reads --momentum and cannot disagree.
-void check_spec_momentum(const JobOptions& o) {
-  const SpecNode node = parse_spec(o.compressor);
-  Params p;
-  bool has_nesterov = false;
-  if (const dist::SchemeInfo* scheme = dist::find_scheme(node.name)) {
-    const bool has_momentum = std::any_of(scheme->params.begin(), scheme->params.end(),
-                                          [](const ParamDef& d) { return d.key == "momentum"; });
-    if (!has_momentum) return;
-    p = resolve_params(node.name, scheme->params, node);
-  } else if (node.name == "dgc") {
-    p = resolve_params(node.name, builtin_registry().find_memory("dgc")->params, node);
-    if (!p.get_bool("correction")) return;  // the optimizer keeps its own momentum
-    has_nesterov = true;
-  } else {
-    return;
-  }
-  const double m = p.get_float("momentum");
-  const double want = o.train.sgd.momentum;
-  if (std::abs(m - want) > 1e-9 * std::max(1.0, std::abs(want))) {
-    throw InvalidArgument("--compressor " + o.compressor + ": its momentum " + json_number(m) +
-                          " differs from --momentum " + json_number(want) + "; " + node.name +
-                          " applies momentum in place of the optimizer, so they must agree "
-                          "(write momentum=" +
-                          json_number(want) + " in the spec)");
-  }
-  if (has_nesterov && p.get_bool("nesterov") != o.train.sgd.nesterov) {
-    throw InvalidArgument(
-        "--compressor " + o.compressor + ": nesterov=" + (p.get_bool("nesterov") ? "1" : "0") +
-        " but --nesterov is " + (o.train.sgd.nesterov ? "on" : "off") + "; they must agree");
-  }
-}
-
-// The parameter-server flags against the topology and the compressor.
+// The parameter-server flags against the topology.
 void check_topology_options(const JobOptions& o) {
   // -1 is the default: a value >= 0 was given, and only ps-async has a staleness bound.
   if (o.max_staleness >= 0 && o.topology != dist::Topology::kPsAsync) {
@@ -229,29 +192,13 @@ void check_topology_options(const JobOptions& o) {
   if (o.reducer != dist::ReducerKind::kAuto) {
     throw InvalidArgument("--reducer applies to --topology allreduce only");
   }
-  const std::string name = parse_spec(o.compressor).name;
-  if (dist::find_scheme(name) != nullptr &&
-      !(name == "sketched-sgd" && o.topology == dist::Topology::kPsSync)) {
-    throw InvalidArgument("--compressor " + o.compressor +
-                          " is a reducer scheme of its own; it runs with --topology allreduce" +
-                          (name == "sketched-sgd" ? " or ps-sync" : ""));
-  }
-  if (o.topology == dist::Topology::kPsAsync && dist::find_scheme(name) == nullptr &&
-      builtin_registry().make_memory(o.compressor, 1)->carries_momentum()) {
-    throw InvalidArgument("--compressor " + o.compressor +
-                          " carries the optimizer's momentum, but on ps-async the servers "
-                          "apply it: it would be applied twice (use it with ps-sync)");
-  }
-  if (name == "sketched-sgd" && o.downlink == dist::Downlink::kCompressed) {
-    throw InvalidArgument(
-        "--ps-downlink compressed: sketched-sgd's reply is already the sparse "
-        "top k; use the dense downlink");
-  }
+  // What the compressor can run with (schemes, momentum in memories, the downlink) is
+  // the Method's to judge (job_method).
 }
 
 }  // namespace
 
-void validate_job_options(const JobOptions& o) {
+Method validate_job_options(const JobOptions& o) {
   // Each flag's own range first, then what the flags must agree on.
   check_counts(o);
   check_model(o.train.model);
@@ -263,9 +210,12 @@ void validate_job_options(const JobOptions& o) {
   check_checkpoints(o.train);
   check_rendezvous_flags(o.rendezvous);
   check_batch_fits_shards(o);
-  dist::validate_compressor_spec(o.compressor);
-  check_spec_momentum(o);
   check_topology_options(o);
+  return Method::parse(o.compressor, {.reducer = o.reducer,
+                                      .topology = o.topology,
+                                      .downlink = o.downlink,
+                                      .momentum = o.train.sgd.momentum,
+                                      .nesterov = o.train.sgd.nesterov});
 }
 
 }  // namespace gradcomp::train

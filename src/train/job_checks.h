@@ -7,13 +7,15 @@
 // checks stay behind it for library callers.
 #pragma once
 
+#include "gradcomp/method.h"
 #include "train/job.h"
 
 namespace gradcomp::train {
 
 // Throws InvalidArgument with one line naming the flag, the bad value and what is
-// allowed, e.g. "--epochs: -1 is not an integer >= 1". `o.compressor` is the spec as the
-// job runs it (job_compressor's).
-void validate_job_options(const JobOptions& o);
+// allowed, e.g. "--epochs: -1 is not an integer >= 1". Returns the job's --compressor
+// parsed for its reducer, topology, downlink and optimizer (gradcomp/method.h): what
+// every rank runs.
+Method validate_job_options(const JobOptions& o);
 
 }  // namespace gradcomp::train

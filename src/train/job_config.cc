@@ -3,7 +3,6 @@
 #include <string>
 
 #include "gradcomp/dist/reducers.h"
-#include "gradcomp/dist/schemes.h"
 #include "gradcomp/json.h"
 #include "gradcomp/layout.h"
 #include "gradcomp/registry.h"
@@ -13,18 +12,9 @@ namespace gradcomp::train {
 
 namespace {
 
-// "ef(topk:ratio=0.01)" and "ef(topk)" with the default ratio read the same.
-std::string canonical_compressor(const std::string& spec) {
-  const SpecNode node = parse_spec(spec);
-  if (const dist::SchemeInfo* scheme = dist::find_scheme(node.name)) {
-    return dist::canonical_scheme_spec(*scheme, node);
-  }
-  return builtin_registry().make_memory(spec, 0)->spec();
-}
-
-double effective_group_mb(const JobOptions& o) {
-  return o.train.min_group_mb.value_or(
-      default_group_mb(dist::exchanges_dense(o.compressor, o.reducer)));
+// The group size in effect: a compressed exchange's default differs from a dense one's.
+double effective_group_mb(const JobOptions& o, const Method& method) {
+  return o.train.min_group_mb.value_or(default_group_mb(method.dense_only()));
 }
 
 const char* decay_name(LrDecay d) {
@@ -58,8 +48,8 @@ ModelConfig job_model_config(const JobOptions& o, const data::Dataset& shape_of)
   return mc;
 }
 
-ConfigFields job_config_fields(const JobOptions& o, int world_size, Model& model,
-                               std::span<const BucketPlan> plan) {
+ConfigFields job_config_fields(const JobOptions& o, const Method& method, int world_size,
+                               Model& model, std::span<const BucketPlan> plan) {
   const TrainConfig& t = o.train;
   const bool ps = o.topology != dist::Topology::kAllreduce;
   auto yes_no = [](bool b) { return std::string(b ? "on" : "off"); };
@@ -72,7 +62,7 @@ ConfigFields job_config_fields(const JobOptions& o, int world_size, Model& model
       {"--ps-downlink", ps_only(dist::to_string(o.downlink))},
       {"--max-staleness", ps_only(std::to_string(o.max_staleness))},
       {"--ps-split-elements", ps_only(std::to_string(o.split_elements))},
-      {"--compressor", canonical_compressor(o.compressor)},
+      {"--compressor", method.canonical()},
       {"--reducer", dist::to_string(o.reducer)},
       {"--seed", std::to_string(t.seed)},
       {"gradient dtype", "float32"},
@@ -97,7 +87,7 @@ ConfigFields job_config_fields(const JobOptions& o, int world_size, Model& model
       {"--dense-share", json_number(t.layout.dense_share)},
       // The size in effect (its default depends on the exchange), so that a rank given
       // the default and one given the same value explicitly agree.
-      {"--min-group-mb", ps ? std::string("-") : json_number(effective_group_mb(o))},
+      {"--min-group-mb", ps ? std::string("-") : json_number(effective_group_mb(o, method))},
       {"--resume", yes_no(t.resume)},
   };
   const auto params = model.named_parameters(/*recurse=*/true);

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "gradcomp/config_agreement.h"
+#include "gradcomp/method.h"
 #include "train/job.h"
 #include "train/layout.h"
 #include "train/models.h"
@@ -22,7 +23,7 @@ ModelConfig job_model_config(const JobOptions& o, const data::Dataset& shape_of)
 
 // The fields, flags first and what is derived from them last (the model's parameters,
 // the buckets), so that a differing flag is the difference reported.
-ConfigFields job_config_fields(const JobOptions& o, int world_size, Model& model,
-                               std::span<const BucketPlan> plan);
+ConfigFields job_config_fields(const JobOptions& o, const Method& method, int world_size,
+                               Model& model, std::span<const BucketPlan> plan);
 
 }  // namespace gradcomp::train

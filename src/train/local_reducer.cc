@@ -13,17 +13,18 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-LocalReducer::LocalReducer(const CodecRegistry& registry, std::string_view compressor,
-                           std::span<const BucketShape> buckets)
-    : compressor_(compressor) {
-  // Validate the spec even when every bucket is dense (a typo must not go unnoticed).
-  (void)registry.make_codec_of(compressor);
+LocalReducer::LocalReducer(const Method& method, std::span<const BucketShape> buckets)
+    : compressor_(method.spec()) {
+  if (method.is_scheme()) {
+    throw InvalidArgument("local reduce: " + method.spec() +
+                          " is a reducer scheme: it needs peers (use a codec)");
+  }
   slots_.reserve(buckets.size());
   for (const BucketShape& b : buckets) {
     Slot s;
     s.shape = b;
     if (b.compressible) {
-      s.memory = registry.make_memory(compressor, b.numel);
+      s.memory = method.make_memory(b.numel);
       s.message.resize(s.memory->max_encoded_bytes());
     }
     slots_.push_back(std::move(s));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gradcomp/memory.h"
+#include "gradcomp/method.h"
 #include "gradcomp/reducer.h"
 #include "gradcomp/registry.h"
 #include "train/layout.h"
@@ -19,10 +20,9 @@ namespace gradcomp::train {
 
 class LocalReducer final : public Reducer {
  public:
-  // compressor: a registry spec such as "ef(topk:ratio=0.01)" or "none"; one Memory per
-  // compressible bucket, built once (and its message buffer with it).
-  LocalReducer(const CodecRegistry& registry, std::string_view compressor,
-               std::span<const BucketShape> buckets);
+  // One Memory of the method per compressible bucket, built once (and its message buffer
+  // with it). A scheme, which needs peers, is refused (InvalidArgument).
+  LocalReducer(const Method& method, std::span<const BucketShape> buckets);
 
   void reduce(std::span<const BucketRef> buckets, const StepContext& ctx) override;
   ReduceStats take_stats() override;

@@ -253,7 +253,7 @@ TEST(PowerSgd, DescribesItsCanonicalSpec) {
   const SchemeInfo* s = find_scheme("powersgd");
   ASSERT_NE(s, nullptr);
   EXPECT_FALSE(s->summary.empty());
-  for (const auto& e : s->examples) EXPECT_NO_THROW(validate_compressor_spec(e)) << e;
+  for (const auto& e : s->examples) EXPECT_NO_THROW(Method::parse(e)) << e;
 }
 
 // A rank-r matrix, the same on every rank (so the mean is the matrix itself), comes back
@@ -530,7 +530,7 @@ TEST(PowerSgd, BadParametersAndShapesThrow) {
   for (const char* spec :
        {"powersgd:rank=0", "powersgd:rank=65", "powersgd:rank=two", "powersgd:warmup_steps=-1",
         "powersgd:warm_start=maybe", "powersgd:ratio=0.1", "powersgd:rank=2,rank=3"}) {
-    EXPECT_THROW(validate_compressor_spec(spec), InvalidArgument) << spec;
+    EXPECT_THROW(Method::parse(spec), InvalidArgument) << spec;
   }
   run_ranks(1, [&](Communicator& comm) {
     EXPECT_THROW(make_reducer("powersgd:rank=0", ReducerKind::kAuto, comm, kShapes),

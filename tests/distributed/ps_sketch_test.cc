@@ -200,7 +200,7 @@ TEST(PsSketchedSgd, OtherSchemesAndCompressedDownlinkAreRefused) {
     PsConfig c;
     c.topology = t;
     c.compressor = std::move(spec);
-    return ps::sketch_plan_for(c, keys);
+    return ps::sketch_plan_for(c.method(), keys);
   };
   EXPECT_THROW(plan_of("powersgd:rank=2"), InvalidArgument);
   EXPECT_THROW(plan_of("sketched-sgd:rows=99"), InvalidArgument);

@@ -275,24 +275,33 @@ TEST(DistReducer, DenseFallbackWhenGatheringCostsMoreBytes) {
   });
 }
 
-// exchanges_dense answers what the built reducer's dense_only() says, without building it.
-TEST(DistReducer, ExchangesDenseMatchesTheReducer) {
+// A Method's traits (dense_only, momentum_in_memory, the reducer's description) are what
+// the reducer built from it says, learned without building one.
+TEST(DistReducer, MethodTraitsMatchTheReducer) {
   run_ranks(1, [](Communicator& comm) {
     const std::vector<std::size_t> sizes = {4096, 100};
-    for (const char* spec : {"none", "ef(none)", "fp16", "topk:ratio=0.01", "efm(2bit)",
-                             "dgc:density=0.001", "powersgd:rank=2", "sketched-sgd"}) {
-      for (ReducerKind kind : {ReducerKind::kAuto, ReducerKind::kDense, ReducerKind::kAllgather}) {
+    for (const char* spec :
+         {"none", "ef(none)", "fp16", "randomk:ratio=0.1", "topk:ratio=0.01", "efm(2bit)",
+          "noef(qsgd)", "dgc:density=0.001", "dgc:density=0.01,correction=false", "powersgd:rank=2",
+          "sketched-sgd", "fetchsgd", "atomo:budget=2"}) {
+      for (ReducerKind kind : {ReducerKind::kAuto, ReducerKind::kDense, ReducerKind::kAllreduce,
+                               ReducerKind::kAllgather}) {
         std::unique_ptr<Reducer> r;
         try {
           r = make_reducer(spec, kind, comm, sizes);
         } catch (const InvalidArgument&) {
           continue;  // a combination make_reducer refuses (a scheme under --reducer dense)
         }
-        EXPECT_EQ(exchanges_dense(spec, kind), r->dense_only()) << spec << " " << to_string(kind);
+        // What the Method says without building anything is what the reducer does.
+        const Method m = Method::parse(spec, {.reducer = kind});
+        EXPECT_EQ(m.dense_only(), r->dense_only()) << spec << " " << to_string(kind);
+        EXPECT_EQ(m.momentum_in_memory(), r->momentum_in_memory())
+            << spec << " " << to_string(kind);
+        EXPECT_EQ(describe_reducer(m), r->describe()) << spec << " " << to_string(kind);
       }
     }
   });
-  EXPECT_THROW((void)exchanges_dense("nosuch", ReducerKind::kAuto), InvalidArgument);
+  EXPECT_THROW((void)Method::parse("nosuch"), InvalidArgument);
 }
 
 TEST(DistReducer, RejectsMismatchedBucketsAndForcedAllreduce) {

@@ -386,7 +386,7 @@ TEST(SketchSchemes, ForcedReducerKindsAndBadParamsThrow) {
           "sketched-sgd:bogus=1", "fetchsgd:table=0", "fetchsgd:cols=-3", "fetchsgd:momentum=-0.1",
           "fetchsgd:p2=4", "fetchsgd:k=x"}) {
       EXPECT_THROW(make_reducer(bad, ReducerKind::kAuto, comm, kShapes), InvalidArgument) << bad;
-      EXPECT_THROW(validate_compressor_spec(bad), InvalidArgument) << bad;
+      EXPECT_THROW(Method::parse(bad), InvalidArgument) << bad;
     }
   });
   ASSERT_NE(find_scheme("sketched-sgd"), nullptr);

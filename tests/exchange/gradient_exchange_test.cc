@@ -176,7 +176,7 @@ TEST(GradientExchange, NoCompressorMeansTheDefaultForTheReducer) {
       EXPECT_EQ(dist::default_compressor(dist::parse_reducer_kind(reducer)), want);
       Net net;
       ExchangeOptions o;
-      o.reducer = reducer;
+      o.reducer = parse_reducer_kind(reducer);
       o.momentum = 0.9f;
       GradientExchange exchange(net.named_parameters(), comm, o);
       EXPECT_EQ(exchange.describe().rfind(described, 0), 0u) << exchange.describe();

@@ -51,7 +51,7 @@ std::vector<std::vector<torch::Tensor>> train_ranks(const std::string& spec, boo
     const test::Data all = synthetic(512, 64, 8);
     const data::Dataset shard = data::shard(all.train, r, kWorld);
     const SyncFactory sync =
-        hooks ? exchange_sync(comm, spec, "auto")
+        hooks ? exchange_sync(comm, spec, ReducerKind::kAuto)
               : reducer_sync(
                     [&](std::span<const BucketShape> shapes) {
                       return dist::make_reducer(spec, dist::ReducerKind::kAuto, comm, shapes,
@@ -106,7 +106,7 @@ TEST(ExchangeTrainer, ANonFiniteGradientStopsTheStepNamingTheTensor) {
   run_ranks(1, [&](Communicator& comm) {
     const test::Data d = synthetic(256, 64, 8);
     TrainConfig cfg = two_layer_config(0, 1);
-    Trainer t(cfg, d.train, d.test, exchange_sync(comm, "ef(topk:ratio=0.1)", "auto"));
+    Trainer t(cfg, d.train, d.test, exchange_sync(comm, "ef(topk:ratio=0.1)", ReducerKind::kAuto));
     t.model().named_parameters()["fc2.weight"].register_hook([](torch::Tensor g) {
       torch::Tensor h = g.clone();
       h.view({-1})[7] = std::numeric_limits<float>::infinity();

@@ -150,7 +150,7 @@ TEST(LocalReducer, CompressesAndDecodesLikeOneWorker) {
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) - 7.5f;
   for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<float>(i);
   const std::vector<BucketShape> shapes = {{0, 16, true}, {1, 4, false}};
-  LocalReducer r(builtin_registry(), "ef(topk:ratio=0.25)", shapes);
+  LocalReducer r(Method::parse("ef(topk:ratio=0.25)"), shapes);
   const std::vector<BucketRef> refs = {{0, a, true}, {1, d, false}};
   r.reduce(refs, StepContext{});
   int nonzero = 0;

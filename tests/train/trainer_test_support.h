@@ -19,7 +19,7 @@ namespace gradcomp::train::test {
 inline SyncFactory local(std::string spec) {
   return reducer_sync(
       [spec](std::span<const BucketShape> shapes) {
-        return std::make_unique<LocalReducer>(builtin_registry(), spec, shapes);
+        return std::make_unique<LocalReducer>(Method::parse(spec), shapes);
       },
       spec);
 }

@@ -15,6 +15,7 @@
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/json.h"
 #include "gradcomp/layout.h"
+#include "gradcomp/method.h"
 #include "model_flags.h"
 
 namespace gradcomp::cli {
@@ -37,9 +38,8 @@ struct SchemeBenchFlags {
 // The scheme's canonical spec ("sketched-sgd" -> "sketched-sgd:rows=5,..."), or "" for a
 // codec spec (its rows are keyed by what was given).
 std::string canonical_of(const std::string& spec) {
-  const SpecNode node = parse_spec(spec);
-  const dist::SchemeInfo* info = dist::find_scheme(node.name);
-  return info == nullptr ? std::string() : dist::canonical_scheme_spec(*info, node);
+  const Method method = Method::parse(spec);
+  return method.is_scheme() ? method.canonical() : std::string();
 }
 
 void run_scheme_bench(const SchemeBenchFlags& f) {
@@ -47,7 +47,7 @@ void run_scheme_bench(const SchemeBenchFlags& f) {
   LayoutOptions layout{
       .bucket_mb = f.bucket_mb, .min_elements = f.min_elements, .dense_share = f.dense_share};
   const std::vector<BucketShape> shapes = bucket_shapes(plan_buckets(model.params, layout));
-  for (const std::string& spec : f.specs) dist::validate_compressor_spec(spec);  // all, first
+  for (const std::string& spec : f.specs) (void)Method::parse(spec);  // all, first
   bench::set_threads(1);
   if (!f.json) {
     std::printf("%s (%zu buckets), one thread, median of %d steps after %d\n", model.name.c_str(),

@@ -19,9 +19,9 @@ void add_list_command(CLI::App& app) {
   list->callback([json] {
     const CodecRegistry& registry = builtin_registry();
     std::vector<bench::SchemeDoc> schemes;
-    for (const dist::SchemeDescription& s : dist::scheme_descriptions()) {
-      schemes.push_back({s.name, s.summary, dist::canonical_scheme_spec(s, parse_spec(s.name)),
-                         s.params, s.examples});
+    for (const SchemeDescription* s : registry.schemes()) {
+      schemes.push_back({s->name, s->summary, canonical_scheme_spec(*s, parse_spec(s->name)),
+                         s->params, s->examples});
     }
     std::cout << (*json ? bench::describe_codecs_json(registry, schemes)
                         : bench::describe_codecs_text(registry, schemes))

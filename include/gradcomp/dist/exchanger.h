@@ -34,6 +34,7 @@
 
 #include "gradcomp/dist/communicator.h"
 #include "gradcomp/dist/reducers.h"
+#include "gradcomp/method.h"
 #include "gradcomp/reducer.h"
 #include "gradcomp/registry.h"
 
@@ -44,9 +45,11 @@ class Exchanger {
   // Called on the exchange thread when a job has finished: nullptr on success.
   using Done = std::function<void(std::exception_ptr error)>;
 
-  // Validates the spec at once (InvalidArgument with the registry's message). The
-  // communicator must outlive the Exchanger.
-  Exchanger(Communicator& comm, std::string compressor_spec, ReducerKind kind = ReducerKind::kAuto,
+  // Runs `method` for every group. The communicator must outlive the Exchanger.
+  Exchanger(Communicator& comm, Method method);
+  // The same for a spec parsed here for the reducer kind (InvalidArgument as Method::parse).
+  Exchanger(Communicator& comm, const std::string& compressor_spec,
+            ReducerKind kind = ReducerKind::kAuto,
             const CodecRegistry& registry = builtin_registry());
   // Waits for the submitted jobs, then stops the thread.
   ~Exchanger();
@@ -90,22 +93,25 @@ class Exchanger {
   // exchange); a no-op when it exists with these shapes.
   void prepare(std::uint64_t key, std::span<const BucketShape> shapes);
 
-  // Gives a bare biased codec its memory for an optimizer with this momentum
-  // (CodecRegistry::with_default_memory: efm(...) when momentum > 0). For callers that
-  // learn the optimizer after constructing the exchanger (the Python hook); throws
-  // InvalidArgument when a group was already built with another memory.
-  void use_momentum(double momentum);
+  // The method for an optimizer with this momentum (Method::with_momentum: a bare biased
+  // codec gets efm(...) when momentum > 0; a memory that keeps the momentum must agree).
+  // For callers that learn the optimizer after constructing the exchanger (the Python
+  // hook); throws InvalidArgument when a group was already built with another memory.
+  // Call it before the first submission or with no job in flight.
+  void use_momentum(double momentum, bool nesterov = false);
+  // What the groups run (after use_momentum).
+  const Method& method() const { return method_; }
   // The compressor spec the groups are built from (after use_momentum).
-  const std::string& compressor() const { return spec_; }
+  const std::string& compressor() const { return method_.spec(); }
 
   // True when the compressor keeps the optimizer's momentum in its memories (efm, dgc,
   // sketched-sgd, fetchsgd): the optimizer must then skip momentum for compressed tensors.
-  bool momentum_in_memory() const { return momentum_in_memory_; }
+  bool momentum_in_memory() const { return method_.momentum_in_memory(); }
   // True when every bucket is averaged densely whatever it is (compressor none, or
   // --reducer dense): submit_dense does the same.
-  bool dense_only() const { return dense_only_; }
+  bool dense_only() const { return method_.dense_only(); }
   // The reducer's description, e.g. "allgather(ef(topk:ratio=0.01,...))".
-  const std::string& describe() const { return describe_; }
+  std::string describe() const;
 
  private:
   struct Group {
@@ -117,20 +123,13 @@ class Exchanger {
     Done done;
   };
 
-  // Sets spec_ and what a one-element probe reducer says about it (describe_, ...).
-  void adopt_spec(std::string spec);
   Group& group_for(std::uint64_t key, std::span<const BucketShape> shapes);
   void enqueue(Job job);
   void loop();
   void book(const ReduceStats& s, std::uint64_t step);
 
   Communicator& comm_;
-  std::string spec_;
-  ReducerKind kind_;
-  const CodecRegistry& registry_;
-  std::string describe_;
-  bool momentum_in_memory_ = false;
-  bool dense_only_ = false;
+  Method method_;
 
   mutable std::mutex groups_mutex_;
   std::map<std::uint64_t, Group> groups_;  // node-stable: jobs hold references

@@ -68,19 +68,18 @@
 #include <vector>
 
 #include "gradcomp/dist/communicator.h"
+#include "gradcomp/method.h"
 #include "gradcomp/reducer.h"
 #include "gradcomp/registry.h"
 
 namespace gradcomp::dist {
 
-enum class Topology { kAllreduce, kPsSync, kPsAsync };
-enum class Downlink { kDense, kCompressed };
-
-// "allreduce", "ps-sync", "ps-async" / "dense", "compressed"; InvalidArgument otherwise.
-Topology parse_topology(std::string_view name);
-const char* to_string(Topology t);
-Downlink parse_downlink(std::string_view name);
-const char* to_string(Downlink d);
+// The topologies and downlinks are part of a Method's context (gradcomp/method.h).
+using gradcomp::Downlink;
+using gradcomp::parse_downlink;
+using gradcomp::parse_topology;
+using gradcomp::to_string;
+using gradcomp::Topology;
 
 inline constexpr std::size_t kDefaultSplitElements = 1'000'000;
 
@@ -120,6 +119,11 @@ struct PsConfig {
   double momentum = 0.0;
   bool nesterov = false;
   double weight_decay = 0.0;
+
+  // The compressor parsed for this topology and downlink (gradcomp/method.h), as written
+  // (gradcomp train hands over the spec with its default memory already applied):
+  // InvalidArgument for what a parameter server cannot run.
+  Method method(const CodecRegistry& registry = builtin_registry()) const;
 
   bool is_server(int rank) const { return rank >= workers; }
   int server_rank(int s) const { return workers + s; }

@@ -2,9 +2,10 @@
 // a generic reducer -- PowerSGD (two allreduces of low-rank factors), Sketched-SGD
 // (sketch round, then exact values at the candidates), FetchSGD (momentum and error in
 // sketch space). The user names them in --compressor exactly like codecs
-// ("powersgd:rank=2"); make_reducer() looks a name up here first, then in the codec
-// registry. Parameters use the codec registry's ParamDef machinery, so a scheme's spec
-// is validated, defaulted and listed (`gradcomp list`) like a codec's.
+// ("powersgd:rank=2"); a Method (gradcomp/method.h) knows a scheme from the registry's
+// description, and make_reducer() builds its reducer from the factory here. Parameters use
+// the codec registry's ParamDef machinery, so a scheme's spec is validated, defaulted and
+// listed (`gradcomp list`) like a codec's.
 #pragma once
 
 #include <functional>
@@ -20,15 +21,11 @@
 
 namespace gradcomp::dist {
 
-// What a scheme is, without the code that runs it: the name users type, the parameters
-// with defaults and ranges, examples. Torch-free (library gradcomp_scheme_descriptions,
-// scheme_descriptions.cc), so `gradcomp list` describes the schemes without linking c10d.
-struct SchemeDescription {
-  std::string name;     // what users type: "powersgd"
-  std::string summary;  // one line for `gradcomp list`
-  std::vector<ParamDef> params;
-  std::vector<std::string> examples;
-};
+// What a scheme is (name, parameters, traits) is the core's (gradcomp/registry.h,
+// SchemeDescription: a Method is parsed without the code that runs it); this layer adds
+// the code.
+using gradcomp::canonical_scheme_spec;
+using gradcomp::SchemeDescription;
 
 // A scheme: its description and the factory of its reducer.
 struct SchemeInfo : SchemeDescription {
@@ -39,21 +36,9 @@ struct SchemeInfo : SchemeDescription {
       make;
 };
 
-// Every built-in scheme's description, sorted by name (torch-free).
-const std::vector<SchemeDescription>& scheme_descriptions();
-
-// Every built-in scheme, sorted by name (the same names as scheme_descriptions()).
+// Every built-in scheme, sorted by name (the same names as the registry's schemes()).
 const std::vector<SchemeInfo>& reducer_schemes();
 // nullptr when `name` is not a scheme.
 const SchemeInfo* find_scheme(std::string_view name);
-
-// The canonical spec of a scheme spec ("powersgd" -> "powersgd:rank=2,..."), validating
-// it; InvalidArgument for unknown keys or bad values. Torch-free.
-std::string canonical_scheme_spec(const SchemeDescription& info, const SpecNode& node);
-
-// Checks a --compressor value without building anything: a scheme spec or a codec /
-// memory spec. Throws InvalidArgument with the registry's message.
-void validate_compressor_spec(std::string_view spec,
-                              const CodecRegistry& registry = builtin_registry());
 
 }  // namespace gradcomp::dist

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "gradcomp/layout.h"
+#include "gradcomp/method.h"
 #include "gradcomp/reducer.h"
 
 namespace gradcomp {
@@ -50,13 +51,16 @@ struct ExchangeOptions {
   // Any spec `gradcomp list` accepts: codecs, ef/efm/noef, dgc, powersgd, sketched-sgd,
   // fetchsgd, atomo. A bare biased codec ("topk", "2bit") gets error feedback: with
   // momentum > 0 below, momentum-corrected (efm(...)), so momentum_in_memory() is true.
-  // Empty (the default): the trainer's, dist::default_compressor(reducer): PowerSGD rank 4
+  // Parsed once into a gradcomp::Method (gradcomp/method.h) for this reducer, momentum
+  // and Nesterov flag: a spec that cannot run with them (a scheme under a named reducer,
+  // dgc with another momentum than the optimizer's, ...) throws InvalidArgument here.
+  // Empty (the default): the trainer's, gradcomp::default_compressor(reducer): PowerSGD rank 4
   // with error feedback under "auto", the best recipe measured on the main job
   // (docs/measurements/accuracy.md), which leaves momentum to the optimizer; a reducer
   // named gets a codec it can run (allreduce: fp16, allgather: efm(topk:ratio=0.01),
   // dense: none).
   std::string compressor;
-  std::string reducer = "auto";  // auto | dense | allreduce | allgather
+  ReducerKind reducer = ReducerKind::kAuto;  // parse_reducer_kind("allgather"), ...
   // bucket_mb 0: one bucket per compressible tensor; min_elements; dense_share.
   LayoutOptions layout{0.0, 1024, 0.01};
   // Buckets go to the wire in groups: consecutive buckets in backward order, each group

@@ -57,7 +57,7 @@ namespace {
 // Elements per block of codes: a multiple of 32, so every block starts on a word of
 // the code stream and blocks pack independently; 8 KB of codes stays in L1.
 constexpr std::size_t kBlock = 2048;
-constexpr std::size_t kParallelMin = std::size_t{1} << 16;
+[[maybe_unused]] constexpr std::size_t kParallelMin = std::size_t{1} << 16;
 constexpr std::size_t kPrefetchAhead = 2048;  // floats (8 KB)
 
 bool use_parallel(std::size_t n) {
@@ -297,7 +297,7 @@ class QsgdCodec final : public Codec {
     // 3. Codes, block by block (unpacked again below: the stream is small, and
     //    nothing may be written before everything is checked).
     const std::size_t blocks = (n + kBlock - 1) / kBlock;
-    const bool parallel = use_parallel(n);
+    [[maybe_unused]] const bool parallel = use_parallel(n);  // read by OpenMP only
     std::uint32_t bad = 0;
 #if defined(GRADCOMP_OPENMP)
 #pragma omp parallel for if (parallel) schedule(static) reduction(| : bad)

@@ -8,34 +8,9 @@
 
 namespace gradcomp::dist {
 
-Topology parse_topology(std::string_view name) {
-  if (name == "allreduce") return Topology::kAllreduce;
-  if (name == "ps-sync") return Topology::kPsSync;
-  if (name == "ps-async") return Topology::kPsAsync;
-  throw InvalidArgument("--topology " + std::string(name) +
-                        ": unknown (known: allreduce, ps-sync, ps-async)");
+Method PsConfig::method(const CodecRegistry& registry) const {
+  return Method::parse(compressor, {.topology = topology, .downlink = downlink}, registry);
 }
-
-const char* to_string(Topology t) {
-  switch (t) {
-    case Topology::kAllreduce:
-      return "allreduce";
-    case Topology::kPsSync:
-      return "ps-sync";
-    case Topology::kPsAsync:
-      return "ps-async";
-  }
-  return "?";
-}
-
-Downlink parse_downlink(std::string_view name) {
-  if (name == "dense") return Downlink::kDense;
-  if (name == "compressed") return Downlink::kCompressed;
-  throw InvalidArgument("--ps-downlink " + std::string(name) +
-                        ": unknown (known: dense, compressed)");
-}
-
-const char* to_string(Downlink d) { return d == Downlink::kDense ? "dense" : "compressed"; }
 
 std::string PsConfig::role_of(int rank) const {
   if (rank >= workers && rank < workers + servers) {

@@ -34,14 +34,14 @@ Server::Server(const PsConfig& config, Communicator& comm, std::span<const Bucke
   index_ = comm_.rank() - cfg_.workers;
   keys_ = plan_keys(shapes_, cfg_.servers, cfg_.split_elements);
   const bool async = cfg_.topology == Topology::kPsAsync;
-  sketch_ = ps::sketch_plan_for(cfg_, keys_);
+  const Method method = cfg_.method(registry);
+  sketch_ = ps::sketch_plan_for(method, keys_);
   if (sketch_) {
     canonical_ = sketch_->spec;
   } else {
-    const auto probe = registry.make_memory(cfg_.compressor, 0);
-    canonical_ = probe->spec();
-    compress_ = probe->codec().name() != "none";
-    codec_ = registry.make_codec_of(cfg_.compressor);
+    canonical_ = method.canonical();
+    compress_ = !method.dense_only();  // the none codec sends the gradient itself
+    codec_ = method.codec();
   }
   if (async && initial_weights.size() != shapes_.size()) {
     throw InvalidArgument("ps server: " + std::to_string(initial_weights.size()) +
@@ -71,8 +71,7 @@ Server::Server(const PsConfig& config, Communicator& comm, std::span<const Bucke
     }
     sketch_keys_.push_back(std::move(sk));
     acc_.emplace_back(std::max(k.numel, sketch_ ? sketch_->cells(k.id) : 0), 0.0f);
-    server_memories_.push_back(coded_reply ? registry.make_memory(cfg_.compressor, k.numel)
-                                           : nullptr);
+    server_memories_.push_back(coded_reply ? method.make_memory(k.numel) : nullptr);
     if (async) {
       const std::span<const float> w0 = initial_weights[k.bucket];
       if (w0.size() != shapes_[k.bucket].numel) {

@@ -17,23 +17,16 @@ std::size_t SketchPlan::max_record_bytes(const PsKey& k) const {
   return bytes;
 }
 
-std::optional<SketchPlan> sketch_plan_for(const PsConfig& config, std::span<const PsKey> keys) {
-  const SpecNode node = parse_spec(config.compressor);
-  const SchemeInfo* scheme = find_scheme(node.name);
-  if (scheme == nullptr) return std::nullopt;
-  if (scheme->name != "sketched-sgd") {
-    throw InvalidArgument("--compressor " + config.compressor +
-                          " is a reducer scheme of its own; it runs with --topology allreduce "
-                          "(the parameter server runs codecs and sketched-sgd)");
+std::optional<SketchPlan> sketch_plan_for(const Method& method, std::span<const PsKey> keys) {
+  if (!method.is_scheme()) return std::nullopt;
+  if (!method.scheme()->runs_on_ps_sync || method.context().topology != Topology::kPsSync ||
+      method.context().downlink != Downlink::kDense) {
+    throw InvalidArgument("ps sketch plan: " + method.spec() +
+                          " was not parsed for a ps-sync server with a dense downlink");
   }
-  if (config.topology != Topology::kPsSync || config.downlink != Downlink::kDense) {
-    throw InvalidArgument(
-        "sketched-sgd on a parameter server runs with --topology ps-sync and a dense "
-        "downlink (its reply is already the sparse top k)");
-  }
-  const Params p = resolve_params(scheme->name, scheme->params, node);
+  const Params& p = method.scheme_params();
   SketchPlan plan;
-  plan.spec = canonical_scheme_spec(*scheme, node);
+  plan.spec = method.canonical();
   plan.geo = sketch_scheme::geometry_from(p);
   plan.p2 = static_cast<std::size_t>(p.get_int("p2"));
   plan.momentum = static_cast<float>(p.get_float("momentum"));

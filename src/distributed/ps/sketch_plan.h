@@ -59,11 +59,11 @@ struct SketchPlan {
   }
 };
 
-// The plan when config.compressor is a sketched-sgd spec, std::nullopt for codec and
-// memory specs. InvalidArgument for the other reducer schemes (they need --topology
-// allreduce), for bad sketched-sgd parameters, and for sketched-sgd outside ps-sync
-// with a dense downlink (its reply is already the sparse top k).
-std::optional<SketchPlan> sketch_plan_for(const PsConfig& config, std::span<const PsKey> keys);
+// The plan when the method is sketched-sgd (the one scheme a parameter server runs:
+// SchemeDescription::runs_on_ps_sync), std::nullopt for codec and memory methods. The
+// method was parsed for the configuration (PsConfig::method), which refused the other
+// schemes, bad parameters, and sketched-sgd outside ps-sync with a dense downlink.
+std::optional<SketchPlan> sketch_plan_for(const Method& method, std::span<const PsKey> keys);
 
 // Records. Writers return the bytes written into `out`, readers validate everything
 // before returning and throw CorruptMessage("ps <who>: key K ...") otherwise.

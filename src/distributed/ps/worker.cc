@@ -30,15 +30,15 @@ Worker::Worker(const PsConfig& config, Communicator& comm, std::span<const Bucke
   }
   me_ = cfg_.role_of(comm_.rank());
   keys_ = plan_keys(shapes_, cfg_.servers, cfg_.split_elements);
-  sketch_ = ps::sketch_plan_for(cfg_, keys_);
+  const Method method = cfg_.method(registry);
+  sketch_ = ps::sketch_plan_for(method, keys_);
   std::string canonical;
   if (sketch_) {
     canonical = sketch_->spec;
   } else {
-    const auto probe = registry.make_memory(cfg_.compressor, 0);
-    compress_ = probe->codec().name() != "none";
-    canonical = probe->spec();
-    codec_ = registry.make_codec_of(cfg_.compressor);
+    compress_ = !method.dense_only();  // the none codec sends the gradient itself
+    canonical = method.canonical();
+    codec_ = method.codec();
   }
   describe_ = std::string(to_string(cfg_.topology)) + "(" + std::to_string(cfg_.servers) +
               " server" + (cfg_.servers > 1 ? "s" : "") + ", " + canonical +
@@ -65,7 +65,7 @@ Worker::Worker(const PsConfig& config, Communicator& comm, std::span<const Bucke
       }
     }
     if (compress_ && k.compressible) {
-      memories_.push_back(registry.make_memory(cfg_.compressor, k.numel));
+      memories_.push_back(method.make_memory(k.numel));
       max_msg = std::max(max_msg, memories_.back()->max_encoded_bytes());
     } else {
       memories_.push_back(nullptr);
