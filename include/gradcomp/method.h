@@ -20,8 +20,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gradcomp/codec.h"
 #include "gradcomp/memory.h"
@@ -121,6 +123,31 @@ class Method {
   // The memory of one bucket of n elements (a codec method; InvalidArgument for a scheme).
   std::unique_ptr<Memory> make_memory(std::size_t n) const;
 
+  // What the method will do in this run, in words (each registry entry's hooks:
+  // registry.h, RunSchedule / RunWarnings). One line for the run's header, "" when the
+  // method has no schedule, e.g.
+  //   "dgc warm-up: 58 steps of 468 (4 epochs capped at 1/8 of the run), 4 stages of
+  //    14.6 steps at density 0.25, 0.0625, 0.015625, 0.00390625, then 0.001"
+  //   "powersgd warm-up: 100 dense steps of 702, then rank 4"
+  std::string schedule(const RunShape& run) const;
+  // The start-of-run warnings, one line each: a dgc warm-up longer than 1/8 of the run
+  // (capped) or off (steps per epoch unknown); a sketch with fewer columns than the
+  // candidates it ranks; error feedback on count-sketch estimates; a powersgd warm-up that
+  // covers the whole run. gradcomp train prints them, GradientExchange returns them
+  // (take_warnings), the Python package emits them with warnings.warn.
+  std::vector<std::string> start_warnings(const RunShape& run) const;
+  // The threshold the spec fixes (2bit:threshold=T, bare or inside ef/efm/noef), 0 when
+  // it has none. At step kThresholdCheckStep (after the first steps, whose gradients are
+  // the largest) it is compared with the compressed buckets' gradients: a warning when
+  // T > kThresholdFarAbove * the largest bucket's mean |g| (empty spans and non-finite
+  // means ignored), since an entry of typical size then waits that many steps in the
+  // residual before it is sent once.
+  double fixed_threshold() const { return fixed_threshold_; }
+  std::optional<std::string> threshold_warning(std::span<const std::span<const float>> grads,
+                                               std::uint64_t step) const;
+  static constexpr std::uint64_t kThresholdCheckStep = 10;
+  static constexpr double kThresholdFarAbove = 10.0;
+
  private:
   Method() = default;
   void resolve_reducer();
@@ -135,6 +162,10 @@ class Method {
   const SchemeDescription* scheme_ = nullptr;
   Params scheme_params_;
   std::shared_ptr<const Codec> codec_;
+  const MemoryInfo* memory_ = nullptr;  // a named memory (dgc) and its parameters
+  Params memory_params_;
+  double fixed_threshold_ = 0;
+  std::string threshold_codec_;  // the codec whose threshold it is
   ReducerKind reducer_ = ReducerKind::kAuto;
   bool dense_fallback_ = false;
   bool momentum_in_memory_ = false;

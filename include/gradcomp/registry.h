@@ -34,6 +34,19 @@
 
 namespace gradcomp {
 
+// ---- the run a method is described for ---------------------------------------------
+
+// What a method will do in one run depends on the run's length and on what it compresses:
+// the hooks below describe it for the run's header and its start-of-run warnings
+// (Method::schedule, Method::start_warnings in gradcomp/method.h).
+struct RunShape {
+  std::uint64_t steps_per_epoch = 0;  // 0: unknown
+  std::uint64_t total_steps = 0;      // steps of the whole run; 0: unknown
+  // Elements of every bucket that is exchanged compressed (the layout's compressible
+  // buckets), for the sketch geometry check.
+  std::vector<std::size_t> compressed_sizes;
+};
+
 // ---- parsed spec strings --------------------------------------------------------
 
 struct SpecNode {
@@ -93,6 +106,12 @@ class Params {
 Params resolve_params(const std::string& owner, std::span<const ParamDef> defs,
                       const SpecNode& node);
 
+// What an entry says about a run, from its validated parameters: one line for the run's
+// header ("" when there is nothing to say), and start-of-run warnings, one line each,
+// when its settings cannot do what was asked in this run. Optional (empty: nothing).
+using RunSchedule = std::function<std::string(const Params&, const RunShape&)>;
+using RunWarnings = std::function<std::vector<std::string>(const Params&, const RunShape&)>;
+
 // ---- named memories ---------------------------------------------------------------
 
 // A memory with an algorithm and parameters of its own (DGC's momentum correction),
@@ -113,6 +132,8 @@ struct MemoryInfo {
   std::function<std::unique_ptr<Memory>(const Params&, std::shared_ptr<const Codec> codec,
                                         std::size_t n)>
       make;
+  RunSchedule schedule = {};  // dgc: its density warm-up
+  RunWarnings warnings = {};
 };
 
 // ---- reducer schemes ----------------------------------------------------------------
@@ -134,6 +155,8 @@ struct SchemeDescription {
   // Also runs on a ps-sync parameter server (the server merges what the workers send and
   // replies with the sparse update itself: a dense downlink only).
   bool runs_on_ps_sync = false;
+  RunSchedule schedule = {};  // powersgd: its dense warm-up
+  RunWarnings warnings = {};
 };
 
 // The canonical spec of a scheme spec ("powersgd" -> "powersgd:rank=4,..."), validating
@@ -152,6 +175,12 @@ struct CodecInfo {
   // sweep, e.g. "topk:ratio=0.5,select=exact". Shown as examples by `gradcomp list`.
   std::vector<std::string> examples;
   std::function<std::unique_ptr<Codec>(CodecIdentity, const Params&)> make;
+  // Why error feedback (ef/efm) on this codec can fail, warned at the start of a run that
+  // asks for it; empty: nothing to warn about.
+  std::string feedback_warning = {};
+  // A threshold the spec fixes (2bit:threshold=T), 0 when it has none: checked against
+  // the gradients' scale once (Method::threshold_warning). Empty: the codec has none.
+  std::function<double(const Params&)> fixed_threshold = {};
 };
 
 class CodecRegistry {

@@ -40,7 +40,7 @@ from . import _C
 __all__ = ["CompressionState", "hook", "SGD"]
 
 _FORMAT = "gradcomp.torch.CompressionState/1"
-_THRESHOLD_CHECK_STEP = 10  # gradcomp/dist/run_checks.h kThresholdCheckStep
+_THRESHOLD_CHECK_STEP = 10  # gradcomp/method.h Method::kThresholdCheckStep
 
 
 class CompressionState:
@@ -144,7 +144,7 @@ class CompressionState:
         # bucket fails with it.
         self._refused: Optional[Exception] = None
         self._compressed_last_step = False
-        # The fixed 2-bit threshold check (gradcomp/dist/run_checks.h): due at the first
+        # The fixed 2-bit threshold check (Method::threshold_warning): due at the first
         # compressed step from step 10 on, on that step's compressed gradients.
         self._threshold_check_due = _C.fixed_2bit_threshold(compressor) > 0
         self._threshold_grads: List[torch.Tensor] = []
@@ -313,7 +313,7 @@ class CompressionState:
         self.step += 1
 
     def _warn(self, line: str) -> None:
-        """A warning of gradcomp/dist/run_checks.h, emitted once, on rank 0."""
+        """A start-of-run warning (Method::start_warnings), emitted once, on rank 0."""
         if self._exchanger.rank == 0:
             warnings.warn(f"gradcomp: {line.removeprefix('warning: ')}", stacklevel=3)
 

@@ -19,7 +19,6 @@
 #include "gradcomp/dist/config_check.h"
 #include "gradcomp/dist/exchanger.h"
 #include "gradcomp/dist/process_group.h"
-#include "gradcomp/dist/run_checks.h"
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
 #include "gradcomp/layout.h"
@@ -318,11 +317,12 @@ void bind_exchanger(py::module_& m) {
         "For (name, numel, dim, rows) tuples in model order: which tensors stay dense under\n"
         "gradcomp's layout rules (dim <= 1, numel < min_elements, the smallest within\n"
         "dense_share of the model).");
-  // gradcomp/dist/run_checks.h: what gradcomp.torch tells the user at the start of a run.
+  // Method::schedule / start_warnings / threshold_warning (gradcomp/method.h): what
+  // gradcomp.torch tells the user at the start of a run.
   m.def(
       "schedule",
       [](const std::string& spec, std::uint64_t steps_per_epoch, std::uint64_t total_steps) {
-        return dist::describe_schedule(spec, {steps_per_epoch, total_steps, {}});
+        return Method::parse(spec).schedule({steps_per_epoch, total_steps, {}});
       },
       py::arg("spec"), py::arg("steps_per_epoch"), py::arg("total_steps"),
       "The compressor's effective schedule in this run (DGC's warm-up), one line; '' if none.");
@@ -330,16 +330,16 @@ void bind_exchanger(py::module_& m) {
       "start_warnings",
       [](const std::string& spec, std::uint64_t steps_per_epoch, std::uint64_t total_steps,
          std::vector<std::size_t> compressed_sizes) {
-        return dist::start_warnings(spec,
-                                    {steps_per_epoch, total_steps, std::move(compressed_sizes)});
+        return Method::parse(spec).start_warnings(
+            {steps_per_epoch, total_steps, std::move(compressed_sizes)});
       },
       py::arg("spec"), py::arg("steps_per_epoch"), py::arg("total_steps"),
       py::arg("compressed_sizes"),
       "One line per setting of the spec that cannot do what was asked in this run.");
   m.def(
       "fixed_2bit_threshold",
-      [](const std::string& spec) { return dist::fixed_2bit_threshold(spec); }, py::arg("spec"),
-      "The spec's fixed 2-bit threshold; 0 when it has none.");
+      [](const std::string& spec) { return Method::parse(spec).fixed_threshold(); },
+      py::arg("spec"), "The spec's fixed 2-bit threshold; 0 when it has none.");
   m.def(
       "threshold_warning",
       [](const std::string& spec, const std::vector<torch::Tensor>& grads,
@@ -351,7 +351,7 @@ void bind_exchanger(py::module_& m) {
           spans.emplace_back(flat.back().data_ptr<float>(),
                              static_cast<std::size_t>(flat.back().numel()));
         }
-        return dist::threshold_warning(spec, spans, step);
+        return Method::parse(spec).threshold_warning(spans, step);
       },
       py::arg("spec"), py::arg("grads"), py::arg("step"),
       "A warning when the spec's fixed 2-bit threshold is far above these gradients' scale.");

@@ -10,10 +10,9 @@
 #include <utility>
 
 #include "detail/count_sketch.h"
-#include "gradcomp/dist/schemes.h"
+#include "detail/sketch_geometry.h"
 #include "gradcomp/error.h"
 #include "gradcomp/memory.h"
-#include "sketch_scheme_util.h"
 
 namespace gradcomp::advise {
 
@@ -117,12 +116,12 @@ MethodPlan plan_scheme(std::string_view spec, const SchemeDescription& info, con
     m.ps_note = "powersgd runs on the allreduce topology only";
     return m;
   }
-  const dist::sketch_scheme::Geometry geo = dist::sketch_scheme::geometry_from(p);
+  const detail::SketchGeometry geo = detail::sketch_geometry_from(p);
   double cells = 0.0, candidates = 0.0, topk = 0.0;
   for (const BucketPlan& b : buckets) {
     if (b.compressible && b.numel > 0) {
       const std::uint32_t cols = detail::sketch_columns(b.numel, geo.rows, geo.cols, geo.table);
-      const std::size_t k = dist::sketch_scheme::k_for(geo, b.numel);
+      const std::size_t k = detail::sketch_k_for(geo, b.numel);
       cells += static_cast<double>(geo.rows) * cols;
       topk += static_cast<double>(k);
       if (info.name == "sketched-sgd") {

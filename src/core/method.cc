@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "detail/run_text.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"
 #include "gradcomp/wire.h"
@@ -127,6 +128,16 @@ Method Method::parse(std::string_view spec, const MethodContext& context,
     m.canonical_ = probe->spec();
     m.momentum_in_memory_ = probe->carries_momentum();
     m.codec_ = registry.make_codec_of(m.spec_);
+    if ((m.memory_ = registry.find_memory(m.node_->name)) != nullptr) {
+      m.memory_params_ = resolve_params(m.memory_->name, m.memory_->params, *m.node_);
+    }
+    const SpecNode* innermost = m.node_.get();
+    while (innermost->inner) innermost = innermost->inner.get();
+    const CodecInfo* info = registry.find(innermost->name);
+    if (info != nullptr && info->fixed_threshold) {
+      m.fixed_threshold_ = info->fixed_threshold(CodecRegistry::resolve_params(*info, *innermost));
+      m.threshold_codec_ = info->name;
+    }
   }
   m.resolve_reducer();
   m.check_context();
@@ -222,6 +233,48 @@ void Method::check_context() const {
     throw InvalidArgument("--ps-downlink compressed: " + scheme_->name +
                           "'s reply is already the sparse top k; use the dense downlink");
   }
+}
+
+std::string Method::schedule(const RunShape& run) const {
+  if (scheme_ != nullptr && scheme_->schedule) return scheme_->schedule(scheme_params_, run);
+  if (memory_ != nullptr && memory_->schedule) return memory_->schedule(memory_params_, run);
+  return {};
+}
+
+std::vector<std::string> Method::start_warnings(const RunShape& run) const {
+  if (scheme_ != nullptr && scheme_->warnings) return scheme_->warnings(scheme_params_, run);
+  if (memory_ != nullptr && memory_->warnings) return memory_->warnings(memory_params_, run);
+  // Error feedback around a codec it may not suit.
+  const SpecNode& n = *node_;
+  if ((n.name == "ef" || n.name == "efm") && n.inner) {
+    const CodecInfo* info = registry_->find(n.inner->name);
+    if (info != nullptr && !info->feedback_warning.empty()) {
+      return {"warning: " + n.name + "(" + info->name + "): " + info->feedback_warning};
+    }
+  }
+  return {};
+}
+
+std::optional<std::string> Method::threshold_warning(std::span<const std::span<const float>> grads,
+                                                     std::uint64_t step) const {
+  const double tau = fixed_threshold_;
+  if (!(tau > 0.0)) return std::nullopt;
+  double scale = 0;
+  for (const std::span<const float> g : grads) {
+    if (g.empty()) continue;
+    double sum = 0;
+    for (const float x : g) sum += std::abs(static_cast<double>(x));
+    const double mean = sum / static_cast<double>(g.size());
+    if (std::isfinite(mean)) scale = std::max(scale, mean);
+  }
+  if (!(scale > 0.0) || !(tau > kThresholdFarAbove * scale)) return std::nullopt;
+  const std::string& c = threshold_codec_;
+  return "warning: " + c + ": threshold=" + detail::number_text(tau) + " is " +
+         detail::ratio_text(tau / scale) + "x the gradients' mean |g| (" +
+         detail::number_text(scale, 3) + " at step " + std::to_string(step) +
+         "): a typical entry waits ~" + detail::ratio_text(tau / scale) +
+         " steps in the residual before it is sent; the default " + c +
+         " (no threshold=) scales tau to the residual";
 }
 
 std::unique_ptr<Memory> Method::make_memory(std::size_t n) const {

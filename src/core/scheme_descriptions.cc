@@ -4,12 +4,15 @@
 // without c10d; each scheme's file in src/distributed (powersgd.cc, sketched_sgd.cc,
 // fetchsgd.cc) reads the parameters declared here and pairs the description with its
 // reducer.
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "codecs/codecs.h"
 #include "detail/count_sketch.h"
+#include "detail/run_text.h"
+#include "detail/sketch_geometry.h"
 #include "gradcomp/registry.h"
 
 namespace gradcomp {
@@ -30,6 +33,63 @@ std::vector<ParamDef> geometry_params(double default_ratio, double default_table
                       "with cols=0: sketch cells r*c as a fraction of the bucket", true)};
 }
 
+// PowerSGD's dense warm-up in the run's header.
+std::string powersgd_schedule(const Params& p, const RunShape& run) {
+  const auto warmup = static_cast<std::uint64_t>(p.get_int("warmup_steps"));
+  if (warmup == 0) return {};
+  std::string line = "powersgd warm-up: " + std::to_string(warmup) + " dense steps";
+  if (run.total_steps > 0) line += " of " + std::to_string(run.total_steps);
+  return line + ", then rank " + std::to_string(p.get_int("rank"));
+}
+
+std::vector<std::string> powersgd_warnings(const Params& p, const RunShape& run) {
+  const auto warmup = static_cast<std::uint64_t>(p.get_int("warmup_steps"));
+  if (run.total_steps == 0 || warmup < run.total_steps) return {};
+  return {"warning: powersgd: warmup_steps=" + std::to_string(warmup) +
+          " covers the whole run of " + std::to_string(run.total_steps) +
+          " steps: every step is exchanged dense, and nothing is compressed"};
+}
+
+// A sketch with fewer columns than the candidates it must rank (sketched-sgd: p2*k,
+// fetchsgd: k) in some bucket: every row then mixes them, whatever the hashes. Named
+// after the bucket whose sketch is shortest for its candidates.
+// p2: sketched-sgd's candidates per coordinate it applies (p2*k); 0 for fetchsgd (k).
+std::vector<std::string> sketch_geometry_warnings(const std::string& scheme, const Params& p,
+                                                  std::size_t p2, const RunShape& run) {
+  const bool per_k = p2 > 0;
+  if (!per_k) p2 = 1;
+  const detail::SketchGeometry geo = detail::sketch_geometry_from(p);
+  double worst = 0;
+  std::size_t worst_n = 0, worst_cols = 0, worst_cand = 0, worst_k = 0;
+  for (const std::size_t n : run.compressed_sizes) {
+    if (n == 0) continue;
+    const std::size_t k = detail::sketch_k_for(geo, n);
+    const std::size_t cand = std::min(n, p2 * k);
+    const std::size_t cols = detail::sketch_columns(n, geo.rows, geo.cols, geo.table);
+    if (cols >= cand) continue;
+    const double short_by =
+        static_cast<double>(cand) / static_cast<double>(std::max<std::size_t>(cols, 1));
+    if (short_by > worst) {
+      worst = short_by;
+      worst_n = n;
+      worst_cols = cols;
+      worst_cand = cand;
+      worst_k = k;
+    }
+  }
+  if (!(worst > 0)) return {};
+  const double table_needed = static_cast<double>(geo.rows) * static_cast<double>(worst_cand) /
+                              static_cast<double>(worst_n);
+  return {"warning: " + scheme + ": a sketch of " + std::to_string(geo.rows) + " x " +
+          std::to_string(worst_cols) + " cells for " + std::to_string(worst_cand) +
+          " candidates to rank (" +
+          (per_k ? "p2*k, k=" + std::to_string(worst_k) : std::string("k")) + ") in a bucket of " +
+          std::to_string(worst_n) +
+          " elements: fewer columns than candidates, so every row mixes them; table >= " +
+          detail::number_text(table_needed, 3) + " (or cols >= " + std::to_string(worst_cand) +
+          ") gives each one a column"};
+}
+
 // Rank 4 by default: on the default job (3 seeds) rank 2 lands 0.74 points below dense at
 // 123x, rank 4 0.3 below at 90x (docs/measurements/accuracy.md).
 SchemeDescription powersgd_description() {
@@ -46,7 +106,9 @@ SchemeDescription powersgd_description() {
                      bool_param("warm_start", true,
                                 "reuse the previous step's Q (else a fresh shared draw)")},
           .examples = {"powersgd:rank=1", "powersgd:rank=4,warm_start=false",
-                       "powersgd:rank=2,error_feedback=false"}};
+                       "powersgd:rank=2,error_feedback=false"},
+          .schedule = powersgd_schedule,
+          .warnings = powersgd_warnings};
 }
 
 SchemeDescription sketched_sgd_description() {
@@ -70,7 +132,11 @@ SchemeDescription sketched_sgd_description() {
           .params = std::move(params),
           .examples = {"sketched-sgd:ratio=0.001,table=0.01", "sketched-sgd:k=100,rows=3,cols=500"},
           .carries_momentum = true,
-          .runs_on_ps_sync = true};
+          .runs_on_ps_sync = true,
+          .warnings = [](const Params& p, const RunShape& run) {
+            return sketch_geometry_warnings("sketched-sgd", p,
+                                            static_cast<std::size_t>(p.get_int("p2")), run);
+          }};
 }
 
 SchemeDescription fetchsgd_description() {
@@ -86,7 +152,10 @@ SchemeDescription fetchsgd_description() {
               "kept in sketch space; apply the top k of the error sketch's estimates",
           .params = std::move(params),
           .examples = {"fetchsgd:rows=5,ratio=0.01,table=0.1", "fetchsgd:k=50,rows=3,cols=1000"},
-          .carries_momentum = true};
+          .carries_momentum = true,
+          .warnings = [](const Params& p, const RunShape& run) {
+            return sketch_geometry_warnings("fetchsgd", p, 0, run);
+          }};
 }
 
 }  // namespace

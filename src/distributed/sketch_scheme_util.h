@@ -12,6 +12,7 @@
 
 #include "detail/count_sketch.h"
 #include "detail/select.h"
+#include "detail/sketch_geometry.h"
 #include "gradcomp/error.h"
 #include "gradcomp/reducer.h"
 #include "gradcomp/registry.h"
@@ -20,32 +21,11 @@
 
 namespace gradcomp::dist::sketch_scheme {
 
-// k, rows, cols, table as the user gave them (the parameters both schemes declare:
-// src/core/scheme_descriptions.cc).
-struct Geometry {
-  std::int64_t k = 0;      // 0: from ratio
-  double ratio = 0.01;     // k = ceil(ratio * n)
-  std::uint32_t rows = 5;  // sketch rows
-  std::uint32_t cols = 0;  // 0: from table
-  double table = 0.025;    // r * c as a fraction of n
-};
-
-inline Geometry geometry_from(const Params& p) {
-  Geometry g;
-  g.k = p.get_int("k");
-  g.ratio = p.get_float("ratio");
-  g.rows = static_cast<std::uint32_t>(p.get_int("rows"));
-  g.cols = static_cast<std::uint32_t>(p.get_int("cols"));
-  g.table = p.get_float("table");
-  return g;
-}
-
-// min(k, n) for a bucket of n (k >= 1 when n >= 1).
-inline std::size_t k_for(const Geometry& g, std::size_t n) {
-  if (n == 0) return 0;
-  if (g.k > 0) return std::min<std::size_t>(static_cast<std::size_t>(g.k), n);
-  return detail::count_for_fraction(g.ratio, n);
-}
+// The geometry as the user gave it, and k for a bucket (the core's, shared with the
+// start-of-run check: detail/sketch_geometry.h).
+using Geometry = detail::SketchGeometry;
+inline Geometry geometry_from(const Params& p) { return detail::sketch_geometry_from(p); }
+inline std::size_t k_for(const Geometry& g, std::size_t n) { return detail::sketch_k_for(g, n); }
 
 inline void check_buckets(std::span<const BucketRef> buckets, std::span<const BucketShape> shapes,
                           const char* op) {

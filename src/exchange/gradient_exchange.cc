@@ -21,7 +21,6 @@
 #include "gradcomp/dist/exchanger.h"
 #include "gradcomp/dist/process_group.h"
 #include "gradcomp/dist/reducers.h"
-#include "gradcomp/dist/run_checks.h"
 #include "gradcomp/error.h"
 #include "gradcomp/finite.h"
 
@@ -108,15 +107,15 @@ struct GradientExchange::Impl {
   double exposed_seconds = 0;
   double backward_seconds = 0;
 
-  // Warnings not taken yet; the fixed 2-bit threshold check (run_checks.h), due at the
+  // Warnings not taken yet; the fixed 2-bit threshold check (Method::threshold_warning), due at the
   // first compressed step from kThresholdCheckStep on, with copies of that step's
   // compressible gradients (the exchange overwrites the buffers with the means).
   std::vector<std::string> warnings;
   bool threshold_check_due = false;
   std::vector<std::vector<float>> threshold_grads;
 
-  dist::RunShape run_shape() const {
-    dist::RunShape r;
+  RunShape run_shape() const {
+    RunShape r;
     r.steps_per_epoch = options.steps_per_epoch;
     r.total_steps = options.total_steps;
     for (const BucketPlan& b : plan) {
@@ -167,8 +166,8 @@ struct GradientExchange::Impl {
     form_groups();  // the default group size depends on whether the exchange is dense
     inv_world = 1.0f / static_cast<float>(comm->world_size());
     for (std::size_t g = 0; g < groups.size(); ++g) exchanger->prepare(g, groups[g].shapes);
-    warnings = dist::start_warnings(options.compressor, run_shape());
-    threshold_check_due = dist::fixed_2bit_threshold(options.compressor) > 0.0;
+    warnings = exchanger->method().start_warnings(run_shape());
+    threshold_check_due = exchanger->method().fixed_threshold() > 0.0;
     reset_step();
     for (std::size_t i = 0; i < params.size(); ++i) {
       // A post hook on the parameter's AccumulateGrad node, as DDP's reducer does: it
@@ -298,7 +297,7 @@ struct GradientExchange::Impl {
     for (std::size_t b : groups[g].buckets) {
       const bool compress = step >= options.dense_steps && plan[b].compressible;
       if (compress && threshold_check_due &&
-          static_cast<std::uint64_t>(step) >= dist::kThresholdCheckStep) {
+          static_cast<std::uint64_t>(step) >= Method::kThresholdCheckStep) {
         threshold_grads.emplace_back(buffers[b].begin(), buffers[b].end());
       }
       refs.push_back({plan[b].id, buffers[b], compress});
@@ -373,8 +372,7 @@ struct GradientExchange::Impl {
     if (!threshold_grads.empty()) {
       const std::vector<std::span<const float>> grads(threshold_grads.begin(),
                                                       threshold_grads.end());
-      if (auto w = dist::threshold_warning(options.compressor, grads,
-                                           static_cast<std::uint64_t>(step))) {
+      if (auto w = exchanger->method().threshold_warning(grads, static_cast<std::uint64_t>(step))) {
         warnings.push_back(std::move(*w));
       }
       threshold_check_due = false;
@@ -434,7 +432,7 @@ const std::vector<BucketPlan>& GradientExchange::buckets() const { return impl_-
 std::string GradientExchange::describe() const { return impl_->exchanger->describe(); }
 
 std::string GradientExchange::schedule() const {
-  return dist::describe_schedule(impl_->options.compressor, impl_->run_shape());
+  return impl_->exchanger->method().schedule(impl_->run_shape());
 }
 
 std::vector<std::string> GradientExchange::take_warnings() {

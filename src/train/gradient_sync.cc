@@ -5,7 +5,6 @@
 #include <optional>
 #include <utility>
 
-#include "gradcomp/dist/run_checks.h"
 #include "gradcomp/error.h"
 #include "train/layout.h"
 #include "train/trainer.h"
@@ -49,8 +48,8 @@ class ExchangeSync final : public GradientSync {
 // Parameter servers and single-process tests: one Reducer call after backward.
 class ReducerSync final : public GradientSync {
  public:
-  ReducerSync(const SyncSetup& setup, const ReducerFactory& make_reducer, std::string compressor)
-      : config_(setup.config), compressor_(std::move(compressor)) {
+  ReducerSync(const SyncSetup& setup, const ReducerFactory& make_reducer, Method method)
+      : config_(setup.config), method_(std::move(method)) {
     std::vector<torch::Tensor> params;
     for (const auto& item : setup.named_parameters) {
       names_.push_back(item.key());
@@ -73,14 +72,14 @@ class ReducerSync final : public GradientSync {
     ctx_.total_steps = run_total_steps(setup);
     ctx_.momentum = static_cast<float>(config_.sgd.momentum);
     ctx_.nesterov = config_.sgd.nesterov;
-    dist::RunShape run;
+    RunShape run;
     run.steps_per_epoch = ctx_.steps_per_epoch;
     run.total_steps = ctx_.total_steps;
     for (const BucketPlan& b : buffers_->plan()) {
       if (b.compressible) run.compressed_sizes.push_back(b.numel);
     }
-    warnings_ = dist::start_warnings(compressor_, run);
-    threshold_check_due_ = dist::fixed_2bit_threshold(compressor_) > 0.0;
+    warnings_ = method_.start_warnings(run);
+    threshold_check_due_ = method_.fixed_threshold() > 0.0;
   }
 
   void begin_step(const StepInfo& step) override {
@@ -131,13 +130,13 @@ class ReducerSync final : public GradientSync {
  private:
   // A fixed 2-bit threshold far above the gradients' scale, once, after the first steps.
   void check_threshold() {
-    if (!threshold_check_due_ || !compress_ || ctx_.step < dist::kThresholdCheckStep) return;
+    if (!threshold_check_due_ || !compress_ || ctx_.step < Method::kThresholdCheckStep) return;
     threshold_check_due_ = false;
     std::vector<std::span<const float>> grads;
     for (std::size_t b = 0; b < buffers_->plan().size(); ++b) {
       if (buffers_->plan()[b].compressible) grads.emplace_back(buffers_->bucket(b));
     }
-    if (auto w = dist::threshold_warning(compressor_, grads, ctx_.step)) {
+    if (auto w = method_.threshold_warning(grads, ctx_.step)) {
       warnings_.push_back(std::move(*w));
     }
   }
@@ -150,7 +149,7 @@ class ReducerSync final : public GradientSync {
   }
 
   const TrainConfig& config_;
-  std::string compressor_;
+  Method method_;
   std::vector<std::string> warnings_;
   bool threshold_check_due_ = false;
   std::vector<std::string> names_;
@@ -182,10 +181,10 @@ SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, Redu
   };
 }
 
-SyncFactory reducer_sync(ReducerFactory make_reducer, std::string compressor) {
-  return [make_reducer = std::move(make_reducer), compressor = std::move(compressor)](
-             const SyncSetup& setup) -> std::unique_ptr<GradientSync> {
-    return std::make_unique<ReducerSync>(setup, make_reducer, compressor);
+SyncFactory reducer_sync(ReducerFactory make_reducer, Method method) {
+  return [make_reducer = std::move(make_reducer),
+          method = std::move(method)](const SyncSetup& setup) -> std::unique_ptr<GradientSync> {
+    return std::make_unique<ReducerSync>(setup, make_reducer, method);
   };
 }
 

@@ -64,7 +64,7 @@ class GradientSync {
   virtual std::vector<StateBuffer> state() = 0;
   virtual std::string describe() const = 0;
   // One line each, once: what the compressor's settings cannot do in this run (at
-  // construction: gradcomp/dist/run_checks.h's start warnings; a fixed 2-bit threshold
+  // construction: the Method's start warnings (gradcomp/method.h); a fixed 2-bit threshold
   // far above the gradients, after the first steps). The trainer prints them on rank 0.
   virtual std::vector<std::string> take_warnings() = 0;
 };
@@ -85,6 +85,7 @@ SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, Redu
 // Builds the Reducer once the bucket layout is known (a parameter-server worker, a
 // LocalReducer).
 using ReducerFactory = std::function<std::unique_ptr<Reducer>(std::span<const BucketShape>)>;
-SyncFactory reducer_sync(ReducerFactory make_reducer, std::string compressor);
+// `method` is what the reducer runs: its start-of-run warnings and threshold check.
+SyncFactory reducer_sync(ReducerFactory make_reducer, Method method);
 
 }  // namespace gradcomp::train

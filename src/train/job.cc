@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "gradcomp/dist/config_check.h"
-#include "gradcomp/dist/run_checks.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"
 #include "gradcomp/launch.h"
@@ -274,7 +273,7 @@ int run_worker(const JobOptions& o, const Method& method, std::ostream& out) {
   // trainer builds its own (from the same options, so the same ones).
   ConfigFields fields;
   // The run as the trainer will count it: steps_per_epoch = shard / batch, epochs of it.
-  dist::RunShape run;
+  RunShape run;
   run.steps_per_epoch =
       cfg.batch_size > 0 ? static_cast<std::uint64_t>(train_set.n / cfg.batch_size) : 0;
   run.total_steps =
@@ -287,7 +286,7 @@ int run_worker(const JobOptions& o, const Method& method, std::ostream& out) {
   // The compressor's schedule in this run, once (what its settings cannot do in this run
   // comes from the gradient sync, printed by the trainer on rank 0).
   if (rc.rank == 0) {
-    const std::string schedule = dist::describe_schedule(o.compressor, run);
+    const std::string schedule = method.schedule(run);
     if (!schedule.empty()) out << schedule << "\n";
   }
   dist::Communicator comm = connect(rc);
@@ -306,7 +305,7 @@ int run_worker(const JobOptions& o, const Method& method, std::ostream& out) {
                  ps_worker = w.get();
                  return w;
                },
-               o.compressor)
+               method)
          : exchange_sync(comm, o.compressor, o.reducer);
   Trainer trainer(cfg, std::move(train_set), std::move(test_set), factory);
   const TrainSummary summary = trainer.run();
@@ -405,7 +404,7 @@ void print_report(std::ostream& out, const TrainSummary& s, const JobOptions& o,
   row("test loss", num("%.4f", s.test_loss));
   if (world == 1 && o.topology == dist::Topology::kAllreduce) {
     // A world of one has no peers: nothing goes on a wire, and a ratio against zero bytes
-    // (it used to print "0 B" and "0.0x") would read as a failure of the compressor.
+    // ("0 B", "0.0x") would read as a failure of the compressor.
     row("sent per worker per step", "nothing (a single worker has no peers)");
     row("compression ratio", "- (nothing is sent)");
   } else {

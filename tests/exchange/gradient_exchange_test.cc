@@ -275,7 +275,7 @@ TEST(GradientExchange, ABadSpecIsRefused) {
   });
 }
 
-// The run's schedule line and warnings (gradcomp/dist/run_checks.h) through the exchange:
+// The run's schedule line and warnings (Method::schedule, start_warnings) through the exchange:
 // DGC's warm-up capped by ExchangeOptions::total_steps; a fixed 2-bit threshold far above
 // the gradients reported once, after step 10.
 TEST(GradientExchange, ScheduleAndWarnings) {

@@ -221,7 +221,7 @@ def dead_peer(rank, world, timeout_s):
 
 
 def run_warnings(rank, world, spec, steps, steps_per_epoch, total_steps):
-    """The warnings (gradcomp/dist/run_checks.h) a short run emits, and its schedule."""
+    """The warnings (Method::start_warnings) a short run emits, and its schedule."""
     import warnings
 
     model = ddp(small_model())

@@ -57,7 +57,7 @@ std::vector<std::vector<torch::Tensor>> train_ranks(const std::string& spec, boo
                       return dist::make_reducer(spec, dist::ReducerKind::kAuto, comm, shapes,
                                                 builtin_registry());
                     },
-                    spec);
+                    Method::parse(spec));
     // One at a time: the models draw their initial weights from LibTorch's global
     // generator (seeded by the trainer), which two threads would interleave.
     std::unique_lock init(model_init);

@@ -21,7 +21,7 @@ inline SyncFactory local(std::string spec) {
       [spec](std::span<const BucketShape> shapes) {
         return std::make_unique<LocalReducer>(Method::parse(spec), shapes);
       },
-      spec);
+      Method::parse(spec));
 }
 
 struct Data {

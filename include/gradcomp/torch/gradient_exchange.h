@@ -166,7 +166,7 @@ class GradientExchange {
   // none. Depends on options.steps_per_epoch and options.total_steps.
   std::string schedule() const;
   // Warnings not taken yet, one line each: at construction, the spec's settings that
-  // cannot do what was asked in this run (gradcomp/dist/run_checks.h); after step 10, once,
+  // cannot do what was asked in this run (Method::start_warnings); after step 10, once,
   // a fixed 2-bit threshold far above the gradients' scale. Every rank computes them
   // alike; print rank 0's (e.g. after every step).
   std::vector<std::string> take_warnings();

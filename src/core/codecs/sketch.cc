@@ -168,7 +168,11 @@ void register_sketch(CodecRegistry& registry) {
                                               static_cast<std::uint32_t>(p.get_int("rows")),
                                               static_cast<std::uint32_t>(p.get_int("cols")),
                                               p.get_float("ratio"), p.get_float("heavy"));
-       }});
+       },
+       .feedback_warning =
+           "count-sketch estimates are not a contraction, so error feedback can diverge (the "
+           "default MLP job: loss NaN at step 20); the bare sketch runs without memory, and "
+           "sketched-sgd / fetchsgd keep their error consistently with the summed sketch"});
 }
 
 }  // namespace gradcomp

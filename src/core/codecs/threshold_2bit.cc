@@ -224,7 +224,9 @@ void register_threshold_2bit(CodecRegistry& registry) {
              t > 0.0 ? std::max(static_cast<float>(t), std::numeric_limits<float>::denorm_min())
                      : 0.0f;
          return std::make_unique<Threshold2BitCodec>(std::move(id), tau, params.get_float("scale"));
-       }});
+       },
+       // MXNet's fixed threshold far above the gradients sends next to nothing: warned once.
+       .fixed_threshold = [](const Params& params) { return params.get_float("threshold"); }});
 }
 
 }  // namespace gradcomp

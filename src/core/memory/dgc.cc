@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "detail/pending.h"
+#include "detail/run_text.h"
 #include "detail/scratch.h"
 #include "detail/select.h"
 #include "detail/sparse_message.h"
@@ -341,6 +342,61 @@ class Dgc final : public Memory {
   std::vector<float> v_;  // accumulated velocity
 };
 
+// The run's header line: the warm-up's stages, bounded by the run's length.
+std::string dgc_schedule(const Params& p, const RunShape& run) {
+  using detail::number_text;
+  using detail::steps_text;
+  const double target = p.get_float("density");
+  const double warmup_epochs = p.get_float("warmup_epochs");
+  if (!(warmup_epochs > 0.0) || target >= detail::dgc_stage_density(0)) {
+    return "dgc: density " + number_text(target, 6) + " from the first step (no warm-up)";
+  }
+  const double steps =
+      detail::dgc_warmup_steps(warmup_epochs, run.steps_per_epoch, run.total_steps);
+  if (!(steps > 0.0)) {
+    return "dgc: density " + number_text(target, 6) +
+           " from the first step (warm-up off: steps per epoch unknown)";
+  }
+  const double asked = warmup_epochs * static_cast<double>(run.steps_per_epoch);
+  std::string line = "dgc warm-up: " + steps_text(steps) + " steps";
+  if (run.total_steps > 0) line += " of " + std::to_string(run.total_steps);
+  line += " (" + number_text(warmup_epochs) + " epochs";
+  if (steps < asked) {
+    line += " capped at 1/" + number_text(1.0 / detail::kDgcWarmupMaxShare) + " of the run";
+  }
+  line += "), 4 stages of " + steps_text(steps / 4) + " steps at density ";
+  for (int j = 0; j < 4; ++j) {
+    line += number_text(std::max(target, detail::dgc_stage_density(j)), 6) + ", ";
+  }
+  line += "then " + number_text(target, 6);
+  return line;
+}
+
+// A warm-up the run cannot hold as asked: capped, or off for want of an epoch's length.
+std::vector<std::string> dgc_warnings(const Params& p, const RunShape& run) {
+  using detail::number_text;
+  using detail::steps_text;
+  const double density = p.get_float("density");
+  const double warmup_epochs = p.get_float("warmup_epochs");
+  const bool warms_up = warmup_epochs > 0.0 && density < detail::dgc_stage_density(0);
+  if (warms_up && run.steps_per_epoch == 0) {
+    return {"warning: dgc: warmup_epochs=" + number_text(warmup_epochs) +
+            " but the steps per epoch are unknown: no warm-up, density " + number_text(density, 6) +
+            " from the first step"};
+  }
+  if (!warms_up || run.total_steps == 0) return {};
+  const double asked = warmup_epochs * static_cast<double>(run.steps_per_epoch);
+  const double steps =
+      detail::dgc_warmup_steps(warmup_epochs, run.steps_per_epoch, run.total_steps);
+  if (!(steps < asked)) return {};
+  return {"warning: dgc: warmup_epochs=" + number_text(warmup_epochs) + " (" + steps_text(asked) +
+          " steps) " +
+          (asked >= static_cast<double>(run.total_steps) ? "covers the whole run of "
+                                                         : "is more than 1/8 of the run's ") +
+          std::to_string(run.total_steps) + " steps; capped at " + steps_text(steps) +
+          " steps so that density " + number_text(density, 6) + " holds for 7/8 of the run"};
+}
+
 }  // namespace
 
 void register_dgc(CodecRegistry& registry) {
@@ -382,7 +438,9 @@ void register_dgc(CodecRegistry& registry) {
                   std::size_t n) -> std::unique_ptr<Memory> {
          return std::make_unique<Dgc>("dgc:" + p.canonical(), DgcOptions::from(p), std::move(codec),
                                       n);
-       }});
+       },
+       .schedule = dgc_schedule,
+       .warnings = dgc_warnings});
 }
 
 }  // namespace gradcomp

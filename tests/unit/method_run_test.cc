@@ -1,16 +1,35 @@
-// The run's schedule line and start-of-run warnings (gradcomp/dist/run_checks.h).
-#include "gradcomp/dist/run_checks.h"
+// The run's schedule line and start-of-run warnings (Method::schedule, start_warnings,
+// threshold_warning in gradcomp/method.h; each registry entry's hooks).
+#include "gradcomp/method.h"
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
-namespace gradcomp::dist {
+namespace gradcomp {
 namespace {
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
+}
+
+// The spec parsed once per question, as the Python bindings ask.
+std::string describe_schedule(const std::string& spec, const RunShape& r) {
+  return Method::parse(spec).schedule(r);
+}
+std::vector<std::string> start_warnings(const std::string& spec, const RunShape& r) {
+  return Method::parse(spec).start_warnings(r);
+}
+double fixed_2bit_threshold(const std::string& spec) {
+  return Method::parse(spec).fixed_threshold();
+}
+std::optional<std::string> threshold_warning(const std::string& spec,
+                                             std::span<const std::span<const float>> grads,
+                                             std::uint64_t step) {
+  return Method::parse(spec).threshold_warning(grads, step);
 }
 
 RunShape run(std::uint64_t steps_per_epoch, std::uint64_t total,
@@ -134,4 +153,4 @@ TEST(RunChecks, PowerSgdWarmup) {
 }
 
 }  // namespace
-}  // namespace gradcomp::dist
+}  // namespace gradcomp
