@@ -37,10 +37,10 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== torch 2.x lane (at ${SECONDS} s)"
 bash scripts/test-torch2.sh
 
-# Built after the Release tests, not beside them: built at nice 19 during them (tried
-# 2026-11-26), it slowed them more than it saved (cli.train 77 -> 120 s; the whole command
-# 560 -> 604 s on a 2-core VM: a niced process still shares caches and memory bandwidth,
-# and the tests sleep and wake often enough to hand it much of the CPU).
+# Built after the Release tests, not beside them: beside them, even at nice 19, it slowed
+# them more than it saved (a niced process still shares caches and memory bandwidth, and
+# the tests sleep and wake often enough to hand it much of the CPU;
+# docs/measurements/test-command.md).
 echo "== core tests under ASan+UBSan, assertions on (clang; build-sanitize/) (at ${SECONDS} s)"
 cmake --build build-sanitize -j "$jobs" --target gradcomp_core_tests -- "${quiet[@]}"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

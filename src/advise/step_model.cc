@@ -149,7 +149,7 @@ std::optional<double> accuracy_cost(const std::string& spec) {
       {"randomk", -1.81},
       {"1bit", -6.47},
       {"sketch", -2.95},
-      {"sketched-sgd:ratio=0.01,rows=5,table=0.025", -2.58},  // the default before 2026-11-26
+      {"sketched-sgd:ratio=0.01,rows=5,table=0.025", -2.58},  // an earlier default geometry
       {"fetchsgd:rows=5,ratio=0.01,table=0.1", -3.93},
   };
   auto it = table.find(spec);

@@ -26,12 +26,12 @@ namespace gradcomp::advise {
 enum class Topology { kAllreduce, kPsSync };
 
 // Gloo over TCP, per collective (scheduling, waking the peer threads): fit on the network
-// lab's 2026-11-24 sitting (4 workers on 2 cores, 1 Gbit/s and 100 Mbit/s) with the
-// model's exchange groups and Gloo ring passes; docs/cost-model.md.
+// lab (4 workers on 2 cores, 1 Gbit/s and 100 Mbit/s) with the model's exchange groups
+// and Gloo ring passes; the sittings are in docs/cost-model.md.
 inline constexpr double kGlooCollectiveOverhead = 1.8e-3;
 // Oversubscribed workers (W on C < W cores) wait to be scheduled at every hop of a ring:
 // one-way latency added per unit of oversubscription, alpha += this * (f - 1). Fit on the
-// lab's 2026-11-26 sitting, W = 8 on 2 cores (f = 4), PowerSGD at 1 Gbit/s (docs/cost-model.md).
+// lab with W = 8 on 2 cores (f = 4), PowerSGD at 1 Gbit/s (docs/cost-model.md).
 inline constexpr double kOversubscribedHopDelay = 0.15e-3;
 // Goodput over nominal bandwidth for bulk transfers: the network lab's dense allreduce
 // moved its 21.49 MB per worker in 196 ms at 1 Gbit/s and 1956 ms at 100 Mbit/s (after

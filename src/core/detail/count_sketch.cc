@@ -9,9 +9,8 @@
 // multiplies, the sign an xor), then a scalar loop adds them into the rows. That loop
 // is bound by the cells' L1 misses: ~1 ns per addition with a 500 KB row, ~0.6 ns when
 // the row fits in L1, so no reordering of a single-threaded scalar scatter gets far
-// below r*n ns (measured 2026-11-26; docs/measurements/codec-speed.md). AVX-512
-// gather/scatter with conflict detection was ~16% slower than this loop on Zen 4
-// (2026-11-26; not kept). Estimating gathers r cells
+// below r*n ns (docs/measurements/codec-speed.md). AVX-512 gather/scatter with conflict
+// detection is slower than this loop on Zen 4 (same page). Estimating gathers r cells
 // per coordinate chunk by chunk, then takes the median with a min/max sorting network that
 // vectorises across the chunk.
 #include "detail/count_sketch.h"
