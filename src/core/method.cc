@@ -192,15 +192,13 @@ void Method::check_context() const {
   // efm(...) reads the optimizer's and cannot disagree.
   if (c.momentum && momentum_in_memory_) {
     const SpecNode& n = *node_;
-    const Params* p = &scheme_params_;
-    Params memory_params;
+    // The parameters parse resolved: the scheme's or the named memory's (efm has none).
+    const Params* p = scheme_ != nullptr ? &scheme_params_ : &memory_params_;
     std::span<const ParamDef> defs;
     if (scheme_ != nullptr) {
       defs = scheme_->params;
-    } else if (const MemoryInfo* info = registry_->find_memory(n.name)) {
-      defs = info->params;
-      memory_params = resolve_params(n.name, defs, n);
-      p = &memory_params;
+    } else if (memory_ != nullptr) {
+      defs = memory_->params;
     }
     if (has_param(defs, "momentum") && !same_number(p->get_float("momentum"), *c.momentum)) {
       throw InvalidArgument("--compressor " + spec_ + ": its momentum " +
