@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <csignal>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -28,6 +29,17 @@
 namespace gradcomp::dist {
 
 namespace {
+
+// A write to a connection that a lost peer closed must fail with EPIPE, which Gloo turns
+// into an error this rank reports in one line. Under the default disposition SIGPIPE ends
+// the process silently instead (exit 141: seen in the network lab, and in CI when a killed
+// parameter server's workers wrote to it). A handler the application installed is kept.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+}
 
 // First line of an exception message, without c10's backtrace.
 std::string first_line(const std::exception& e) {
@@ -258,6 +270,7 @@ struct Communicator::Impl {
 };
 
 Communicator Communicator::connect(const RendezvousConfig& config) {
+  ignore_sigpipe_unless_handled();  // before the store's sockets too
   if (config.world_size == 1) return Communicator(Store::in_process(), config);
   const Store store =
       config.rank == 0 ? Store::tcp_server(config.master_addr, config.master_port,
@@ -276,6 +289,7 @@ Communicator::Communicator(const Store& store, const RendezvousConfig& config)
     throw InvalidArgument("communicator: timeout must be positive, got " +
                           std::to_string(config.timeout.count()) + " ms");
   }
+  ignore_sigpipe_unless_handled();
   impl_->rank = config.rank;
   impl_->world = config.world_size;
   impl_->timeout = config.timeout;
@@ -305,6 +319,7 @@ Communicator communicator_over(c10::intrusive_ptr<c10d::ProcessGroup> group,
     throw InvalidArgument("communicator: timeout must be positive, got " +
                           std::to_string(timeout.count()) + " ms");
   }
+  ignore_sigpipe_unless_handled();
   auto impl = std::make_unique<Communicator::Impl>();
   impl->rank = group->getRank();
   impl->world = group->getSize();

@@ -2,7 +2,6 @@
 // bench codec with LibTorch's rows (--torch) and bench scheme (reducers run over c10d). Users run
 // `gradcomp`, which hands these commands to this binary (main.cc); its messages and --help say
 // "gradcomp".
-#include <csignal>
 #include <string>
 #include <vector>
 
@@ -13,10 +12,6 @@
 int main(int argc, char** argv) {
   // Gloo's and c10d's threads may throw past us: one line and exit 1, not std::terminate.
   gradcomp::cli::install_terminate_handler();
-  // A write to a connection a lost peer closed must fail with EPIPE, which Gloo turns into
-  // an error this rank reports in one line; by default SIGPIPE ends the process silently
-  // (seen in the network lab: a stopped worker, continued after its peer had exited).
-  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"gradcomp: gradient compression for data-parallel training (LibTorch commands)",
                "gradcomp"};
   app.set_version_flag("--version", std::string("gradcomp ") + GRADCOMP_VERSION);
