@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <ostream>
 
-#include "train/job.h"
+#include "train/datasets.h"
 #include "train/models.h"
 
 namespace gradcomp::train {

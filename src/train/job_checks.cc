@@ -13,6 +13,7 @@
 #include "gradcomp/json.h"
 #include "gradcomp/registry.h"
 #include "train/models.h"
+#include "train/role.h"
 
 namespace gradcomp::train {
 
@@ -54,15 +55,13 @@ void positive_number(std::string_view flag, double v) {
   if (!(std::isfinite(v) && v > 0.0)) refuse(flag, number(v), "a number > 0");
 }
 
-bool is_ps(const JobOptions& o) { return o.topology != dist::Topology::kAllreduce; }
-
 // Processes and threads. --workers is the local launch's (absent: the default, or the
 // rendezvous decides); the world it makes with the servers is bounded like any rendezvous.
 void check_counts(const JobOptions& o) {
   if (o.workers) integer_in("--workers", *o.workers, 1, kMaxRanks);
   // Checked whatever the topology: a count of servers below one is never meaningful.
   integer_in("--servers", o.servers, 1, kMaxRanks - 1);
-  if (o.workers && is_ps(o) && *o.workers + o.servers > kMaxRanks) {
+  if (o.workers && is_parameter_server(o) && *o.workers + o.servers > kMaxRanks) {
     throw InvalidArgument("--workers " + std::to_string(*o.workers) + " and --servers " +
                           std::to_string(o.servers) + " make " +
                           std::to_string(*o.workers + o.servers) + " ranks, more than " +
@@ -188,7 +187,7 @@ void check_topology_options(const JobOptions& o) {
   if (o.max_staleness >= 0 && o.topology != dist::Topology::kPsAsync) {
     throw InvalidArgument("--max-staleness applies to --topology ps-async only");
   }
-  if (!is_ps(o)) return;
+  if (!is_parameter_server(o)) return;
   if (o.reducer != dist::ReducerKind::kAuto) {
     throw InvalidArgument("--reducer applies to --topology allreduce only");
   }

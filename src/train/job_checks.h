@@ -1,6 +1,6 @@
 // The checks of a `gradcomp train` options value: every flag's range and the flag
 // combinations a job cannot run, decided from the options alone (no data loaded, no
-// model built, no peer contacted). run_job calls validate_job_options once, at the top:
+// model built, no peer contacted). train::run calls validate_job_options once, at the top:
 // the local launcher then refuses a bad value with one line before it starts any
 // worker, instead of every worker printing the same error. Its workers repeat the check
 // (they were started with the launcher's own flags, so it passes); the trainer's own
@@ -8,7 +8,7 @@
 #pragma once
 
 #include "gradcomp/method.h"
-#include "train/job.h"
+#include "train/job_options.h"
 
 namespace gradcomp::train {
 

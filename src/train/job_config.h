@@ -11,7 +11,7 @@
 
 #include "gradcomp/config_agreement.h"
 #include "gradcomp/method.h"
-#include "train/job.h"
+#include "train/job_options.h"
 #include "train/layout.h"
 #include "train/models.h"
 

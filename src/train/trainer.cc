@@ -26,18 +26,6 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 // Step times of the first steps of a process include page faults and lazy setup.
 constexpr std::int64_t kColdSteps = 2;
 
-std::string format_bytes(double b) {
-  char buf[32];
-  if (b >= 1e6) {
-    std::snprintf(buf, sizeof(buf), "%.2f MB", b / 1e6);
-  } else if (b >= 1e3) {
-    std::snprintf(buf, sizeof(buf), "%.1f kB", b / 1e3);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.0f B", b);
-  }
-  return buf;
-}
-
 }  // namespace
 
 void set_threads(int threads, int blas_threads) {
@@ -209,9 +197,7 @@ double Trainer::train_step() {
   // The asynchronous parameter server's servers apply the update: the worker got their
   // latest weights instead of a mean gradient.
   if (!sync_->owns_weights()) optimizer_->step(schedule_->lr(step_));
-  if (config_.progress) {
-    for (const std::string& w : sync_->take_warnings()) *config_.progress << w << "\n";
-  }
+  for (const std::string& w : sync_->take_warnings()) report().line(w);
   const double step_seconds = seconds(t0, Clock::now());
 
   const ExchangeStats s = sync_->take_stats();
@@ -257,7 +243,7 @@ EvalResult evaluate_model(Model& model, const data::Dataset& test, std::int64_t 
 }
 
 void Trainer::warn_if_diverging(std::int64_t epoch, double train_loss) {
-  if (warned_diverging_ || config_.progress == nullptr) return;
+  if (warned_diverging_ || report().silent()) return;
   const double guessing =
       std::log(static_cast<double>(std::max<std::int64_t>(train_.num_classes, 2)));
   if (!(train_loss > 2.0 * guessing)) return;
@@ -269,7 +255,7 @@ void Trainer::warn_if_diverging(std::int64_t epoch, double train_loss) {
                 "keeps more of the gradient, may help",
                 static_cast<long long>(epoch), train_loss,
                 static_cast<long long>(train_.num_classes), 2.0 * guessing);
-  *config_.progress << line << std::endl;
+  report().line(line);
 }
 
 EvalResult Trainer::evaluate() { return evaluate_model(*model_, test_, config_.eval_batch); }
@@ -331,34 +317,29 @@ TrainSummary Trainer::run() {
         config_.resume_file.empty() ? checkpoint_file() : config_.resume_file;
     if (std::filesystem::exists(from)) {
       load_checkpoint(from);
-      if (config_.progress) {
-        *config_.progress << "resumed from " << from.string() << " at step " << step_ << "\n";
-      }
-    } else if (config_.progress) {
-      *config_.progress << "no checkpoint at " << checkpoint_file().string()
-                        << ", starting from scratch\n";
+      report().line("resumed from " + from.string() + " at step " + std::to_string(step_));
+    } else {
+      report().line("no checkpoint at " + checkpoint_file().string() + ", starting from scratch");
     }
   }
   if (!config_.checkpoint_dir.empty()) std::filesystem::create_directories(config_.checkpoint_dir);
-  std::unique_ptr<MetricsWriter> metrics;
-  // A resumed run appends to the metrics of the run it continues.
-  if (!config_.metrics_path.empty()) {
-    metrics = std::make_unique<MetricsWriter>(config_.metrics_path, config_.resume && step_ > 0);
-  }
   const std::string blas = describe_blas();
-  if (config_.progress) {
-    *config_.progress << "model " << config_.model.name << " (" << params_.size() << " tensors), "
-                      << sync_->buckets().size() << " buckets, reducer " << sync_->describe()
-                      << ", " << config_.threads << " thread(s), BLAS " << blas << "\n";
-    *config_.progress << "ISA: " << isa_summary() << "\n";
-    for (const std::string& w : sync_->take_warnings()) *config_.progress << w << "\n";
-    const int blas_threads = config_.blas_threads == 0 ? config_.threads : config_.blas_threads;
-    if (config_.threads > 1 && blas_threads > 1 && blas.starts_with("OpenBLAS") &&
-        std::getenv("OMP_WAIT_POLICY") == nullptr) {
-      *config_.progress << "note: OpenMP and OpenBLAS both run " << blas_threads
-                        << " threads; libgomp's spinning workers slow OpenBLAS down (measured "
-                           "5x here): set OMP_WAIT_POLICY=passive or use one BLAS thread\n";
-    }
+  // A resumed run's metrics continue those of the run it resumes.
+  report().begin({.model = config_.model.name,
+                  .tensors = params_.size(),
+                  .buckets = sync_->buckets().size(),
+                  .reducer = sync_->describe(),
+                  .threads = config_.threads,
+                  .blas = blas,
+                  .isa = isa_summary()},
+                 config_.resume && step_ > 0);
+  for (const std::string& w : sync_->take_warnings()) report().line(w);
+  const int blas_threads = config_.blas_threads == 0 ? config_.threads : config_.blas_threads;
+  if (config_.threads > 1 && blas_threads > 1 && blas.starts_with("OpenBLAS") &&
+      std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    report().line("note: OpenMP and OpenBLAS both run " + std::to_string(blas_threads) +
+                  " threads; libgomp's spinning workers slow OpenBLAS down (measured 5x here): "
+                  "set OMP_WAIT_POLICY=passive or use one BLAS thread");
   }
 
   const std::int64_t end_step = config_.epochs * steps_per_epoch_;
@@ -399,37 +380,21 @@ TrainSummary Trainer::run() {
                              static_cast<double>(std::max<std::int64_t>(epoch_seen_, 1));
     const double bytes_per_step = static_cast<double>(totals_.bytes_sent - bytes_before) /
                                   static_cast<double>(std::max<std::int64_t>(epoch_steps_, 1));
-    if (config_.progress) {
-      char line[320];
-      std::snprintf(line, sizeof(line),
-                    "epoch %lld%s step %lld  loss %.4f  train acc %.4f  test loss %.4f  test acc "
-                    "%.4f  lr %.4g  sent/step %s (dense %s)  %.1f s",
-                    static_cast<long long>(epoch + 1), epoch_done ? "" : " (partial)",
-                    static_cast<long long>(step_), train_loss, train_acc, last_eval.loss,
-                    last_eval.accuracy, schedule_->lr(step_ - 1),
-                    format_bytes(bytes_per_step).c_str(), format_bytes(dense_bytes).c_str(),
-                    elapsed);
-      *config_.progress << line << std::endl;
-      warn_if_diverging(epoch + 1, train_loss);
-    }
-    if (metrics) {
-      JsonObject j;
-      j.add("type", "epoch")
-          .add("epoch", epoch + 1)
-          .add("complete", epoch_done)
-          .add("step", step_)
-          .add("train_loss", train_loss)
-          .add("train_accuracy", train_acc)
-          .add("test_loss", last_eval.loss)
-          .add("test_accuracy", last_eval.accuracy)
-          .add("lr", schedule_->lr(step_ - 1))
-          .add("bytes_sent_per_worker_per_step", bytes_per_step)
-          .add("bytes_received_per_worker_per_step",
-               static_cast<double>(totals_.bytes_received - received_before) /
-                   static_cast<double>(std::max<std::int64_t>(epoch_steps_, 1)))
-          .add("elapsed_seconds", elapsed);
-      metrics->write(j);
-    }
+    report().epoch(
+        {.epoch = epoch + 1,
+         .complete = epoch_done,
+         .step = step_,
+         .train_loss = train_loss,
+         .train_accuracy = train_acc,
+         .test_loss = last_eval.loss,
+         .test_accuracy = last_eval.accuracy,
+         .lr = schedule_->lr(step_ - 1),
+         .bytes_sent_per_step = bytes_per_step,
+         .bytes_received_per_step = static_cast<double>(totals_.bytes_received - received_before) /
+                                    static_cast<double>(std::max<std::int64_t>(epoch_steps_, 1)),
+         .dense_bytes_per_step = dense_bytes,
+         .elapsed_seconds = elapsed});
+    warn_if_diverging(epoch + 1, train_loss);
   }
   if (!evaluated_at_stop) last_eval = evaluate();  // e.g. resumed at the end already
 
@@ -463,34 +428,11 @@ TrainSummary Trainer::run() {
   s.elapsed_seconds = seconds(start, Clock::now());
   s.blas = blas;
   s.reducer = sync_->describe();
-  if (metrics) {
-    JsonObject j;
-    j.add("type", "summary")
-        .add("model", config_.model.name)
-        .add("reducer", s.reducer)
-        .add("steps", s.steps)
-        .add("epochs", s.epochs)
-        .add("test_accuracy", s.test_accuracy)
-        .add("test_loss", s.test_loss)
-        .add("train_loss", s.train_loss)
-        .add("bytes_sent_per_worker_per_step", s.bytes_sent_per_worker_per_step)
-        .add("bytes_received_per_worker_per_step", s.bytes_received_per_worker_per_step)
-        .add("dense_bytes_per_step", s.dense_bytes_per_step)
-        .add("compression_ratio", s.compression_ratio)
-        .add("step_ms_median", s.step_ms_median)
-        .add("compute_seconds", s.compute_seconds)
-        .add("encode_seconds", s.encode_seconds)
-        .add("comm_seconds", s.comm_seconds)
-        .add("decode_seconds", s.decode_seconds)
-        .add("exposed_seconds", s.exposed_seconds)
-        .add("dense_fallbacks", s.dense_fallbacks)
-        .add("elapsed_seconds", s.elapsed_seconds)
-        .add("threads", config_.threads)
-        .add("rank", config_.rank)
-        .add("world", config_.world)
-        .add("blas", s.blas);
-    metrics->write(j);
-  }
+  s.model = config_.model.name;
+  s.threads = config_.threads;
+  s.rank = config_.rank;
+  s.world = config_.world;
+  report().summary(s);
   return s;
 }
 

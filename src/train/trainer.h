@@ -19,7 +19,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <ostream>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,9 +28,9 @@
 #include "train/checkpoint.h"
 #include "train/gradient_sync.h"
 #include "train/layout.h"
-#include "train/metrics.h"
 #include "train/models.h"
 #include "train/optimizer.h"
+#include "train/report.h"
 
 namespace gradcomp::train {
 
@@ -61,46 +60,18 @@ struct TrainConfig {
   int world = 1;
   std::filesystem::path checkpoint_dir;  // empty: no checkpoints
   bool resume = false;                   // load checkpoint_dir/rank-R.ckpt if it exists
-  // With resume: load this file instead (the one every rank agreed on, see
-  // agree_resume_file in job.cc); empty: rank-R.ckpt.
+  // With resume: load this file instead (the one every rank agreed on:
+  // resume_agreement.h); empty: rank-R.ckpt.
   std::filesystem::path resume_file;
-  std::filesystem::path metrics_path;  // empty: no metrics file
   std::int64_t eval_batch = 1000;
-  std::ostream* progress = nullptr;  // one line per epoch; null: quiet
+  // Where the run is reported (header, notes, one line per epoch, the summary, text and
+  // JSON lines); null: nowhere.
+  Report* report = nullptr;
 };
 
 struct EvalResult {
   double loss = 0;      // mean cross-entropy
   double accuracy = 0;  // fraction correct
-};
-
-struct TrainSummary {
-  std::int64_t steps = 0;   // global step at the end
-  std::int64_t epochs = 0;  // completed epochs
-  double test_accuracy = 0;
-  double test_loss = 0;
-  double train_loss = 0;  // mean over the last epoch's steps (this process)
-  // Bytes this worker sent per step, averaged over the steps after the dense warm-up
-  // (over all steps if the run never left it).
-  double bytes_sent_per_worker_per_step = 0;
-  double bytes_received_per_worker_per_step = 0;  // the same, downlink
-  double dense_bytes_per_step =
-      0;  // a dense fp32 ring allreduce of the gradient (2(W-1)/W of it; W=1: the gradient)
-  double compression_ratio = 0;  // dense / sent
-  double step_ms_median =
-      0;  // steps after the dense warm-up, first 2 steps of the process excluded
-  double compute_seconds = 0;  // forward, backward, bucket copies, optimizer
-  // On the exchange's thread, alongside backward when it overlaps (allreduce topology).
-  double encode_seconds = 0;
-  double comm_seconds = 0;
-  double decode_seconds = 0;
-  // What the step waited for the exchange after backward: the part not hidden.
-  double exposed_seconds = 0;
-  // Bucket-steps sent dense because the compressed message would have cost more bytes.
-  std::uint64_t dense_fallbacks = 0;
-  double elapsed_seconds = 0;
-  std::string blas;
-  std::string reducer;
 };
 
 class Trainer {
@@ -134,7 +105,8 @@ class Trainer {
 
  private:
   void fill_batch(std::int64_t index_in_epoch);
-  // One line on the progress stream, the first time an epoch's mean training loss ends
+  Report& report() { return config_.report != nullptr ? *config_.report : silent_report_; }
+  // One line on the report, the first time an epoch's mean training loss ends
   // above twice what guessing uniformly scores (2 ln C): a run diverging while its loss
   // stays finite (a finite loss is not stopped) would otherwise end in silence.
   void warn_if_diverging(std::int64_t epoch, double train_loss);
@@ -143,6 +115,7 @@ class Trainer {
   }
 
   TrainConfig config_;
+  Report silent_report_;  // where a trainer without config_.report reports
   data::Dataset train_;
   data::Dataset test_;
   std::shared_ptr<Model> model_;

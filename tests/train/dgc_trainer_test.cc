@@ -202,8 +202,9 @@ TEST(DgcTrainer, LearnsSyntheticData) {
   cfg.warmup_steps = 20;
   cfg.decay = LrDecay::kCosine;
   cfg.seed = 3;
-  std::ostringstream progress;
-  cfg.progress = &progress;
+  std::ostringstream progress, errors;
+  Report report(progress, errors);
+  cfg.report = &report;
   Trainer t(cfg, std::move(d.train), std::move(d.test), local("dgc:density=0.01,warmup_epochs=1"));
   const TrainSummary s = t.run();
   EXPECT_GT(s.test_accuracy, 0.6) << progress.str();  // chance is 0.1

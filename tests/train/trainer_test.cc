@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <cstdio>
 
 #include <fstream>
 #include <limits>
@@ -91,9 +92,10 @@ TEST(Trainer, MlpLearnsSyntheticDataWithTopkAndMetrics) {
   cfg.layout.bucket_mb = 0.05;
   cfg.seed = 3;
   const fs::path dir = temp_dir("metrics");
-  cfg.metrics_path = dir / "m.jsonl";
-  std::ostringstream progress;
-  cfg.progress = &progress;
+  const fs::path metrics = dir / "m.jsonl";
+  std::ostringstream progress, errors;
+  Report report(progress, errors, metrics);
+  cfg.report = &report;
   Trainer t(cfg, std::move(d.train), std::move(d.test), local("ef(topk:ratio=0.1)"));
   const TrainSummary s = t.run();
   EXPECT_EQ(s.steps, 256);
@@ -102,8 +104,13 @@ TEST(Trainer, MlpLearnsSyntheticDataWithTopkAndMetrics) {
   EXPECT_GT(s.compression_ratio, 3.0);
   EXPECT_GT(s.encode_seconds, 0.0);
   EXPECT_NE(progress.str().find("epoch 4 step 256"), std::string::npos) << progress.str();
+  // The summary's text and JSON lines come from the same values.
+  EXPECT_NE(progress.str().find("== gradcomp train report =="), std::string::npos);
+  char accuracy[64];
+  std::snprintf(accuracy, sizeof accuracy, "test accuracy              %.4f", s.test_accuracy);
+  EXPECT_NE(progress.str().find(accuracy), std::string::npos) << progress.str();
 
-  std::ifstream in(cfg.metrics_path);
+  std::ifstream in(metrics);
   std::vector<std::string> lines;
   for (std::string l; std::getline(in, l);) lines.push_back(l);
   ASSERT_EQ(lines.size(), 5u);

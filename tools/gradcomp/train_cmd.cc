@@ -1,10 +1,10 @@
-// gradcomp train: flags to a train::JobOptions, then train::run_job.
+// gradcomp train: flags to a train::JobOptions, then train::run.
 #include <iostream>
 #include <optional>
 #include <string>
 
 #include "commands.h"
-#include "train/job.h"
+#include "train/run.h"
 
 namespace gradcomp::cli {
 
@@ -131,7 +131,7 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_flag("--resume", j.train.resume,
                 "continue from --checkpoint-dir, at the newest step every worker holds "
                 "(ps-async: each worker at its own newest)");
-  cmd->add_option("--metrics", j.train.metrics_path, "JSON lines: one per epoch and a summary");
+  cmd->add_option("--metrics", j.metrics_path, "JSON lines: one per epoch and a summary");
   cmd->add_option("--synthetic-train", j.data.synthetic_train, "synthetic: train samples");
   cmd->add_option("--rank", flags->rank, "this process's rank (multi-machine)");
   cmd->add_option("--world-size", flags->world_size, "number of workers (multi-machine)");
@@ -140,7 +140,7 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--timeout-ms", flags->timeout_ms, "rendezvous and collective timeout");
   cmd->add_option("--interface", flags->interface, "network interface for Gloo");
 
-  // The values themselves are judged by train::run_job (validate_job_options), once, before
+  // The values themselves are judged by train::run (validate_job_options), once, before
   // any worker starts; here they are only turned into options.
   cmd->callback([flags, compressor_flag, threads_flag] {
     train::JobOptions job = flags->job;
@@ -169,7 +169,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
     set(job.rendezvous.interface, flags->interface);
     job.workers = flags->workers;
     job.default_workers = kDefaultLocalWorkers;
-    const int status = train::run_job(job, std::cout, std::cerr);
+    train::Report report(std::cout, std::cerr);
+    const int status = train::run(job, report);
     if (status != 0) throw ExitStatus(status);
   });
 }

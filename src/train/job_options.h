@@ -1,0 +1,44 @@
+// The options of a `gradcomp train` run: one value, filled from the flags by the CLI
+// (tools/gradcomp/train_cmd.cc), checked once by validate_job_options (job_checks.h) and
+// handed to train::run (run.h).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gradcomp/dist/communicator.h"
+#include "gradcomp/dist/ps.h"
+#include "gradcomp/dist/reducers.h"
+#include "train/datasets.h"
+#include "train/trainer.h"
+
+namespace gradcomp::train {
+
+struct JobOptions {
+  TrainConfig train;  // rank/world/threads/report are filled in by the worker rank
+  DataOptions data;
+  std::string compressor = "none";  // a registry spec, e.g. "ef(topk:ratio=0.01)"
+  dist::ReducerKind reducer = dist::ReducerKind::kAuto;
+  // --topology: allreduce (every rank a worker) or a parameter server of `servers`
+  // ranks beside the workers (--workers / world size - servers); see gradcomp/dist/ps.h.
+  dist::Topology topology = dist::Topology::kAllreduce;
+  int servers = 1;
+  dist::Downlink downlink = dist::Downlink::kDense;
+  int max_staleness = -1;
+  std::size_t split_elements = dist::kDefaultSplitElements;
+  std::filesystem::path metrics_path;  // --metrics: JSON lines, written by rank 0; empty: none
+  std::optional<int> workers;          // --workers: a local launch of that many (given: >= 1)
+  int default_workers = 1;             // local workers when neither --workers nor a rendezvous
+  bool threads_given = false;          // --threads was set (else cores / local workers)
+  dist::RendezvousFlags rendezvous;    // --rank --world-size --master-addr --master-port ...
+  std::vector<std::string> argv;       // this program's own argv, to start local workers
+};
+
+inline bool is_parameter_server(const JobOptions& o) {
+  return o.topology != dist::Topology::kAllreduce;
+}
+
+}  // namespace gradcomp::train
