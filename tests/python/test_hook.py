@@ -77,6 +77,21 @@ def test_momentum_in_memory_without_gradcomp_sgd_is_refused():
         assert "gradcomp.torch.SGD" in r["error"]
 
 
+@pytest.mark.parametrize("spec,momentum,nesterov,refused", [
+    ("dgc:density=0.01,momentum=0.5", 0.9, False, "0.5"),
+    ("dgc:density=0.01", 0.9, True, "nesterov"),
+    ("fetchsgd:momentum=0.8", 0.9, False, "0.8"),
+    ("dgc:density=0.01", 0.9, False, None),
+])
+def test_a_memorys_momentum_must_be_the_optimizers(spec, momentum, nesterov, refused):
+    [r] = ddp_support.run(workers.optimizer_against_memory_momentum, 1, spec, momentum, nesterov)
+    if refused is None:
+        assert "compressor" in r, r
+    else:
+        assert "value_error" in r, r
+        assert refused in r["value_error"], r
+
+
 def test_a_killed_peer_makes_the_survivor_raise():
     results = ddp_support.run(workers.dead_peer, 2, 10.0, timeout=90, allow_errors=True)
     survivor = results[0]

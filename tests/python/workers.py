@@ -197,6 +197,18 @@ def momentum_without_optimizer(rank, world):
     return "trained"
 
 
+def optimizer_against_memory_momentum(rank, world, spec, momentum, nesterov):
+    """Attaches gradcomp.torch.SGD to a state whose memory keeps a momentum of its own;
+    returns the compressor that runs, or the ValueError's text."""
+    state = gc.CompressionState(spec)
+    try:
+        gc.SGD(small_model().parameters(), lr=0.05, momentum=momentum, nesterov=nesterov,
+               state=state)
+    except ValueError as e:
+        return {"value_error": str(e)}
+    return {"compressor": state.compressor}
+
+
 def bare_codec_with_torch_sgd(rank, world, spec):
     return _train_with_torch_sgd(rank, spec, 3).describe
 
