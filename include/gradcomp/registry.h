@@ -31,6 +31,7 @@
 
 #include "gradcomp/codec.h"
 #include "gradcomp/memory.h"
+#include "gradcomp/scheme_traffic.h"
 
 namespace gradcomp {
 
@@ -157,6 +158,9 @@ struct SchemeDescription {
   bool runs_on_ps_sync = false;
   RunSchedule schedule = {};  // powersgd: its dense warm-up
   RunWarnings warnings = {};
+  // What one step sends for a model's buckets, and how to time it (the cost model,
+  // gradcomp/scheme_traffic.h). Every built-in scheme has one.
+  SchemeTrafficFn traffic = {};
 };
 
 // The canonical spec of a scheme spec ("powersgd" -> "powersgd:rank=4,..."), validating

@@ -9,10 +9,9 @@
 #include <mutex>
 #include <utility>
 
-#include "detail/count_sketch.h"
-#include "detail/sketch_geometry.h"
 #include "gradcomp/error.h"
 #include "gradcomp/memory.h"
+#include "gradcomp/wire.h"
 
 namespace gradcomp::advise {
 
@@ -51,28 +50,23 @@ std::string describe(std::span<const BucketPlan> members) {
   return out;
 }
 
-// A share for a spec string: 3 significant digits (0.09, not 0.0900003), within (0, 1].
-std::string format_share(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", std::clamp(x, 1e-6, 1.0));
-  return buf;
-}
-
 std::size_t total_numel(std::span<const BucketPlan> buckets) {
   std::size_t total = 0;
   for (const BucketPlan& b : buckets) total += b.numel;
   return total;
 }
 
-bool is_dense_spec(std::string_view spec) { return spec == "none" || spec == "dense"; }
+// The dense baseline: the none codec, bare (by wire id, the registry's own name for a
+// codec), or "dense", the advisor's alias for it.
+bool is_dense(std::string_view spec, const SpecNode& node, const CodecRegistry& registry) {
+  if (spec == "dense") return true;
+  if (node.inner || !node.params.empty()) return false;
+  const CodecInfo* info = registry.find(node.name);
+  return info != nullptr && info->wire_id == static_cast<std::uint16_t>(WireId::kNone);
+}
 
 // Bytes of a linear region's element type.
 double dtype_bytes(WireDType d) { return d == WireDType::kFloat32 ? 4.0 : 2.0; }
-
-// powersgd.cc's rule: a matrix goes low rank when its factors are under half its size.
-bool powersgd_worth(std::size_t rows, std::size_t cols, std::size_t rank) {
-  return rows * cols > 2 * rank * (rows + cols);
-}
 
 MethodPlan plan_dense(std::string_view spec, std::span<const BucketPlan> buckets) {
   const std::size_t total = total_numel(buckets);
@@ -80,6 +74,7 @@ MethodPlan plan_dense(std::string_view spec, std::span<const BucketPlan> buckets
   m.spec = std::string(spec);
   m.canonical = "none";
   m.family = "dense";
+  m.traits = kDenseTraits;
   m.gradient_bytes = kF32 * static_cast<double>(total);
   m.rounds.push_back({"fp32 gradient", Collective::kAllreduce, kF32 * static_cast<double>(total)});
   m.ps_rounds.push_back({"fp32 push, fp32 mean", kF32 * static_cast<double>(total),
@@ -87,73 +82,26 @@ MethodPlan plan_dense(std::string_view spec, std::span<const BucketPlan> buckets
   return m;
 }
 
+// A scheme's plan from its registry entry's traffic hook, whichever scheme it is.
 MethodPlan plan_scheme(std::string_view spec, const SchemeDescription& info, const SpecNode& node,
                        std::span<const BucketPlan> buckets) {
-  const std::size_t total = total_numel(buckets);
   MethodPlan m;
   m.spec = std::string(spec);
   m.canonical = canonical_scheme_spec(info, node);
   m.family = info.name;
-  m.gradient_bytes = kF32 * static_cast<double>(total);
-  const Params p = resolve_params(info.name, info.params, node);
-  double dense = 0.0;  // elements sent as fp32 in the first round
-  if (info.name == "powersgd") {
-    const auto rank = static_cast<std::size_t>(p.get_int("rank"));
-    m.rank = static_cast<int>(rank);
-    double ps = 0.0, qs = 0.0;
-    for (const BucketPlan& b : buckets) {
-      const std::size_t cols = b.rows > 0 ? b.numel / b.rows : 0;
-      if (b.compressible && b.rows > 0 && powersgd_worth(b.rows, cols, rank)) {
-        ps += static_cast<double>(b.rows * rank);
-        qs += static_cast<double>(cols * rank);
-        m.compressed_elements += b.numel;
-      } else {
-        dense += static_cast<double>(b.numel);
-      }
-    }
-    m.rounds.push_back({"P + dense", Collective::kAllreduce, kF32 * (ps + dense)});
-    if (qs > 0) m.rounds.push_back({"Q", Collective::kAllreduce, kF32 * qs});
-    m.ps_note = "powersgd runs on the allreduce topology only";
-    return m;
-  }
-  const detail::SketchGeometry geo = detail::sketch_geometry_from(p);
-  double cells = 0.0, candidates = 0.0, topk = 0.0;
-  for (const BucketPlan& b : buckets) {
-    if (b.compressible && b.numel > 0) {
-      const std::uint32_t cols = detail::sketch_columns(b.numel, geo.rows, geo.cols, geo.table);
-      const std::size_t k = detail::sketch_k_for(geo, b.numel);
-      cells += static_cast<double>(geo.rows) * cols;
-      topk += static_cast<double>(k);
-      if (info.name == "sketched-sgd") {
-        candidates +=
-            static_cast<double>(std::min(b.numel, static_cast<std::size_t>(p.get_int("p2")) * k));
-      }
-      m.compressed_elements += b.numel;
-    } else {
-      dense += static_cast<double>(b.numel);
-    }
-  }
-  m.rounds.push_back({"sketches + dense", Collective::kAllreduce, kF32 * (cells + dense)});
-  if (m.compressed_elements > 0) {
-    const double n = static_cast<double>(m.compressed_elements);
-    const double decoded =
-        info.name == "sketched-sgd" ? std::min(n, candidates) : std::min(n, topk);
-    m.speed_spec = "sketch:rows=" + std::to_string(geo.rows) +
-                   ",ratio=" + format_share(std::min(1.0, cells / n)) +
-                   ",heavy=" + format_share(std::max(decoded / n, 1e-6));
-  }
-  if (info.name == "sketched-sgd") {
-    if (candidates > 0) {
-      m.rounds.push_back({"candidates' values", Collective::kAllreduce, kF32 * candidates});
-    }
-    // sketch_plan.h: push sketches, reply candidates (u32); push values, reply top-k
-    // (index + value).
-    m.ps_rounds.push_back(
-        {"sketches + dense, candidates", kF32 * (cells + dense), kF32 * dense + 4.0 * candidates});
-    m.ps_rounds.push_back({"candidates' values, top-k", kF32 * candidates, 8.0 * topk});
-  } else {
-    m.ps_note = info.name + " runs on the allreduce topology only";
-  }
+  m.gradient_bytes = kF32 * static_cast<double>(total_numel(buckets));
+  if (!info.traffic) throw InvalidArgument(info.name + ": the cost model has no traffic for it");
+  SchemeTraffic t = info.traffic(resolve_params(info.name, info.params, node), buckets);
+  m.traits.scheme = true;
+  m.traits.all_allreduce = std::all_of(t.rounds.begin(), t.rounds.end(), [](const Round& r) {
+    return r.kind == Collective::kAllreduce;
+  });
+  m.rounds = std::move(t.rounds);
+  m.ps_rounds = std::move(t.server_rounds);
+  m.ps_note = std::move(t.server_note);
+  m.compressed_elements = t.compressed_elements;
+  m.speed_spec = std::move(t.speed_spec);
+  m.fallback = std::move(t.fallback);
   return m;
 }
 
@@ -167,7 +115,7 @@ MethodPlan plan_codec(std::string_view spec, const CodecRegistry& registry,
   m.canonical = registry.make_memory(spec, 0)->spec();
   const bool linear = codec->traits().linear;
   m.family = linear ? "allreduce" : "allgather";
-  m.decode_per_peer = !linear;
+  m.traits = {.all_allreduce = linear, .overlappable = linear, .decode_per_peer = !linear};
   double dense = 0.0, f32 = 0.0, f16 = 0.0, messages = 0.0;
   for (const BucketPlan& b : buckets) {
     if (!b.compressible) {
@@ -226,8 +174,8 @@ std::size_t encoded_bytes(const CodecRegistry& registry, std::string_view spec, 
 MethodPlan plan_method(std::string_view spec, std::span<const ParamInfo> params,
                        const PlanOptions& options, const CodecRegistry& registry) {
   const std::vector<BucketPlan> buckets = plan_buckets(params, options.layout);
-  const bool dense = is_dense_spec(spec);
-  const SpecNode node = dense ? SpecNode{} : parse_spec(spec);
+  const SpecNode node = spec == "dense" ? SpecNode{} : parse_spec(spec);
+  const bool dense = is_dense(spec, node, registry);
   const SchemeDescription* scheme = dense || node.inner ? nullptr : registry.find_scheme(node.name);
   auto plan_of = [&](std::span<const BucketPlan> bs) {
     if (dense) return plan_dense(spec, bs);
@@ -239,7 +187,7 @@ MethodPlan plan_method(std::string_view spec, std::span<const ParamInfo> params,
   MethodPlan m = plan_of(buckets);
   m.rounds.clear();
   int number = 0;
-  const double group_mb = options.min_group_mb.value_or(default_group_mb(m.family == "dense"));
+  const double group_mb = options.min_group_mb.value_or(default_group_mb(m.traits.dense));
   for (const std::vector<std::size_t>& group : exchange_groups(buckets, group_mb)) {
     std::vector<BucketPlan> members;
     for (std::size_t b : group) members.push_back(buckets[b]);

@@ -10,19 +10,6 @@ namespace gradcomp::advise {
 
 namespace {
 
-// Per element, one core. Network lab (docs/measurements/network-lab.md), MLP at 1 Gbit/s,
-// 4 workers on 2 cores (so each figure is halved for one core), 3.56 M compressed
-// elements: powersgd:rank=2 encode 4.3 ms, decode 2.6 ms; fetchsgd (5 rows) encode
-// 37.9 ms, decode 71.4 ms. PowerSGD's products scale with the rank. The sketch schemes
-// use their count sketch codec's measured speed (MethodPlan::speed_spec) when the table
-// has it; these figures only when it has not.
-constexpr double kLabElements = 3.56e6;
-constexpr double kLabOversubscription = 2.0;
-constexpr double kPowerSgdEncode = 4.3e-3 / kLabOversubscription / kLabElements;  // rank 2
-constexpr double kPowerSgdDecode = 2.6e-3 / kLabOversubscription / kLabElements;
-constexpr double kSketchEncode = 37.9e-3 / kLabOversubscription / kLabElements;
-constexpr double kSketchDecode = 71.4e-3 / kLabOversubscription / kLabElements;
-
 // The value after "key": in a flat JSON object line, as text ("" when absent).
 std::string_view field(std::string_view line, std::string_view key) {
   const std::string quoted = "\"" + std::string(key) + "\"";
@@ -95,30 +82,20 @@ SpeedTable parse_bench_json(std::string_view text, std::string_view model) {
 }
 
 CodecSpeed speed_of(const MethodPlan& plan, const SpeedTable& table) {
-  if (plan.family == "dense") return {0.0, 0.0, "none"};
-  if (plan.family == "powersgd" || plan.family == "fetchsgd" || plan.family == "sketched-sgd") {
-    // The scheme itself, timed by `gradcomp bench scheme` (on the spot, or in the file).
-    if (const CodecSpeed* s = table.find(plan.spec)) return *s;
-    if (const CodecSpeed* s = table.find(plan.canonical)) return *s;
-  }
-  if (plan.family == "powersgd") {
-    const double r = plan.rank / 2.0;
-    return {kPowerSgdEncode * r, kPowerSgdDecode * r, "lab constant"};
-  }
-  if (plan.family == "fetchsgd" || plan.family == "sketched-sgd") {
-    if (!plan.speed_spec.empty()) {
-      if (const CodecSpeed* s = table.find(plan.speed_spec)) {
-        CodecSpeed out = *s;
-        out.source = "as " + plan.speed_spec;
-        return out;
-      }
-    }
-    return {kSketchEncode, kSketchDecode,
-            plan.family == "fetchsgd" ? "lab constant" : "fetchsgd's lab constant"};
-  }
+  if (plan.traits.dense) return {0.0, 0.0, "none"};
+  // A codec, or a scheme timed itself by `gradcomp bench scheme` (on the spot, or in the
+  // file).
   if (const CodecSpeed* s = table.find(plan.spec)) return *s;
   if (const CodecSpeed* s = table.find(plan.canonical)) return *s;
-  return {};
+  if (!plan.speed_spec.empty()) {
+    if (const CodecSpeed* s = table.find(plan.speed_spec)) {
+      CodecSpeed out = *s;
+      out.source = "as " + plan.speed_spec;
+      return out;
+    }
+  }
+  // A scheme's lab constants; nothing (source empty) for a codec missing from the table.
+  return {plan.fallback.encode, plan.fallback.decode, plan.fallback.source};
 }
 
 CodecSpeed steady_state_decode(const CodecSpeed& speed, const std::string& spec,

@@ -33,6 +33,7 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
   Prediction p;
   p.spec = plan.spec;
   p.family = plan.family;
+  p.traits = plan.traits;
   p.accuracy_points = accuracy_cost(plan.spec);
   const double f = oversubscription(s);
   Link link = s.link;
@@ -41,7 +42,7 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
   p.compute_s = f * s.compute_s;
 
   const CodecSpeed speed = speed_of(plan, speeds);
-  if (plan.family != "dense" && speed.source.empty()) {
+  if (!plan.traits.dense && speed.source.empty()) {
     throw InvalidArgument("no codec speed for '" + plan.spec +
                           "' (measure it: drop --codec-speeds, or add it to the bench file)");
   }
@@ -64,10 +65,9 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
     }
     // The servers decode every worker's messages (W / S each) before they can reply.
     const double per_server = std::max(1.0, static_cast<double>(s.workers) / s.servers);
-    p.decode_s = plan.family == "dense" ? 0.0 : f * speed.decode * elems * per_server;
+    p.decode_s = plan.traits.dense ? 0.0 : f * speed.decode * elems * per_server;
     p.exposed_s = p.comm_s;
   } else {
-    bool all_allreduce = true;
     for (const Round& r : plan.rounds) {
       const double t = round_seconds(r, s, link);
       p.rounds.push_back(
@@ -75,13 +75,11 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
       p.comm_s += t;
       p.bytes_sent += round_bytes(r, s.workers);
       if (t > 0) ++p.collectives;
-      if (r.kind != Collective::kAllreduce) all_allreduce = false;
     }
-    const double decodes = plan.decode_per_peer ? static_cast<double>(s.workers) : 1.0;
+    const double decodes = plan.traits.decode_per_peer ? static_cast<double>(s.workers) : 1.0;
     p.decode_s = f * speed.decode * elems * decodes;
-    const bool overlappable =
-        all_allreduce && (plan.family == "dense" || plan.family == "allreduce");
-    const double hidden = overlappable ? s.overlap * s.backward_share * p.compute_s : 0.0;
+    const double hidden =
+        plan.traits.overlappable ? s.overlap * s.backward_share * p.compute_s : 0.0;
     p.exposed_s = std::max(0.0, p.comm_s - hidden);
   }
   p.step_s = p.compute_s + p.encode_s + p.decode_s + p.exposed_s;
@@ -94,6 +92,7 @@ std::vector<Prediction> predict_all(const std::vector<MethodPlan>& plans, const 
   dense.spec = "none";
   dense.canonical = "none";
   dense.family = "dense";
+  dense.traits = kDenseTraits;
   if (!plans.empty()) {
     dense.gradient_bytes = plans.front().gradient_bytes;
     dense.rounds = plans.front().dense_rounds;

@@ -12,11 +12,6 @@ namespace gradcomp::advise {
 
 namespace {
 
-bool allreduce_able(const std::string& family) {
-  return family == "allreduce" || family == "powersgd" || family == "sketched-sgd" ||
-         family == "fetchsgd";
-}
-
 const Prediction* find(const SweepCell& c, const std::string& spec) {
   for (const Prediction& p : c.ranked) {
     if (p.spec == spec) return &p;
@@ -63,7 +58,7 @@ std::vector<PaysRange> pays_ranges(const std::vector<SweepCell>& cells) {
   for (const auto& [bw, row] : by_bandwidth(cells)) {
     if (row.empty()) continue;
     for (const Prediction& first : row.front()->ranked) {
-      if (!first.available || first.family == "dense") continue;
+      if (!first.available || first.traits.dense) continue;
       PaysRange r;
       r.bandwidth = bw;
       r.spec = first.spec;
@@ -96,9 +91,11 @@ std::vector<Overtake> overtakes(const std::vector<SweepCell>& cells) {
     if (row.empty()) continue;
     const SweepCell& first = *row.front();
     for (const Prediction& a : first.ranked) {
-      if (a.family != "allgather" || !a.available) continue;
+      if (a.traits.all_allreduce || !a.available) continue;
       for (const Prediction& r : first.ranked) {
-        if (!allreduce_able(r.family) || !r.available || r.step_s <= a.step_s) continue;
+        // A compressed method that only allreduces (dense is the baseline, not a rival).
+        const bool allreduce_able = !r.traits.dense && r.traits.all_allreduce;
+        if (!allreduce_able || !r.available || r.step_s <= a.step_s) continue;
         for (const SweepCell* c : row) {
           const Prediction* pa = find(*c, a.spec);
           const Prediction* pr = find(*c, r.spec);

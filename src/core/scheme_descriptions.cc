@@ -1,6 +1,7 @@
 // The reducer schemes' descriptions (gradcomp/registry.h, SchemeDescription): names,
-// parameters with defaults and ranges, examples, traits. In the core, free of the
-// reducers' code, so that a Method is parsed and `gradcomp list` describes the schemes
+// parameters with defaults and ranges, examples, traits, and what a step sends (their
+// traffic hooks, scheme_traffic.cc). In the core, free of the reducers' code, so that a
+// Method is parsed, `gradcomp list` describes the schemes and `gradcomp advise` costs them
 // without c10d; each scheme's file in src/distributed (powersgd.cc, sketched_sgd.cc,
 // fetchsgd.cc) reads the parameters declared here and pairs the description with its
 // reducer.
@@ -12,6 +13,7 @@
 #include "codecs/codecs.h"
 #include "detail/count_sketch.h"
 #include "detail/run_text.h"
+#include "detail/scheme_traffic.h"
 #include "detail/sketch_geometry.h"
 #include "gradcomp/registry.h"
 
@@ -108,7 +110,8 @@ SchemeDescription powersgd_description() {
           .examples = {"powersgd:rank=1", "powersgd:rank=4,warm_start=false",
                        "powersgd:rank=2,error_feedback=false"},
           .schedule = powersgd_schedule,
-          .warnings = powersgd_warnings};
+          .warnings = powersgd_warnings,
+          .traffic = detail::powersgd_traffic};
 }
 
 SchemeDescription sketched_sgd_description() {
@@ -133,10 +136,12 @@ SchemeDescription sketched_sgd_description() {
           .examples = {"sketched-sgd:ratio=0.001,table=0.01", "sketched-sgd:k=100,rows=3,cols=500"},
           .carries_momentum = true,
           .runs_on_ps_sync = true,
-          .warnings = [](const Params& p, const RunShape& run) {
-            return sketch_geometry_warnings("sketched-sgd", p,
-                                            static_cast<std::size_t>(p.get_int("p2")), run);
-          }};
+          .warnings =
+              [](const Params& p, const RunShape& run) {
+                return sketch_geometry_warnings("sketched-sgd", p,
+                                                static_cast<std::size_t>(p.get_int("p2")), run);
+              },
+          .traffic = detail::sketched_sgd_traffic};
 }
 
 SchemeDescription fetchsgd_description() {
@@ -153,9 +158,11 @@ SchemeDescription fetchsgd_description() {
           .params = std::move(params),
           .examples = {"fetchsgd:rows=5,ratio=0.01,table=0.1", "fetchsgd:k=50,rows=3,cols=1000"},
           .carries_momentum = true,
-          .warnings = [](const Params& p, const RunShape& run) {
-            return sketch_geometry_warnings("fetchsgd", p, 0, run);
-          }};
+          .warnings =
+              [](const Params& p, const RunShape& run) {
+                return sketch_geometry_warnings("fetchsgd", p, 0, run);
+              },
+          .traffic = detail::fetchsgd_traffic};
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -128,6 +130,85 @@ TEST(AdviseMessages, SchemesFromTheirParameters) {
   EXPECT_EQ(f.rounds[0].bytes, 4.0 * (5 * 1000 + 10));
   const MethodPlan d = plan_method("none", ps, po);
   EXPECT_EQ(d.rounds[0].bytes, 4.0 * (1536 * 784 + 10));
+}
+
+// Every built-in scheme says what it sends (its registry entry's traffic hook), consistently
+// with what its description says about the parameter server.
+TEST(AdviseMessages, EverySchemeDescribesItsTraffic) {
+  const std::vector<ParamInfo> mlp = builtin_model("mlp").params;
+  for (const SchemeDescription* d : builtin_registry().schemes()) {
+    ASSERT_TRUE(d->traffic) << d->name;
+    const MethodPlan m = plan_method(d->name, mlp);
+    EXPECT_EQ(m.family, d->name);
+    EXPECT_TRUE(m.traits.scheme && m.traits.all_allreduce) << d->name;
+    EXPECT_FALSE(m.traits.dense || m.traits.overlappable || m.traits.decode_per_peer) << d->name;
+    EXPECT_GT(m.compressed_elements, 0u) << d->name;
+    EXPECT_EQ(m.ps_rounds.empty(), !d->runs_on_ps_sync) << d->name;
+    EXPECT_EQ(m.ps_note.empty(), d->runs_on_ps_sync) << d->name;
+    EXPECT_FALSE(m.fallback.source.empty()) << d->name;
+  }
+}
+
+// The cost model plans, times and ranks a scheme it has never heard of from its registry
+// entry alone: nothing in it names a scheme.
+TEST(AdviseMessages, ASchemeIsCostedFromItsRegistryEntry) {
+  CodecRegistry r;
+  register_builtin_codecs(r);
+  r.add_scheme({.name = "halves",
+                .summary = "allreduces half of each compressed bucket",
+                .params = {int_param("rounds", 1, 1, 4, "allreduces per step")},
+                .examples = {},
+                .traffic = [](const Params& p, std::span<const BucketPlan> buckets) {
+                  SchemeTraffic t;
+                  double half = 0.0;
+                  for (const BucketPlan& b : buckets) {
+                    half += 2.0 * static_cast<double>(b.numel);
+                    if (b.compressible) t.compressed_elements += b.numel;
+                  }
+                  for (std::int64_t i = 0; i < p.get_int("rounds"); ++i) {
+                    t.rounds.push_back({"half", Collective::kAllreduce, half});
+                  }
+                  t.server_note = "halves: allreduce only";
+                  t.fallback = {1e-9, 2e-9, "made up"};
+                  return t;
+                }});
+  const std::vector<ParamInfo> ps = {{"w", 1000 * 100, 2, 1000}, {"b", 10, 1, 10}};
+  PlanOptions po;
+  po.layout.min_elements = 0;
+  po.layout.dense_share = 0.0;
+  const MethodPlan m = plan_method("halves:rounds=2", ps, po, r);
+  EXPECT_EQ(m.canonical, "halves:rounds=2");
+  EXPECT_EQ(m.family, "halves");
+  EXPECT_TRUE(m.traits.scheme);
+  ASSERT_EQ(m.rounds.size(), 2u);
+  EXPECT_EQ(m.rounds[1].bytes, 2.0 * (100000 + 10));
+  EXPECT_EQ(m.compressed_elements, 100000u);
+  const CodecSpeed speed = speed_of(m, SpeedTable{});
+  EXPECT_EQ(speed.encode, 1e-9);
+  EXPECT_EQ(speed.source, "made up");
+  Scenario s;
+  s.topology = Topology::kPsSync;
+  const Prediction p = predict(m, s, SpeedTable{});
+  EXPECT_FALSE(p.available);
+  EXPECT_EQ(p.note, "halves: allreduce only");
+}
+
+// What the step model asks of a codec's or dense's plan.
+TEST(AdviseMessages, CodecAndDenseTraits) {
+  const std::vector<ParamInfo> mlp = builtin_model("mlp").params;
+  const PlanTraits topk = plan_method("topk:ratio=0.01", mlp).traits;
+  EXPECT_FALSE(topk.all_allreduce || topk.overlappable || topk.dense || topk.scheme);
+  EXPECT_TRUE(topk.decode_per_peer);
+  const PlanTraits rk = plan_method("randomk", mlp).traits;
+  EXPECT_TRUE(rk.all_allreduce && rk.overlappable);
+  EXPECT_FALSE(rk.decode_per_peer || rk.dense || rk.scheme);
+  for (const char* dense : {"none", "dense"}) {
+    const MethodPlan d = plan_method(dense, mlp);
+    EXPECT_TRUE(d.traits.dense && d.traits.all_allreduce && d.traits.overlappable) << dense;
+    EXPECT_EQ(d.family, "dense");
+  }
+  // A wrapped none is planned as the linear codec it is written as.
+  EXPECT_FALSE(plan_method("ef(none)", mlp).traits.dense);
 }
 
 // The trainer exchanges groups of buckets (layout.h's exchange_groups), each its own set

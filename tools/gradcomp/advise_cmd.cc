@@ -132,10 +132,6 @@ std::string exact(double v) {
   return buf;
 }
 
-bool is_scheme(const MethodPlan& m) {
-  return m.family == "powersgd" || m.family == "sketched-sgd" || m.family == "fetchsgd";
-}
-
 // Times the schemes the table lacks with `gradcomp bench scheme` in gradcomp-torch (the
 // reducers run over c10d, which this binary does not link), on the model's buckets. If
 // that cannot run, says so in one line and leaves them to their approximations.
@@ -150,7 +146,7 @@ void time_schemes(const AdviseFlags& f, const std::vector<MethodPlan>& plans, Sp
                            std::to_string(f.min_elements), "--bucket-mb", exact(f.bucket_mb)});
   bool any = false;
   for (const MethodPlan& m : plans) {
-    if (!is_scheme(m) || speeds.find(m.spec) || speeds.find(m.canonical)) continue;
+    if (!m.traits.scheme || speeds.find(m.spec) || speeds.find(m.canonical)) continue;
     args.insert(args.end(), {"--spec", m.spec});
     any = true;
   }
@@ -164,7 +160,7 @@ void time_schemes(const AdviseFlags& f, const std::vector<MethodPlan>& plans, Sp
     return;
   }
   for (const MethodPlan& m : plans) {
-    if (!is_scheme(m)) continue;
+    if (!m.traits.scheme) continue;
     if (const CodecSpeed* t = timed.find(m.spec)) {
       CodecSpeed sp = *t;
       sp.source = "bench scheme";
@@ -182,7 +178,7 @@ void bench_codecs(const std::vector<MethodPlan>& plans, std::size_t size, SpeedT
   bo.repeats = 3;
   bo.warmup = 1;
   for (const MethodPlan& m : plans) {
-    const bool codec = m.family == "allreduce" || m.family == "allgather";
+    const bool codec = !m.traits.dense && !m.traits.scheme;
     if (!codec && (speeds.find(m.spec) || speeds.find(m.canonical))) continue;
     const std::string& spec = codec ? m.spec : m.speed_spec;
     if (spec.empty() || speeds.find(spec) || (codec && speeds.find(m.canonical))) continue;
@@ -256,7 +252,7 @@ void run_advise(const AdviseFlags& f) {
   bench_codecs(plans, f.bench_size, speeds);
   // Named memories: the bench decoded their warm-up message; use the steady state's.
   for (const MethodPlan& m : plans) {
-    if (m.family != "allreduce" && m.family != "allgather") continue;
+    if (m.traits.dense || m.traits.scheme) continue;
     const CodecSpeed* sp = speeds.find(m.spec);
     if (sp == nullptr) sp = speeds.find(m.canonical);
     if (sp != nullptr) speeds.set(m.spec, steady_state_decode(*sp, m.spec));

@@ -4,7 +4,8 @@
 // re-derived: a deterministic synthetic gradient of each bucket's size is encoded
 // through the registry (make_memory, then Memory::compress) and its byte count taken,
 // so the model follows the wire format. Reducer schemes (powersgd, sketched-sgd,
-// fetchsgd) are derived from their parameters with the reducers' own helpers.
+// fetchsgd) describe their own traffic in their registry entry
+// (SchemeDescription::traffic, gradcomp/scheme_traffic.h).
 // Torch-free.
 #pragma once
 
@@ -20,27 +21,40 @@
 
 namespace gradcomp::advise {
 
-enum class Collective { kAllreduce, kAllgather };
+// The rounds of the core's scheme traffic (gradcomp/scheme_traffic.h), codecs' and
+// dense's included.
+using Round = CollectiveRound;
+using PsRound = ServerRound;
 
-// One collective of the allreduce topology. bytes: the allreduced buffer, or the largest
-// message one worker contributes to the allgather.
-struct Round {
-  std::string what;  // "dense fp32 + linear regions", "P", "Q", "messages", ...
-  Collective kind = Collective::kAllreduce;
-  double bytes = 0.0;
+// What the step model, the speeds and the sweep ask of a plan, set where it is built
+// (its family is only the label reports print).
+struct PlanTraits {
+  // Averages every bucket as fp32 ("none"): nothing to encode, decode or time; the
+  // baseline of the speedups.
+  bool dense = false;
+  // A reducer scheme: timed as a whole (`gradcomp bench scheme`), by its spec or
+  // canonical spec.
+  bool scheme = false;
+  // Every collective it runs is an allreduce (dense, linear codecs, the schemes): its
+  // bytes per worker stay under twice the buffer whatever W. false: it allgathers.
+  bool all_allreduce = false;
+  // Its allreduces are independent, each of a buffer backward has finished, so backward
+  // can hide them (dense, linear codecs). A scheme's later rounds wait for its first;
+  // allgathered messages are decoded after the gather.
+  bool overlappable = false;
+  // Allgathered messages: each worker decodes W of them.
+  bool decode_per_peer = false;
 };
 
-// One request/reply exchange with the parameter servers (bytes per worker).
-struct PsRound {
-  std::string what;
-  double push_bytes = 0.0;
-  double pull_bytes = 0.0;
-};
+inline constexpr PlanTraits kDenseTraits{
+    .dense = true, .all_allreduce = true, .overlappable = true};
 
 struct MethodPlan {
   std::string spec;       // as given
   std::string canonical;  // the memory's or scheme's canonical spec
-  std::string family;  // "dense", "allreduce", "allgather", "powersgd", "sketched-sgd", "fetchsgd"
+  // What reports print: "dense", "allreduce", "allgather", or the scheme's name.
+  std::string family;
+  PlanTraits traits = {};
   // Allreduce topology: every exchange group's collectives, group after group (the
   // trainer's GradientExchange runs one job per group of buckets; layout.h).
   std::vector<Round> rounds;
@@ -50,14 +64,11 @@ struct MethodPlan {
   double gradient_bytes = 0.0;          // 4 * elements of the model
   std::size_t compressed_elements = 0;  // elements in buckets that are compressed
   double message_bytes = 0.0;           // one worker's compressed messages (codec specs)
-  bool decode_per_peer = false;         // allgather: each worker decodes W messages
-  int rank = 0;                         // powersgd: the rank (encode cost scales with it)
-  // The codec whose measured speed approximates a sketch scheme's when the scheme itself
-  // was not timed (`gradcomp bench scheme`): the count sketch codec of the same rows,
-  // table share and decoded share (building the sketch is their encode, ranking every
-  // coordinate's estimate their decode; their momentum and error passes are left out).
-  // Empty: none (PowerSGD falls back to lab constants; codecs are measured themselves).
+  // A scheme not timed itself: the codec whose measured speed stands in for it (the
+  // sketch schemes' count sketch codec), "" for none; without that, `fallback` (lab
+  // constants). Empty for codecs, which are measured themselves.
   std::string speed_spec;
+  ElementCost fallback = {};
 };
 
 struct PlanOptions {

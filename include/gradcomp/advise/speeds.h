@@ -2,9 +2,9 @@
 // codec specs' figures come from `gradcomp bench codec`, the reducer schemes' (PowerSGD,
 // Sketched-SGD, FetchSGD) from `gradcomp bench scheme`, which runs the scheme itself in
 // a world of one -- both run on the spot by the CLI, or read from their --json output.
-// Without a scheme's row, a sketch scheme is approximated by its count sketch codec and
-// PowerSGD by per-element constants from the network lab (docs/cost-model.md, "Codec and
-// scheme costs"). Torch-free.
+// Without a scheme's row, a scheme is approximated as its registry entry says
+// (SchemeTraffic: a sketch scheme by its count sketch codec, else per-element constants
+// from the network lab; docs/cost-model.md, "Codec and scheme costs"). Torch-free.
 #pragma once
 
 #include <map>
@@ -47,9 +47,9 @@ class SpeedTable {
 SpeedTable parse_bench_json(std::string_view text, std::string_view model = {});
 
 // The speed of a plan: the table's entry for its spec (by spec, then canonical); for a
-// scheme without one, its count sketch codec's entry (speed_spec) or the lab constants;
-// zero for dense. nullptr-like (source empty) when a
-// codec spec is missing from the table.
+// scheme without one, the entry of the codec standing in for it (speed_spec) or its
+// fallback (lab constants); zero for dense. nullptr-like (source empty) when a codec
+// spec is missing from the table.
 CodecSpeed speed_of(const MethodPlan& plan, const SpeedTable& table);
 
 // `gradcomp bench codec` decodes the message of the spec's codec alone; for a named

@@ -63,7 +63,8 @@ struct RoundCost {
 
 struct Prediction {
   std::string spec;
-  std::string family;
+  std::string family;  // the plan's label
+  PlanTraits traits = {};
   bool available = true;  // false: the topology cannot run it (note says why)
   std::string note;
   double bytes_sent = 0.0;  // per worker per step

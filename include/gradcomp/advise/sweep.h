@@ -32,7 +32,7 @@ std::vector<SweepCell> run_sweep(const std::vector<MethodPlan>& plans, const Sce
 struct PaysRange {
   double bandwidth = 0.0;
   std::string spec;
-  std::string family;
+  std::string family;    // the label the table prints
   int first_paying = 0;  // 0: never in the grid
   int last_paying = 0;
   bool contiguous = true;       // every W between first and last pays
@@ -40,7 +40,7 @@ struct PaysRange {
   double speedup_at_max = 0.0;  // at the largest
 };
 
-// An allgathered method (family "allgather") overtaken by an allreduce-able one that was
+// An allgathered method (not traits.all_allreduce) overtaken by an allreduce-able one that was
 // slower at the grid's smallest W: from which W on, at this bandwidth.
 struct Overtake {
   double bandwidth = 0.0;
