@@ -89,19 +89,6 @@ class Reducer {
   // True when every bucket is a plain fp32 mean (sum over ranks, / W) whatever its
   // BucketRef::compressed says, with no state: the dense reducer.
   virtual bool dense_only() const { return false; }
-
-  // True when someone else holds the weights and applies the optimizer (the
-  // asynchronous parameter server): the trainer then calls exchange_weights() instead
-  // of reduce() and skips its own optimizer step.
-  virtual bool owns_weights() const { return false; }
-  // Sends this worker's gradient (the buckets, left as they are or consumed) and
-  // overwrites `weights` (one span per bucket, the same layout and order) with the
-  // latest weights. Only called when owns_weights().
-  virtual void exchange_weights(std::span<const BucketRef> grads,
-                                std::span<const std::span<float>> weights, const StepContext& ctx) {
-    (void)grads, (void)weights, (void)ctx;
-    throw InvalidArgument("reducer " + describe() + " does not exchange weights");
-  }
 };
 
 }  // namespace gradcomp

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "dense_packing.h"
 #include "gradcomp/error.h"
 #include "step_recorder.h"
 
@@ -128,8 +129,7 @@ void Exchanger::submit_dense(std::span<float> data, const StepContext& ctx, Done
              comm_.allreduce_sum(data);
              rec.communicated();
              if (input == DenseInput::kGradients) {
-               const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
-               for (float& x : data) x *= inv_w;
+               sum_to_mean(data, 1.0f / static_cast<float>(comm_.world_size()));
              }
              rec.decoded();
              rec.finish();

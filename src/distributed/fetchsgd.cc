@@ -17,9 +17,9 @@
 // Dense steps (BucketRef::compressed false) of a compressible bucket: plain mean of g,
 // the sketch state is left alone.
 #include <cmath>
-#include <cstring>
 #include <utility>
 
+#include "dense_packing.h"
 #include "detail/count_sketch.h"
 #include "detail/select.h"
 #include "gradcomp/dist/schemes.h"
@@ -63,7 +63,7 @@ class FetchSgdReducer final : public Reducer {
       }
       state_.push_back(std::move(st));
     }
-    fused_.resize(cap1);
+    packing_ = DensePacking(cap1);
     est_.resize(max_n);
     idx_.resize(max_k);
   }
@@ -73,15 +73,13 @@ class FetchSgdReducer final : public Reducer {
     StepRecorder rec(comm_, stats_);
     const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
 
-    // ---- encode: each worker's sketch of its gradient
-    std::size_t n1 = 0;
+    // ---- encode: each worker's sketch of its gradient, with the dense buckets
+    packing_.begin(buckets.size());
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
       State& st = state_[b];
-      const std::size_t n = bk.grad.size();
       if (!sketched(bk, st)) {
-        if (n > 0) std::memcpy(fused_.data() + n1, bk.grad.data(), 4 * n);
-        n1 += n;
+        packing_.add_dense(bk.grad);
         continue;
       }
       if (!st.keyed) {
@@ -96,33 +94,27 @@ class FetchSgdReducer final : public Reducer {
                               std::to_string(st.seed) + " to " + std::to_string(ctx.seed) +
                               " (the sketch state is tied to its hashes)");
       }
-      const std::span<float> table(fused_.data() + n1, st.hash.cells());
-      std::fill(table.begin(), table.end(), 0.0f);
-      detail::sketch_accumulate(st.hash, bk.grad, 1.0f, table);
-      n1 += table.size();
+      st.table = packing_.add_summed(st.hash.cells());
+      std::fill(st.table.begin(), st.table.end(), 0.0f);
+      detail::sketch_accumulate(st.hash, bk.grad, 1.0f, st.table);
     }
+    const std::span<float> fused = packing_.pack();
     rec.encoded();
 
-    comm_.allreduce_sum(std::span<float>(fused_.data(), n1));
+    comm_.allreduce_sum(fused);
     rec.communicated();
 
-    // ---- momentum and error in sketch space; unsketch; the update
+    // ---- momentum and error in sketch space; unsketch; the update; dense buckets' means
     const float lr = ctx.lr;
     const bool extract = std::isfinite(lr) && lr > 0.0f;
-    n1 = 0;
+    packing_.write_means(inv_w);
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
       State& st = state_[b];
+      if (!sketched(bk, st)) continue;
       const std::size_t n = bk.grad.size();
       float* g = bk.grad.data();
-      if (!sketched(bk, st)) {
-        const float* s = fused_.data() + n1;
-        for (std::size_t i = 0; i < n; ++i) g[i] = s[i] * inv_w;
-        n1 += n;
-        continue;
-      }
-      const float* sum = fused_.data() + n1;
-      n1 += st.hash.cells();
+      const float* sum = st.table.data();
       float* su = st.su.data();
       float* se = st.se.data();
       const std::size_t cells = st.hash.cells();
@@ -169,6 +161,7 @@ class FetchSgdReducer final : public Reducer {
     std::size_t k = 0;
     std::vector<float> su, se;  // r x c each
     detail::SketchHash hash{0, 1, 1};
+    std::span<float> table;  // this step, when sketched: its sketch in the fused allreduce
   };
 
   static bool sketched(const BucketRef& bk, const State& st) { return bk.compressed && st.on; }
@@ -179,7 +172,8 @@ class FetchSgdReducer final : public Reducer {
   Geometry geo_;
   float momentum_;
   std::vector<State> state_;
-  std::vector<float> fused_, est_;
+  DensePacking packing_;  // the sketches and the dense buckets, one allreduce
+  std::vector<float> est_;
   std::vector<std::uint32_t> idx_;
   ReduceStats stats_;
 };

@@ -29,11 +29,11 @@
 // r columns of cols floats).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "dense_packing.h"
 #include "detail/low_rank.h"
 #include "gradcomp/dist/schemes.h"
 #include "gradcomp/error.h"
@@ -85,7 +85,7 @@ class PowerSgdReducer final : public Reducer {
       fused_cap += std::max(b.numel, s.low_rank ? s.lr.p_size() : std::size_t{0});
       slots_.push_back(std::move(s));
     }
-    fused_.resize(fused_cap);
+    packing_ = DensePacking(fused_cap);
     q_sum_.resize(q_cap);
     active_.resize(slots_.size());
   }
@@ -96,30 +96,28 @@ class PowerSgdReducer final : public Reducer {
     const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
     const bool warming_up = ctx.step < warmup_steps_;
 
-    // ---- encode: M = g + e, P = M Q; dense buckets copied next to the P's
-    std::size_t n32 = 0;
+    // ---- encode: M = g + e, P = M Q; dense buckets packed next to the P's
+    packing_.begin(buckets.size());
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
       Slot& s = slots_[b];
       active_[b] = s.low_rank && bk.compressed && !warming_up;
-      s.offset = n32;
       if (active_[b]) {
         refresh_q(s, ctx);
-        const std::span<float> p(fused_.data() + n32, s.lr.p_size());
+        s.p = packing_.add_summed(s.lr.p_size());
         if (error_feedback_) {
-          detail::lr_project_accumulate(s.lr, bk.grad, s.e, s.q, p);
+          detail::lr_project_accumulate(s.lr, bk.grad, s.e, s.q, s.p);
         } else {
-          detail::lr_project(s.lr, bk.grad, s.q, p);
+          detail::lr_project(s.lr, bk.grad, s.q, s.p);
         }
-        n32 += p.size();
       } else {
-        if (!bk.grad.empty()) std::memcpy(fused_.data() + n32, bk.grad.data(), 4 * bk.grad.size());
-        n32 += bk.grad.size();
+        packing_.add_dense(bk.grad);
       }
     }
+    const std::span<float> fused = packing_.pack();
     rec.encoded();
 
-    comm_.allreduce_sum(std::span<float>(fused_.data(), n32));
+    comm_.allreduce_sum(fused);
     rec.communicated();
 
     // ---- encode, second half: orthonormalise P, Q = M^T P
@@ -127,7 +125,7 @@ class PowerSgdReducer final : public Reducer {
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       if (!active_[b]) continue;
       Slot& s = slots_[b];
-      const std::span<float> p(fused_.data() + s.offset, s.lr.p_size());
+      const std::span<float> p = s.p;
       // Every rank holds the same sum, so every rank throws here alike (no collective
       // is left half-issued).
       for (float v : p) {
@@ -151,24 +149,19 @@ class PowerSgdReducer final : public Reducer {
     // ---- decode: Q = sum / W (kept: warm start), g = P Q^T, e = M - g; dense: sum / W
     nq = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
+      if (!active_[b]) continue;
       const BucketRef& bk = buckets[b];
       Slot& s = slots_[b];
-      if (active_[b]) {
-        const float* qs = q_sum_.data() + nq;
-        for (std::size_t i = 0; i < s.q.size(); ++i) s.q[i] = qs[i] * inv_w;
-        nq += s.q.size();
-        const std::span<const float> p(fused_.data() + s.offset, s.lr.p_size());
-        if (error_feedback_) {
-          detail::lr_reconstruct_residual(s.lr, p, s.q, s.e, bk.grad);
-        } else {
-          detail::lr_reconstruct(s.lr, p, s.q, bk.grad);
-        }
+      const float* qs = q_sum_.data() + nq;
+      for (std::size_t i = 0; i < s.q.size(); ++i) s.q[i] = qs[i] * inv_w;
+      nq += s.q.size();
+      if (error_feedback_) {
+        detail::lr_reconstruct_residual(s.lr, s.p, s.q, s.e, bk.grad);
       } else {
-        float* g = bk.grad.data();
-        const float* sum = fused_.data() + s.offset;
-        for (std::size_t i = 0; i < bk.grad.size(); ++i) g[i] = sum[i] * inv_w;
+        detail::lr_reconstruct(s.lr, s.p, s.q, bk.grad);
       }
     }
+    packing_.write_means(inv_w);
     rec.decoded();
 
     rec.finish();
@@ -194,9 +187,9 @@ class PowerSgdReducer final : public Reducer {
     BucketShape shape;
     bool low_rank = false;  // a matrix that passes the size rule
     detail::LowRankShape lr;
-    std::vector<float> e;    // M - P Q^T of the last compressed step (error feedback)
-    std::vector<float> q;    // Q, r columns of cols floats (warm start)
-    std::size_t offset = 0;  // this step: where the bucket's P or dense values sit in fused_
+    std::vector<float> e;  // M - P Q^T of the last compressed step (error feedback)
+    std::vector<float> q;  // Q, r columns of cols floats (warm start)
+    std::span<float> p;    // this step, when low-rank: its P in the fused allreduce
   };
 
   // Draws Q's all-zero columns (every column without warm start) from the shared seed.
@@ -240,7 +233,7 @@ class PowerSgdReducer final : public Reducer {
   bool error_feedback_;
   bool warm_start_;
   std::vector<Slot> slots_;
-  std::vector<float> fused_;  // P's and dense buckets, one allreduce
+  DensePacking packing_;      // P's and dense buckets, one allreduce
   std::vector<float> q_sum_;  // Q's, the second allreduce
   std::vector<char> active_;  // this step: bucket b goes low-rank
   ReduceStats stats_;

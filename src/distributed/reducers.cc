@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "dense_packing.h"
 #include "detail/half.h"
 #include "gradcomp/advise/collectives.h"
 #include "gradcomp/dist/reducers.h"
@@ -58,8 +59,7 @@ class FusedReducer final : public Reducer {
     for (std::size_t n : sizes_) dense_cap += n;
     if (mode_ == Mode::kDense) {
       describe_ = describe_reducer(method);
-      // Sized at the first step that packs: buckets that lie back to back never do.
-      dense_cap_ = dense_cap;
+      packing_ = DensePacking(dense_cap);
       return;
     }
     codec_ = method.codec();
@@ -84,7 +84,8 @@ class FusedReducer final : public Reducer {
         send_cap += max_bytes;
       }
     }
-    fused32_.resize(cap32);
+    packing_ = DensePacking(cap32);
+    summed32_.resize(sizes_.size());
     fused16_.resize(cap16);
     send_.resize(send_cap);
     message_lengths_.resize(sizes_.size());
@@ -134,44 +135,45 @@ class FusedReducer final : public Reducer {
     }
     rec.encoded();
 
-    // ---- dense buckets lying back to back (GradientExchange's layout): summed where
-    // they are, without the packing copy (and its pass over the gradient)
-    if (const std::span<float> all = adjacent_dense(buckets); !all.empty()) {
-      comm_.allreduce_sum(all);
-      rec.communicated();
-      for (float& x : all) x *= inv_w;
-      rec.decoded();
-      rec.finish();
-      return;
-    }
-
-    // ---- pack + communicate
-    if (fused32_.size() < dense_cap_) fused32_.resize(dense_cap_);
-    std::size_t n32 = 0;
+    // ---- pack: dense buckets and fp32 (and widened bf16) regions in the fp32 sum, fp16
+    // regions in the fp16 one
+    packing_.begin(buckets.size());
     std::size_t n16 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
       if (dense_now_[b]) {
-        copy_floats(fused32_.data() + n32, bk.grad.data(), bk.grad.size());
-        n32 += bk.grad.size();
+        packing_.add_dense(bk.grad);
       } else if (mode_ == Mode::kAllreduce) {
         const LinearRegion& r = regions_[b];
         const std::byte* src = messages_[b].data() + r.offset;
         if (r.dtype == WireDType::kFloat32) {
-          if (r.count > 0) std::memcpy(fused32_.data() + n32, src, 4 * r.count);
-          n32 += r.count;
+          summed32_[b] = packing_.add_summed(r.count);
+          if (r.count > 0) std::memcpy(summed32_[b].data(), src, 4 * r.count);
         } else if (r.dtype == WireDType::kBFloat16) {
+          summed32_[b] = packing_.add_summed(r.count);
           for (std::size_t i = 0; i < r.count; ++i) {
-            fused32_[n32 + i] = detail::bf16_to_float_ref(load_le<std::uint16_t>(src + 2 * i));
+            summed32_[b][i] = detail::bf16_to_float_ref(load_le<std::uint16_t>(src + 2 * i));
           }
-          n32 += r.count;
         } else {
           if (r.count > 0) std::memcpy(fused16_.data() + n16, src, 2 * r.count);
           n16 += r.count;
         }
       }
     }
-    comm_.allreduce_sum(std::span<float>(fused32_.data(), n32));
+
+    // ---- every bucket dense and back to back (GradientExchange's layout): summed where
+    // they are, without the packing copy (and its pass over the gradient)
+    if (packing_.in_place()) {
+      comm_.allreduce_sum(packing_.pack());
+      rec.communicated();
+      packing_.write_means(inv_w);
+      rec.decoded();
+      rec.finish();
+      return;
+    }
+
+    // ---- communicate
+    comm_.allreduce_sum(packing_.pack());
     comm_.allreduce_sum_f16(std::span<std::uint16_t>(fused16_.data(), n16));
     if (mode_ == Mode::kAllgather) {
       comm_.allgather_bytes(std::span<const std::byte>(send_.data(), send_len), gathered_,
@@ -180,42 +182,34 @@ class FusedReducer final : public Reducer {
     rec.communicated();
 
     // ---- unpack + decode
-    n32 = 0;
+    packing_.write_means(inv_w);
     n16 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
-      if (dense_now_[b]) {
-        float* g = bk.grad.data();
-        const float* s = fused32_.data() + n32;
-        for (std::size_t i = 0; i < bk.grad.size(); ++i) g[i] = s[i] * inv_w;
-        n32 += bk.grad.size();
-      } else if (mode_ == Mode::kAllreduce) {
-        const LinearRegion& r = regions_[b];
-        std::byte* dst = messages_[b].data() + r.offset;
-        if (r.dtype == WireDType::kFloat32) {
-          if (r.count > 0) std::memcpy(dst, fused32_.data() + n32, 4 * r.count);
-          n32 += r.count;
-        } else if (r.dtype == WireDType::kBFloat16) {
-          for (std::size_t i = 0; i < r.count; ++i) {
-            store_le<std::uint16_t>(dst + 2 * i, detail::float_to_bf16_ref(fused32_[n32 + i]));
-          }
-          n32 += r.count;
-        } else {
-          if (r.count > 0) std::memcpy(dst, fused16_.data() + n16, 2 * r.count);
-          n16 += r.count;
+      if (dense_now_[b] || mode_ != Mode::kAllreduce) continue;
+      const LinearRegion& r = regions_[b];
+      std::byte* dst = messages_[b].data() + r.offset;
+      if (r.dtype == WireDType::kFloat32) {
+        if (r.count > 0) std::memcpy(dst, summed32_[b].data(), 4 * r.count);
+      } else if (r.dtype == WireDType::kBFloat16) {
+        for (std::size_t i = 0; i < r.count; ++i) {
+          store_le<std::uint16_t>(dst + 2 * i, detail::float_to_bf16_ref(summed32_[b][i]));
         }
-        // The message now holds the sum of every rank's region, so the checksum this
-        // rank wrote no longer matches it: reseal before decoding. This checks nothing
-        // away: the message itself never left this rank (only the region travelled,
-        // as the floats of a dense allreduce, which carry no per-message checksum in
-        // any mode), and a CRC cannot follow the sum (CRC is linear over XOR, not over
-        // float addition), so no rank-side checksum could have covered the summed
-        // bytes. Resealing keeps one decode path, with verification, for every mode.
-        const std::span<std::byte> summed(messages_[b].data(), message_lengths_[b]);
-        reseal_message(summed);
-        std::fill(bk.grad.begin(), bk.grad.end(), 0.0f);
-        codec_->decode_add(summed, bk.grad, inv_w);
+      } else {
+        if (r.count > 0) std::memcpy(dst, fused16_.data() + n16, 2 * r.count);
+        n16 += r.count;
       }
+      // The message now holds the sum of every rank's region, so the checksum this
+      // rank wrote no longer matches it: reseal before decoding. This checks nothing
+      // away: the message itself never left this rank (only the region travelled,
+      // as the floats of a dense allreduce, which carry no per-message checksum in
+      // any mode), and a CRC cannot follow the sum (CRC is linear over XOR, not over
+      // float addition), so no rank-side checksum could have covered the summed
+      // bytes. Resealing keeps one decode path, with verification, for every mode.
+      const std::span<std::byte> summed(messages_[b].data(), message_lengths_[b]);
+      reseal_message(summed);
+      std::fill(bk.grad.begin(), bk.grad.end(), 0.0f);
+      codec_->decode_add(summed, bk.grad, inv_w);
     }
     if (mode_ == Mode::kAllgather && n_messages > 0) decode_gathered(buckets, n_messages, inv_w);
     rec.decoded();
@@ -245,25 +239,6 @@ class FusedReducer final : public Reducer {
   }
 
  private:
-  static void copy_floats(float* dst, const float* src, std::size_t n) {
-    if (n > 0) std::memcpy(dst, src, 4 * n);
-  }
-
-  // The buckets as one span when every one of them is dense this step and each starts
-  // where the one before ends; else empty.
-  std::span<float> adjacent_dense(std::span<const BucketRef> buckets) const {
-    if (buckets.empty()) return {};
-    std::size_t n = 0;
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      if (!dense_now_[b]) return {};
-      if (b > 0 &&
-          buckets[b].grad.data() != buckets[b - 1].grad.data() + buckets[b - 1].grad.size())
-        return {};
-      n += buckets[b].grad.size();
-    }
-    return {buckets.front().grad.data(), n};
-  }
-
   void check_buckets(std::span<const BucketRef> buckets) const {
     if (buckets.size() != sizes_.size()) {
       throw InvalidArgument("reduce: " + std::to_string(buckets.size()) +
@@ -343,9 +318,9 @@ class FusedReducer final : public Reducer {
   std::vector<LinearRegion> regions_;              // allreduce: per bucket
   std::vector<std::vector<std::byte>> messages_;   // allreduce: per bucket
   std::vector<std::size_t> message_lengths_;
-  std::vector<char> dense_now_;  // per bucket, this step: in the fp32 allreduce
-  std::vector<float> fused32_;
-  std::size_t dense_cap_ = 0;  // dense mode: fused32_'s size once a step packs
+  std::vector<char> dense_now_;             // per bucket, this step: in the fp32 allreduce
+  DensePacking packing_;                    // the fp32 allreduce
+  std::vector<std::span<float>> summed32_;  // allreduce: per bucket, its fp32 region's slot
   std::vector<std::uint16_t> fused16_;
   std::vector<std::byte> send_;      // allgather: this rank's messages, back to back
   std::vector<std::byte> gathered_;  // allgather: every rank's, compacted

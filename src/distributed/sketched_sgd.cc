@@ -19,9 +19,9 @@
 // own momentum on dense steps (it skips momentum only while a bucket is compressed), as
 // for every other method. The parameter server runs the same math per key
 // (ps/sketch_plan.h).
-#include <cstring>
 #include <utility>
 
+#include "dense_packing.h"
 #include "detail/count_sketch.h"
 #include "detail/select.h"
 #include "gradcomp/dist/schemes.h"
@@ -66,7 +66,7 @@ class SketchedSgdReducer final : public Reducer {
       }
       state_.push_back(std::move(st));
     }
-    fused1_.resize(cap1);
+    packing_ = DensePacking(cap1);
     fused2_.resize(cap2);
     est_.resize(max_n);
     pos_.resize(max_k);
@@ -77,47 +77,37 @@ class SketchedSgdReducer final : public Reducer {
     StepRecorder rec(comm_, stats_);
     const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
 
-    // ---- encode: momentum, error accumulation, sketches (round-1 buffer)
-    std::size_t n1 = 0;
+    // ---- encode: momentum, error accumulation, sketches (round-1 buffer, with the dense
+    // buckets)
+    packing_.begin(buckets.size());
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
       State& st = state_[b];
-      const std::size_t n = bk.grad.size();
       if (!sketched(bk, st)) {
-        if (n > 0) std::memcpy(fused1_.data() + n1, bk.grad.data(), 4 * n);
-        n1 += n;
+        packing_.add_dense(bk.grad);
         continue;
       }
       accumulate_momentum(st.u, st.v, bk.grad, momentum_);
       st.hash = sketched_sgd_hash(ctx.seed, ctx.step, bk.id, geo_.rows, st.cols);
-      const std::span<float> table(fused1_.data() + n1, st.hash.cells());
-      std::fill(table.begin(), table.end(), 0.0f);
-      detail::sketch_accumulate(st.hash, st.v, 1.0f, table);
-      n1 += table.size();
+      st.table = packing_.add_summed(st.hash.cells());
+      std::fill(st.table.begin(), st.table.end(), 0.0f);
+      detail::sketch_accumulate(st.hash, st.v, 1.0f, st.table);
     }
+    const std::span<float> fused1 = packing_.pack();
     rec.encoded();
 
-    comm_.allreduce_sum(std::span<float>(fused1_.data(), n1));
+    comm_.allreduce_sum(fused1);
     rec.communicated();
 
     // ---- candidates from the summed sketches; dense buckets' means (round-2 buffer)
-    n1 = 0;
+    packing_.write_means(inv_w);
     std::size_t n2 = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
       State& st = state_[b];
-      const std::size_t n = bk.grad.size();
-      if (!sketched(bk, st)) {
-        const float* s = fused1_.data() + n1;
-        float* g = bk.grad.data();
-        for (std::size_t i = 0; i < n; ++i) g[i] = s[i] * inv_w;
-        n1 += n;
-        continue;
-      }
-      const std::span<const float> table(fused1_.data() + n1, st.hash.cells());
-      n1 += table.size();
-      st.m = detail::sketch_top_k(st.hash, table, std::span<float>(est_.data(), n), st.kc, st.cand,
-                                  "sketched-sgd candidates");
+      if (!sketched(bk, st)) continue;
+      st.m = detail::sketch_top_k(st.hash, st.table, std::span<float>(est_.data(), bk.grad.size()),
+                                  st.kc, st.cand, "sketched-sgd candidates");
       const float* v = st.v.data();
       for (std::size_t t = 0; t < st.m; ++t) fused2_[n2 + t] = v[st.cand[t]];
       n2 += st.m;
@@ -180,6 +170,7 @@ class SketchedSgdReducer final : public Reducer {
     std::vector<float> u, v;
     std::vector<std::uint32_t> cand;
     detail::SketchHash hash{0, 1, 1};
+    std::span<float> table;  // this step, when sketched: its sketch in the round-1 allreduce
   };
 
   static bool sketched(const BucketRef& bk, const State& st) { return bk.compressed && st.on; }
@@ -192,7 +183,8 @@ class SketchedSgdReducer final : public Reducer {
   float momentum_;
   bool mask_;
   std::vector<State> state_;
-  std::vector<float> fused1_, fused2_, est_;
+  DensePacking packing_;  // round 1: the sketches and the dense buckets
+  std::vector<float> fused2_, est_;
   std::vector<std::uint32_t> pos_;
   ReduceStats stats_;
 };

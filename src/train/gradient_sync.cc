@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "gradcomp/error.h"
+#include "gradcomp/weight_exchange.h"
 #include "train/layout.h"
 #include "train/trainer.h"
 
@@ -65,6 +66,7 @@ class ReducerSync final : public GradientSync {
     buffers_ = std::make_unique<GradientBuffers>(std::move(params), std::move(plan));
     reducer_ = make_reducer(shapes);
     if (!reducer_) throw InvalidArgument("trainer: the reducer factory returned nothing");
+    weight_exchange_ = dynamic_cast<WeightExchange*>(reducer_.get());
     ctx_.seed = config_.seed;
     ctx_.rank = static_cast<std::uint32_t>(config_.rank);
     ctx_.world = static_cast<std::uint32_t>(config_.world);
@@ -97,8 +99,8 @@ class ReducerSync final : public GradientSync {
                                         bad_at->value, static_cast<std::int64_t>(ctx_.step));
     }
     try {
-      if (reducer_->owns_weights()) {
-        reducer_->exchange_weights(buffers_->refs(compress_), buffers_->weights(), ctx_);
+      if (weight_exchange_ != nullptr) {
+        weight_exchange_->exchange_weights(buffers_->refs(compress_), buffers_->weights(), ctx_);
       } else {
         reducer_->reduce(buffers_->refs(compress_), ctx_);
       }
@@ -106,7 +108,7 @@ class ReducerSync final : public GradientSync {
       throw InvalidArgument("step " + std::to_string(ctx_.step) + ": " + e.what() + " [bucket " +
                             std::to_string(e.bucket()) + " is " + bucket_name(e.bucket()) + "]");
     }
-    if (reducer_->owns_weights()) {
+    if (weight_exchange_ != nullptr) {
       buffers_->scatter_weights();
     } else {
       buffers_->scatter();
@@ -114,7 +116,7 @@ class ReducerSync final : public GradientSync {
     exposed_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
-  bool owns_weights() const override { return reducer_->owns_weights(); }
+  bool owns_weights() const override { return weight_exchange_ != nullptr; }
   bool momentum_in_memory() const override { return reducer_->momentum_in_memory(); }
   const std::vector<BucketPlan>& buckets() const override { return buffers_->plan(); }
   ExchangeStats take_stats() override {
@@ -155,6 +157,9 @@ class ReducerSync final : public GradientSync {
   std::vector<std::string> names_;
   std::unique_ptr<GradientBuffers> buffers_;
   std::unique_ptr<Reducer> reducer_;
+  // The reducer, when the servers hold the weights (the asynchronous parameter server):
+  // the step trades the gradient for them, and the trainer skips its optimizer step.
+  WeightExchange* weight_exchange_ = nullptr;
   StepContext ctx_;
   bool compress_ = true;
   double exposed_seconds_ = 0;

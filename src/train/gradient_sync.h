@@ -83,7 +83,8 @@ using SyncFactory = std::function<std::unique_ptr<GradientSync>(const SyncSetup&
 SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, ReducerKind reducer);
 
 // Builds the Reducer once the bucket layout is known (a parameter-server worker, a
-// LocalReducer).
+// LocalReducer). A reducer that is also a WeightExchange (the ps-async worker) gets the
+// gradient each step and returns the weights, and the trainer skips its optimizer step.
 using ReducerFactory = std::function<std::unique_ptr<Reducer>(std::span<const BucketShape>)>;
 // `method` is what the reducer runs: its start-of-run warnings and threshold check.
 SyncFactory reducer_sync(ReducerFactory make_reducer, Method method);

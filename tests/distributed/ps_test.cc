@@ -192,6 +192,8 @@ Outputs run_ps_sync(const std::string& spec, int workers, int servers, Downlink 
       return;
     }
     auto worker = make_ps_worker(cfg, comm, shapes);
+    // ps-sync: the workers keep their weights and step their own optimizers.
+    EXPECT_EQ(dynamic_cast<WeightExchange*>(worker.get()), nullptr);
     std::vector<std::vector<float>> bufs;
     for (auto n : kSizes) bufs.emplace_back(n);
     for (int step = 0; step < kSteps; ++step) {
@@ -430,7 +432,8 @@ TEST(PsAsync, MaxStalenessZeroBehavesLikeSync) {
       return;
     }
     auto worker = make_ps_worker(cfg, comm, shapes);
-    ASSERT_TRUE(worker->owns_weights());
+    auto* const weight_exchange = dynamic_cast<WeightExchange*>(worker.get());
+    ASSERT_NE(weight_exchange, nullptr);
     std::vector<std::vector<float>> wts = init, grads = init;
     std::vector<std::span<float>> wspans(wts.begin(), wts.end());
     for (int s = 0; s < steps; ++s) {
@@ -442,7 +445,7 @@ TEST(PsAsync, MaxStalenessZeroBehavesLikeSync) {
       StepContext ctx;
       ctx.step = static_cast<std::uint64_t>(s);
       ctx.lr = lr;
-      worker->exchange_weights(refs_of(grads, shapes, true), wspans, ctx);
+      weight_exchange->exchange_weights(refs_of(grads, shapes, true), wspans, ctx);
     }
     worker->finish();
     if (comm.rank() == 0) {
@@ -485,6 +488,8 @@ TEST(PsAsync, UnboundedRunsToTheEnd) {
       return;
     }
     auto worker = make_ps_worker(cfg, comm, shapes);
+    auto* const weight_exchange = dynamic_cast<WeightExchange*>(worker.get());
+    ASSERT_NE(weight_exchange, nullptr);
     std::vector<std::vector<float>> wts = init, grads = init;
     std::vector<std::span<float>> wspans(wts.begin(), wts.end());
     for (int s = 0; s < steps; ++s) {
@@ -492,7 +497,7 @@ TEST(PsAsync, UnboundedRunsToTheEnd) {
       StepContext ctx;
       ctx.step = static_cast<std::uint64_t>(s);
       ctx.lr = 0.1f;
-      worker->exchange_weights(refs_of(grads, shapes, true), wspans, ctx);
+      weight_exchange->exchange_weights(refs_of(grads, shapes, true), wspans, ctx);
     }
     worker->finish();
     if (comm.rank() == 0) hist = worker->staleness();

@@ -37,6 +37,7 @@ int main() {
       return 0;
     }
     auto worker = make_ps_worker(pc, comm, shapes);
+    WeightExchange* const weight_exchange = dynamic_cast<WeightExchange*>(worker.get());
     std::vector<std::vector<float>> grads = init, weights = init;
     std::vector<std::span<float>> wspans(weights.begin(), weights.end());
     for (long s = 0; s < steps; ++s) {
@@ -47,8 +48,8 @@ int main() {
       StepContext ctx;
       ctx.step = static_cast<std::uint64_t>(s);
       ctx.lr = 0.01f;
-      if (worker->owns_weights()) {
-        worker->exchange_weights(refs, wspans, ctx);
+      if (weight_exchange != nullptr) {
+        weight_exchange->exchange_weights(refs, wspans, ctx);
       } else {
         worker->reduce(refs, ctx);
       }

@@ -71,6 +71,7 @@
 #include "gradcomp/method.h"
 #include "gradcomp/reducer.h"
 #include "gradcomp/registry.h"
+#include "gradcomp/weight_exchange.h"
 
 namespace gradcomp::dist {
 
@@ -135,9 +136,11 @@ struct PsConfig {
 using StalenessHistogram = std::map<std::uint64_t, std::uint64_t>;
 
 // A worker's side of the parameter server: a Reducer. ps-sync: reduce() pushes and
-// pulls the mean gradient. ps-async: owns_weights() is true and push_pull() replaces
-// the weights instead. finish() tells the servers this worker is done (call it once,
-// after the last step); on worker 0 it also collects the servers' staleness histograms.
+// pulls the mean gradient. ps-async: the servers hold the weights, so the worker is also
+// a WeightExchange (gradcomp/weight_exchange.h) and exchange_weights() replaces the
+// weights instead (reduce() is refused). finish() tells the servers this worker is done
+// (call it once, after the last step); on worker 0 it also collects the servers'
+// staleness histograms.
 class PsWorker : public Reducer {
  public:
   virtual void finish() = 0;
@@ -145,10 +148,10 @@ class PsWorker : public Reducer {
   virtual StalenessHistogram staleness() const = 0;
 };
 
-// Builds a worker (config.topology ps-sync or ps-async) and shakes hands with every
-// server: a server built for another configuration (compressor, buckets, topology,
-// counts) rejects it and both sides throw InvalidArgument. comm.world_size() must be
-// workers + servers and comm.rank() < workers.
+// Builds a worker (config.topology ps-sync or ps-async; a ps-async one is a
+// WeightExchange) and shakes hands with every server: a server built for another
+// configuration (compressor, buckets, topology, counts) rejects it and both sides throw
+// InvalidArgument. comm.world_size() must be workers + servers and comm.rank() < workers.
 std::unique_ptr<PsWorker> make_ps_worker(const PsConfig& config, Communicator& comm,
                                          std::span<const BucketShape> buckets,
                                          const CodecRegistry& registry = builtin_registry());

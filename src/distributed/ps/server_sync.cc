@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../dense_packing.h"
 #include "detail/select.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
@@ -96,7 +97,7 @@ void Server::run_sync() {
         writer.end(m->compress(acc, c, out));
       } else {
         if (kinds[j] == RecordKind::kDense) {
-          for (std::size_t i = 0; i < k.numel; ++i) acc[i] *= inv_w;
+          sum_to_mean(std::span<float>(acc).first(k.numel), inv_w);
         }
         const auto out = writer.begin(k.id, RecordKind::kDense, 4 * k.numel);
         if (k.numel > 0) std::memcpy(out.data(), acc.data(), 4 * k.numel);

@@ -1,6 +1,7 @@
 // The parameter server's worker (worker.h): construction -- the key plan, one push and
 // one reply buffer per server sized for the largest messages, the handshake -- and the
-// Reducer interface around a step; and make_ps_worker, gradcomp/dist/ps.h's entry point.
+// Reducer and WeightExchange interfaces around a step; and make_ps_worker,
+// gradcomp/dist/ps.h's entry point.
 #include "worker.h"
 
 #include <algorithm>
@@ -96,10 +97,15 @@ void Worker::reduce(std::span<const BucketRef> buckets, const StepContext& ctx) 
   exchange(buckets, {}, ctx);
 }
 
-bool Worker::owns_weights() const { return cfg_.topology == Topology::kPsAsync; }
+void AsyncWorker::exchange_weights(std::span<const BucketRef> grads,
+                                   std::span<const std::span<float>> weights,
+                                   const StepContext& ctx) {
+  push_gradient_pull_weights(grads, weights, ctx);
+}
 
-void Worker::exchange_weights(std::span<const BucketRef> grads,
-                              std::span<const std::span<float>> weights, const StepContext& ctx) {
+void Worker::push_gradient_pull_weights(std::span<const BucketRef> grads,
+                                        std::span<const std::span<float>> weights,
+                                        const StepContext& ctx) {
   if (cfg_.topology != Topology::kPsAsync) {
     throw InvalidArgument("ps worker: exchange_weights() on " + describe_);
   }
@@ -153,6 +159,9 @@ namespace gradcomp::dist {
 std::unique_ptr<PsWorker> make_ps_worker(const PsConfig& config, Communicator& comm,
                                          std::span<const BucketShape> buckets,
                                          const CodecRegistry& registry) {
+  if (config.topology == Topology::kPsAsync) {
+    return std::make_unique<ps::AsyncWorker>(config, comm, buckets, registry);
+  }
   return std::make_unique<ps::Worker>(config, comm, buckets, registry);
 }
 

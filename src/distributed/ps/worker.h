@@ -1,10 +1,10 @@
 // The workers' side of the parameter server (gradcomp/dist/ps.h: make_ps_worker),
 // private to src/distributed/ps: a Reducer that pushes each key's message to the server
-// owning it and pulls the reply -- the mean gradient (ps-sync, reduce()) or the latest
-// weights (ps-async, exchange_weights()). One class, its work in three files:
+// owning it and pulls the reply -- the mean gradient (ps-sync, Worker::reduce()) or the
+// latest weights (ps-async, AsyncWorker::exchange_weights()). Its work in three files:
 //   worker.cc           construction (the key plan, buffers sized for the largest
-//                       messages) and the Reducer interface: reduce, exchange_weights,
-//                       the checkpointed state, statistics;
+//                       messages) and the interfaces: reduce, exchange_weights, the
+//                       checkpointed state, statistics;
 //   worker_step.cc      one step: every key encoded into one push per server,
 //                       Sketched-SGD's second round, the replies validated and applied;
 //   worker_messages.cc  the frames exchanged with the servers: the handshake, a round
@@ -33,12 +33,15 @@
 #include "gradcomp/error.h"
 #include "gradcomp/memory.h"
 #include "gradcomp/registry.h"
+#include "gradcomp/weight_exchange.h"
 #include "protocol.h"
 #include "sketch_plan.h"
 
 namespace gradcomp::dist::ps {
 
-class Worker final : public PsWorker {
+// The ps-sync worker, and the base of the ps-async one (AsyncWorker, below), which
+// make_ps_worker builds for that topology.
+class Worker : public PsWorker {
  public:
   Worker(const PsConfig& config, Communicator& comm, std::span<const BucketShape> buckets,
          const CodecRegistry& registry);
@@ -48,11 +51,6 @@ class Worker final : public PsWorker {
   // ---- worker.cc: the Reducer interface
 
   void reduce(std::span<const BucketRef> buckets, const StepContext& ctx) override;
-
-  bool owns_weights() const override;
-
-  void exchange_weights(std::span<const BucketRef> grads, std::span<const std::span<float>> weights,
-                        const StepContext& ctx) override;
 
   ReduceStats take_stats() override;
 
@@ -67,6 +65,13 @@ class Worker final : public PsWorker {
   // ---- worker_messages.cc
 
   void finish() override;
+
+ protected:
+  // ---- worker.cc: AsyncWorker's exchange_weights, refused on ps-sync
+
+  void push_gradient_pull_weights(std::span<const BucketRef> grads,
+                                  std::span<const std::span<float>> weights,
+                                  const StepContext& ctx);
 
  private:
   // Runs f; a CommError becomes one naming this worker, the action and the server.
@@ -140,6 +145,16 @@ class Worker final : public PsWorker {
   StalenessHistogram local_staleness_;
   StalenessHistogram staleness_;
   ReduceStats stats_;
+};
+
+// ps-async: the servers hold the weights and apply the optimizer, so the worker trades
+// its gradient for the latest weights (exchange_weights) and refuses reduce().
+class AsyncWorker final : public Worker, public WeightExchange {
+ public:
+  using Worker::Worker;
+
+  void exchange_weights(std::span<const BucketRef> grads, std::span<const std::span<float>> weights,
+                        const StepContext& ctx) override;
 };
 
 }  // namespace gradcomp::dist::ps
