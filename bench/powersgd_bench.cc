@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "bench/harness.h"
-#include "detail/low_rank.h"
 #include "gradcomp/dist/communicator.h"
 #include "gradcomp/dist/reducers.h"
+#include "gradcomp/kernels/low_rank.h"
 
 namespace gradcomp {
 namespace {
 
-using detail::LowRankShape;
+using kernels::LowRankShape;
 
 // The MLP's weights (rows = out features, cols = in features).
 const std::vector<std::pair<std::size_t, std::size_t>> kMatrices = {
@@ -50,7 +50,7 @@ void set_bytes(benchmark::State& state, std::size_t elements) {
 void bm_project_accumulate(benchmark::State& state, std::size_t rows, std::size_t cols) {
   MatrixBuffers b(rows, cols, static_cast<std::size_t>(state.range(0)));
   for (auto _ : state) {
-    detail::lr_project_accumulate(b.s, b.g, b.e, b.q, b.p);
+    kernels::lr_project_accumulate(b.s, b.g, b.e, b.q, b.p);
     benchmark::DoNotOptimize(b.p.data());
     // Keep e bounded: subtract g back (one more pass, not timed).
     state.PauseTiming();
@@ -62,10 +62,10 @@ void bm_project_accumulate(benchmark::State& state, std::size_t rows, std::size_
 
 void bm_back_project(benchmark::State& state, std::size_t rows, std::size_t cols) {
   MatrixBuffers b(rows, cols, static_cast<std::size_t>(state.range(0)));
-  detail::lr_project(b.s, b.g, b.q, b.p);
-  detail::lr_orthonormalize(b.p, rows, b.s.rank);
+  kernels::lr_project(b.s, b.g, b.q, b.p);
+  kernels::lr_orthonormalize(b.p, rows, b.s.rank);
   for (auto _ : state) {
-    detail::lr_back_project(b.s, b.g, b.p, b.q);
+    kernels::lr_back_project(b.s, b.g, b.p, b.q);
     benchmark::DoNotOptimize(b.q.data());
   }
   set_bytes(state, b.elements());
@@ -73,12 +73,12 @@ void bm_back_project(benchmark::State& state, std::size_t rows, std::size_t cols
 
 void bm_reconstruct_residual(benchmark::State& state, std::size_t rows, std::size_t cols) {
   MatrixBuffers b(rows, cols, static_cast<std::size_t>(state.range(0)));
-  detail::lr_project(b.s, b.g, b.q, b.p);
-  detail::lr_orthonormalize(b.p, rows, b.s.rank);
-  detail::lr_back_project(b.s, b.g, b.p, b.q);
+  kernels::lr_project(b.s, b.g, b.q, b.p);
+  kernels::lr_orthonormalize(b.p, rows, b.s.rank);
+  kernels::lr_back_project(b.s, b.g, b.p, b.q);
   for (auto _ : state) {
     // e <- e - P Q^T each time: e drifts linearly, harmless for timing.
-    detail::lr_reconstruct_residual(b.s, b.p, b.q, b.e, b.out);
+    kernels::lr_reconstruct_residual(b.s, b.p, b.q, b.e, b.out);
     benchmark::DoNotOptimize(b.out.data());
   }
   set_bytes(state, b.elements());
@@ -86,11 +86,11 @@ void bm_reconstruct_residual(benchmark::State& state, std::size_t rows, std::siz
 
 void bm_orthonormalize(benchmark::State& state, std::size_t rows, std::size_t cols) {
   MatrixBuffers b(rows, cols, static_cast<std::size_t>(state.range(0)));
-  detail::lr_project(b.s, b.g, b.q, b.p);
+  kernels::lr_project(b.s, b.g, b.q, b.p);
   const std::vector<float> p0 = b.p;
   for (auto _ : state) {
     b.p = p0;
-    detail::lr_orthonormalize(b.p, rows, b.s.rank);
+    kernels::lr_orthonormalize(b.p, rows, b.s.rank);
     benchmark::DoNotOptimize(b.p.data());
   }
 }
@@ -105,12 +105,12 @@ void bm_step_kernels(benchmark::State& state) {
     elements += rows * cols;
   }
   for (auto _ : state) {
-    for (auto& b : ms) detail::lr_project_accumulate(b->s, b->g, b->e, b->q, b->p);
+    for (auto& b : ms) kernels::lr_project_accumulate(b->s, b->g, b->e, b->q, b->p);
     for (auto& b : ms) {
-      detail::lr_orthonormalize(b->p, b->s.rows, r);
-      detail::lr_back_project(b->s, b->e, b->p, b->q);
+      kernels::lr_orthonormalize(b->p, b->s.rows, r);
+      kernels::lr_back_project(b->s, b->e, b->p, b->q);
     }
-    for (auto& b : ms) detail::lr_reconstruct_residual(b->s, b->p, b->q, b->e, b->g);
+    for (auto& b : ms) kernels::lr_reconstruct_residual(b->s, b->p, b->q, b->e, b->g);
     benchmark::ClobberMemory();
   }
   set_bytes(state, elements);

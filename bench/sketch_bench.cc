@@ -14,7 +14,7 @@
 #include <cmath>
 #include <vector>
 
-#include "detail/count_sketch.h"
+#include "gradcomp/kernels/count_sketch.h"
 #include "gradcomp/rng.h"
 
 namespace gradcomp {
@@ -38,8 +38,8 @@ const std::vector<float>& input() {
   return x;
 }
 
-detail::SketchHash hash_for(benchmark::State& state) {
-  return detail::SketchHash(42, kRows, static_cast<std::uint32_t>(state.range(0)));
+kernels::SketchHash hash_for(benchmark::State& state) {
+  return kernels::SketchHash(42, kRows, static_cast<std::uint32_t>(state.range(0)));
 }
 
 void set_bytes(benchmark::State& state) {
@@ -57,9 +57,9 @@ void BM_build(benchmark::State& state) {
     std::fill(table.begin(), table.end(), 0.0f);
     state.ResumeTiming();
     if constexpr (kRef) {
-      detail::sketch_accumulate_ref(h, x, 1.0f, table);
+      kernels::sketch_accumulate_ref(h, x, 1.0f, table);
     } else {
-      detail::sketch_accumulate(h, x, 1.0f, table);
+      kernels::sketch_accumulate(h, x, 1.0f, table);
     }
     benchmark::DoNotOptimize(table.data());
     benchmark::ClobberMemory();
@@ -72,12 +72,12 @@ void BM_estimate(benchmark::State& state) {
   const auto& x = input();
   const auto h = hash_for(state);
   std::vector<float> table(h.cells(), 0.0f), est(kN);
-  detail::sketch_accumulate(h, x, 1.0f, table);
+  kernels::sketch_accumulate(h, x, 1.0f, table);
   for (auto _ : state) {
     if constexpr (kRef) {
-      detail::sketch_estimate_all_ref(h, table, est);
+      kernels::sketch_estimate_all_ref(h, table, est);
     } else {
-      detail::sketch_estimate_all(h, table, est);
+      kernels::sketch_estimate_all(h, table, est);
     }
     benchmark::DoNotOptimize(est.data());
     benchmark::ClobberMemory();
@@ -91,10 +91,10 @@ void BM_heavy(benchmark::State& state) {
   const auto k = static_cast<std::size_t>(state.range(1));
   std::vector<float> table(h.cells(), 0.0f), est(kN);
   std::vector<std::uint32_t> idx(k);
-  detail::sketch_accumulate(h, x, 1.0f, table);
+  kernels::sketch_accumulate(h, x, 1.0f, table);
   std::size_t got = 0;
   for (auto _ : state) {
-    got = detail::sketch_top_k(h, table, est, k, idx, "bench");
+    got = kernels::sketch_top_k(h, table, est, k, idx, "bench");
     benchmark::DoNotOptimize(idx.data());
     benchmark::ClobberMemory();
   }

@@ -1,5 +1,5 @@
 // Count-sketch build against LibTorch's CPU operators, side by side in one process
-// (docs/measurements/codec-speed.md). The same sketch as detail::sketch_accumulate: the
+// (docs/measurements/codec-speed.md). The same sketch as kernels::sketch_accumulate: the
 // multiply-add-shift hash of count_sketch.h computed with int64 tensor ops, then one
 // index_add_ per row (a PyTorch count sketch computing its hashes on the fly); the count
 // sketch of Sketched-SGD's and FetchSGD's published code (CSVec with precomputed hashes:
@@ -29,12 +29,12 @@
 #include <cstring>
 #include <vector>
 
-#include "detail/count_sketch.h"
+#include "gradcomp/kernels/count_sketch.h"
 #include "gradcomp/rng.h"
 
 namespace {
 
-using gradcomp::detail::SketchHash;
+using gradcomp::kernels::SketchHash;
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(
@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
   };
   for (int rep = 0; rep < repeats + 1; ++rep) {  // the first round is a warm-up
     std::fill(table.begin(), table.end(), 0.0f);
-    timed(0, rep, [&] { gradcomp::detail::sketch_accumulate(h, x, 1.0f, table); });
+    timed(0, rep, [&] { gradcomp::kernels::sketch_accumulate(h, x, 1.0f, table); });
     full.zero_();
     timed(1, rep, [&] {
       for (std::uint32_t j = 0; j < rows; ++j) {

@@ -60,13 +60,13 @@ if(gradcomp_torch_lib_dir)
   set(GRADCOMP_TORCH_CMAKE_DIR ${gradcomp_torch_cmake_dir})
 endif()
 
-add_library(gradcomp_torch INTERFACE)
-target_link_libraries(gradcomp_torch INTERFACE ${TORCH_LIBRARIES})
+add_library(gradcomp_libtorch INTERFACE)
+target_link_libraries(gradcomp_libtorch INTERFACE ${TORCH_LIBRARIES})
 # torch's exported flags (Debian's carry -D_GLIBCXX_USE_CXX11_ABI; recent wheels none).
-target_compile_options(gradcomp_torch INTERFACE ${TORCH_CXX_FLAGS})
+target_compile_options(gradcomp_libtorch INTERFACE ${TORCH_CXX_FLAGS})
 # ProcessGroupGloo.hpp is compiled out unless USE_C10D_GLOO is defined; torch's own
 # targets define it for their consumers only in some releases (Caffe2Targets).
-target_compile_definitions(gradcomp_torch INTERFACE USE_C10D_GLOO USE_DISTRIBUTED)
+target_compile_definitions(gradcomp_libtorch INTERFACE USE_C10D_GLOO USE_DISTRIBUTED)
 
 # One C++ ABI for every target, torch-free ones included: a std::string crossing from the
 # core into torch-linked code must have one layout. torch says which in TORCH_CXX_FLAGS
@@ -100,5 +100,5 @@ endif()
 # ProcessGroupGloo.hpp's inline code uses resolve there.
 find_library(GRADCOMP_GLOO_LIBRARY gloo NO_CACHE)
 if(Torch_VERSION VERSION_LESS 2 AND GRADCOMP_GLOO_LIBRARY)
-  target_link_libraries(gradcomp_torch INTERFACE ${GRADCOMP_GLOO_LIBRARY})
+  target_link_libraries(gradcomp_libtorch INTERFACE ${GRADCOMP_GLOO_LIBRARY})
 endif()

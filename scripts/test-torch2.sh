@@ -24,7 +24,7 @@ echo "== torch $version: build (build-torch2/) (at ${SECONDS} s)"
 cmake -S . -B build-torch2 -G Ninja -DCMAKE_BUILD_TYPE=Release -U 'SKBUILD*' \
   -DGRADCOMP_TORCH_PYTHON="$py" -DGRADCOMP_BUILD_TESTS=ON -DGRADCOMP_BUILD_TOOLS=OFF \
   -DGRADCOMP_BUILD_BENCH=OFF -DGRADCOMP_BUILD_PYTHON=ON >/dev/null
-cmake --build build-torch2 -j "$jobs" --target gradcomp_dist_tests gradcomp_exchange_tests \
+cmake --build build-torch2 -j "$jobs" --target gradcomp_dist_tests gradcomp_torch_tests \
   gradcomp_python -- "${quiet[@]}"
 
 echo "== torch $version: C++ exchange and communicator tests (at ${SECONDS} s)"

@@ -2,7 +2,7 @@
 // parameters with defaults and ranges, examples, traits, and what a step sends (their
 // traffic hooks, scheme_traffic.cc). In the core, free of the reducers' code, so that a
 // Method is parsed, `gradcomp list` describes the schemes and `gradcomp advise` costs them
-// without c10d; each scheme's file in src/distributed (powersgd.cc, sketched_sgd.cc,
+// without c10d; each scheme's file in src/dist (powersgd.cc, sketched_sgd.cc,
 // fetchsgd.cc) reads the parameters declared here and pairs the description with its
 // reducer.
 #include <algorithm>
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "codecs/codecs.h"
-#include "detail/count_sketch.h"
 #include "detail/run_text.h"
 #include "detail/scheme_traffic.h"
-#include "detail/sketch_geometry.h"
+#include "gradcomp/kernels/count_sketch.h"
+#include "gradcomp/kernels/sketch_geometry.h"
 #include "gradcomp/registry.h"
 
 namespace gradcomp {
@@ -29,7 +29,7 @@ std::vector<ParamDef> geometry_params(double default_ratio, double default_table
                     "coordinates updated per bucket and step; 0: ceil(ratio*n)"),
           float_param("ratio", default_ratio, 0.0, 1.0, "with k=0: k as a fraction of the bucket",
                       true),
-          int_param("rows", default_rows, 1, detail::kMaxSketchRows, "sketch rows r"),
+          int_param("rows", default_rows, 1, kernels::kMaxSketchRows, "sketch rows r"),
           int_param("cols", 0, 0, std::int64_t{1} << 24, "sketch columns c; 0: ceil(table*n/rows)"),
           float_param("table", default_table, 0.0, 1.0,
                       "with cols=0: sketch cells r*c as a fraction of the bucket", true)};
@@ -60,14 +60,14 @@ std::vector<std::string> sketch_geometry_warnings(const std::string& scheme, con
                                                   std::size_t p2, const RunShape& run) {
   const bool per_k = p2 > 0;
   if (!per_k) p2 = 1;
-  const detail::SketchGeometry geo = detail::sketch_geometry_from(p);
+  const kernels::SketchGeometry geo = kernels::sketch_geometry_from(p);
   double worst = 0;
   std::size_t worst_n = 0, worst_cols = 0, worst_cand = 0, worst_k = 0;
   for (const std::size_t n : run.compressed_sizes) {
     if (n == 0) continue;
-    const std::size_t k = detail::sketch_k_for(geo, n);
+    const std::size_t k = kernels::sketch_k_for(geo, n);
     const std::size_t cand = std::min(n, p2 * k);
-    const std::size_t cols = detail::sketch_columns(n, geo.rows, geo.cols, geo.table);
+    const std::size_t cols = kernels::sketch_columns(n, geo.rows, geo.cols, geo.table);
     if (cols >= cand) continue;
     const double short_by =
         static_cast<double>(cand) / static_cast<double>(std::max<std::size_t>(cols, 1));

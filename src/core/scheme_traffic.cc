@@ -1,5 +1,5 @@
 // What each built-in scheme sends per step (SchemeDescription::traffic), from its
-// parameters and the rules of its reducer in src/distributed (powersgd.cc, sketched_sgd.cc,
+// parameters and the rules of its reducer in src/dist (powersgd.cc, sketched_sgd.cc,
 // fetchsgd.cc, ps/sketch_plan.h).
 #include "detail/scheme_traffic.h"
 
@@ -8,10 +8,15 @@
 #include <cstdio>
 #include <string>
 
-#include "detail/count_sketch.h"
-#include "detail/sketch_geometry.h"
+#include "gradcomp/kernels/count_sketch.h"
+#include "gradcomp/kernels/sketch_geometry.h"
 
 namespace gradcomp::detail {
+
+using kernels::sketch_columns;
+using kernels::sketch_geometry_from;
+using kernels::sketch_k_for;
+using kernels::SketchGeometry;
 
 namespace {
 

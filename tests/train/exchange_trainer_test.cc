@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/dist_test_support.h"
+#include "dist/dist_test_support.h"
 #include "gradcomp/dist/reducers.h"
 #include "gradcomp/registry.h"
 #include "train/trainer.h"

@@ -11,8 +11,8 @@
 #include <numeric>
 #include <set>
 
-#include "detail/count_sketch.h"
 #include "gradcomp/error.h"
+#include "gradcomp/kernels/count_sketch.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"
@@ -21,13 +21,13 @@
 namespace gradcomp {
 namespace {
 
-using detail::SketchHash;
+using kernels::SketchHash;
 
 const std::vector<std::size_t> kSizes = {0, 1, 2, 7, 31, 33, 1023, 1024, 1025, 5000, 70001};
 
 std::vector<float> sketch_of(const SketchHash& h, std::span<const float> x, float scale = 1.0f) {
   std::vector<float> t(h.cells(), 0.0f);
-  detail::sketch_accumulate(h, x, scale, t);
+  kernels::sketch_accumulate(h, x, scale, t);
   return t;
 }
 
@@ -92,10 +92,10 @@ TEST(CountSketchHash, NeighboursCollideAtRateOneOverC) {
 
 TEST(CountSketchHash, RejectsBadShapes) {
   EXPECT_THROW(SketchHash(1, 0, 10), InvalidArgument);
-  EXPECT_THROW(SketchHash(1, detail::kMaxSketchRows + 1, 10), InvalidArgument);
+  EXPECT_THROW(SketchHash(1, kernels::kMaxSketchRows + 1, 10), InvalidArgument);
   EXPECT_THROW(SketchHash(1, 3, 0), InvalidArgument);
   std::vector<float> x(10, 1.0f), t(7, 0.0f);
-  EXPECT_THROW(detail::sketch_accumulate(SketchHash(1, 2, 3), x, 1.0f, t), InvalidArgument);
+  EXPECT_THROW(kernels::sketch_accumulate(SketchHash(1, 2, 3), x, 1.0f, t), InvalidArgument);
 }
 
 // ---- fast kernels against the references ----------------------------------------------
@@ -110,8 +110,8 @@ TEST(CountSketchKernels, AccumulateMatchesReferenceBitForBit) {
         const auto x = test::random_gradient(n, n + rows);
         for (float scale : {1.0f, 0.37f}) {
           std::vector<float> fast(h.cells(), 0.5f), ref(h.cells(), 0.5f);
-          detail::sketch_accumulate(h, x, scale, fast);
-          detail::sketch_accumulate_ref(h, x, scale, ref);
+          kernels::sketch_accumulate(h, x, scale, fast);
+          kernels::sketch_accumulate_ref(h, x, scale, ref);
           ASSERT_TRUE(test::same_bits(fast, ref));
         }
       }
@@ -120,7 +120,7 @@ TEST(CountSketchKernels, AccumulateMatchesReferenceBitForBit) {
 }
 
 TEST(CountSketchKernels, EstimateAllMatchesReferenceBitForBit) {
-  for (std::uint32_t rows = 1; rows <= detail::kMaxSketchRows; ++rows) {
+  for (std::uint32_t rows = 1; rows <= kernels::kMaxSketchRows; ++rows) {
     for (std::uint32_t cols : {1u, 5u, 300u}) {
       for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{1023}, std::size_t{1025},
                             std::size_t{4099}}) {
@@ -129,8 +129,8 @@ TEST(CountSketchKernels, EstimateAllMatchesReferenceBitForBit) {
         const SketchHash h(rows + 100 * cols, rows, cols);
         const auto table = sketch_of(h, test::random_gradient(n, 3));
         std::vector<float> fast(n), ref(n);
-        detail::sketch_estimate_all(h, table, fast);
-        detail::sketch_estimate_all_ref(h, table, ref);
+        kernels::sketch_estimate_all(h, table, fast);
+        kernels::sketch_estimate_all_ref(h, table, ref);
         ASSERT_TRUE(test::same_bits(fast, ref));
         // The reference itself: the median of the r signed cells, computed by hand.
         for (std::size_t i = 0; i < std::min<std::size_t>(n, 50); ++i) {
@@ -154,8 +154,8 @@ TEST(CountSketchKernels, EstimatesOfCancellingCellsAgree) {
   const auto x = test::integer_gradient(2000, 4, 1);
   const auto table = sketch_of(h, x);
   std::vector<float> fast(x.size()), ref(x.size());
-  detail::sketch_estimate_all(h, table, fast);
-  detail::sketch_estimate_all_ref(h, table, ref);
+  kernels::sketch_estimate_all(h, table, fast);
+  kernels::sketch_estimate_all_ref(h, table, ref);
   EXPECT_TRUE(test::same_bits(fast, ref));
 }
 
@@ -171,7 +171,7 @@ TEST(CountSketchKernels, SparseAccumulateEqualsDenseOfTheSparseVector) {
     dense[i] = g[i];
   }
   std::vector<float> sparse(h.cells(), 0.0f);
-  detail::sketch_accumulate_sparse(h, idx, vals, 0.25f, sparse);
+  kernels::sketch_accumulate_sparse(h, idx, vals, 0.25f, sparse);
   EXPECT_TRUE(test::same_bits(sparse, sketch_of(h, dense, 0.25f)));
 }
 
@@ -189,7 +189,7 @@ TEST(CountSketchAlgebra, LinearExactlyForIntegerInputs) {
     // S(3a) = 3 S(a) and accumulating twice adds.
     const auto s3 = sketch_of(h, a, 3.0f);
     auto twice = sa;
-    detail::sketch_accumulate(h, a, 1.0f, twice);
+    kernels::sketch_accumulate(h, a, 1.0f, twice);
     for (std::size_t c = 0; c < h.cells(); ++c) {
       ASSERT_EQ(s3[c], 3.0f * sa[c]);
       ASSERT_EQ(twice[c], 2.0f * sa[c]);
@@ -208,7 +208,7 @@ TEST(CountSketchAlgebra, EstimatesAreExactWithoutCollisions) {
   const auto x = test::random_gradient(n, 6);
   const auto t = sketch_of(h, x);
   std::vector<float> est(n);
-  detail::sketch_estimate_all(h, t, est);
+  kernels::sketch_estimate_all(h, t, est);
   EXPECT_TRUE(test::same_bits(est, x));
 }
 
@@ -230,23 +230,23 @@ TEST(CountSketchAlgebra, PlantedHeavyHittersAreRecovered) {
     const auto table = sketch_of(h, x);
     std::vector<float> est(n);
     std::vector<std::uint32_t> top(k);
-    ASSERT_EQ(detail::sketch_top_k(h, table, est, k, top, "test"), k);
+    ASSERT_EQ(kernels::sketch_top_k(h, table, est, k, top, "test"), k);
     EXPECT_EQ(std::set<std::uint32_t>(top.begin(), top.end()), planted) << "seed " << seed;
     // Their estimates are close: noise per cell ~ sqrt(n / cols) = 3.
     for (std::uint32_t i : planted) EXPECT_NEAR(est[i], x[i], 25.0f) << i;
     // Zeroing their cells removes them: every touched cell becomes 0.
     auto zeroed = table;
-    detail::sketch_zero_cells(h, top, zeroed);
-    for (std::uint32_t i : planted) EXPECT_EQ(detail::sketch_estimate(h, zeroed, i), 0.0f);
+    kernels::sketch_zero_cells(h, top, zeroed);
+    for (std::uint32_t i : planted) EXPECT_EQ(kernels::sketch_estimate(h, zeroed, i), 0.0f);
   }
 }
 
 TEST(CountSketchAlgebra, ColumnsFromBudget) {
-  EXPECT_EQ(detail::sketch_columns(1000, 5, 7, 0.5), 7u);
-  EXPECT_EQ(detail::sketch_columns(1000, 5, 0, 0.025), 5u);  // 25 cells / 5 rows
-  EXPECT_EQ(detail::sketch_columns(1001, 5, 0, 0.025), 6u);  // ceil(25.025 / 5)
-  EXPECT_EQ(detail::sketch_columns(0, 5, 0, 0.025), 1u);
-  EXPECT_EQ(detail::sketch_columns(25000000, 5, 0, 0.025), 125000u);
+  EXPECT_EQ(kernels::sketch_columns(1000, 5, 7, 0.5), 7u);
+  EXPECT_EQ(kernels::sketch_columns(1000, 5, 0, 0.025), 5u);  // 25 cells / 5 rows
+  EXPECT_EQ(kernels::sketch_columns(1001, 5, 0, 0.025), 6u);  // ceil(25.025 / 5)
+  EXPECT_EQ(kernels::sketch_columns(0, 5, 0, 0.025), 1u);
+  EXPECT_EQ(kernels::sketch_columns(25000000, 5, 0, 0.025), 125000u);
 }
 
 // ---- the codec -------------------------------------------------------------------------
@@ -275,7 +275,7 @@ TEST(SketchCodec, WireLayoutIsKeyThenTable) {
   EXPECT_NE(load_le<std::uint64_t>(test::encode(*c, g, other_step).data() + kHeaderBytes), key);
   // heavy = 1: decode is every median estimate.
   std::vector<float> est(n);
-  detail::sketch_estimate_all_ref(h, table, est);
+  kernels::sketch_estimate_all_ref(h, table, est);
   EXPECT_TRUE(test::same_bits(test::decode(*c, msg, n), est));
 }
 

@@ -12,8 +12,8 @@
 #include <functional>
 #include <numeric>
 
-#include "detail/select.h"
 #include "gradcomp/error.h"
+#include "gradcomp/kernels/select.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/wire.h"
 #include "memory/dgc.h"
@@ -236,7 +236,7 @@ void run_against_simulation(const SimCase& c) {
     const auto msg = compress(*mem, g, ctx);
     ref.update(g, c.world);
     const std::size_t k =
-        detail::count_for_fraction(dgc_density(c.o.density, c.o.warmup, step, kSpe), kN);
+        kernels::count_for_fraction(dgc_density(c.o.density, c.o.warmup, step, kSpe), kN);
     if (c.o.density == 0.001 && c.o.warmup == 1) {
       ASSERT_EQ(k, expect_k[step]);
     }
@@ -381,9 +381,9 @@ TEST(Dgc, SampledSelectionSendsAValidTopSetOfTheRightSize) {
     for (std::size_t i = 0; i < kN; ++i) before[i] += std::fma(0.9f, u[i], g[i]);
     const auto msg = compress(*mem, g, ctx_at(step, 4));  // warm-up over 16 steps
     const Sparse s = parse(msg);
-    const std::size_t k = detail::count_for_fraction(dgc_density(0.001, 4, step, 4), kN);
+    const std::size_t k = kernels::count_for_fraction(dgc_density(0.001, 4, step, 4), kN);
     EXPECT_GE(10 * s.idx.size(), 8 * k) << step;
-    EXPECT_LE(s.idx.size(), detail::sampled_max_count(k)) << step;
+    EXPECT_LE(s.idx.size(), kernels::sampled_max_count(k)) << step;
     float min_sent = INFINITY;
     std::vector<char> chosen(kN, 0);
     for (std::size_t j = 0; j < s.idx.size(); ++j) {

@@ -26,8 +26,8 @@
 
 #include "detail/atomo_probabilities.h"
 #include "detail/lapack_svd.h"
-#include "detail/low_rank.h"
 #include "detail/thin_svd.h"
+#include "gradcomp/kernels/low_rank.h"
 #include "gradcomp/registry.h"
 #include "support/stress_matrices.h"
 
@@ -38,6 +38,8 @@
 namespace gradcomp::detail {
 namespace {
 
+using kernels::kLowRankDropTolerance;
+using kernels::lr_orthonormalize;
 using test::StressMatrix;
 using test::StressPattern;
 using MatD = Eigen::MatrixXd;

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <limits>
 
-#include "detail/half.h"
 #include "gradcomp/error.h"
+#include "gradcomp/kernels/half.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"
@@ -18,7 +18,7 @@
 namespace gradcomp {
 namespace {
 
-using detail::HalfFormat;
+using kernels::HalfFormat;
 
 std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
 
@@ -43,7 +43,7 @@ void expect_correctly_rounded(HalfFormat f, float x, std::uint16_t h) {
   const auto exact = [&](std::uint16_t v) {
     return f == HalfFormat::kFp16 ? fp16_exact(v) : bf16_exact(v);
   };
-  ASSERT_TRUE(detail::half_is_finite(f, h)) << x;
+  ASSERT_TRUE(kernels::half_is_finite(f, h)) << x;
   const std::uint16_t sign = bits(x) >> 31 ? 0x8000 : 0;
   ASSERT_EQ(h & 0x8000, sign) << x;
   const std::uint16_t mag = h & 0x7FFF;
@@ -70,11 +70,11 @@ std::vector<float> encode_cases(HalfFormat f) {
   for (std::uint32_t h = 0; h < 0x10000; ++h) {
     const auto u = static_cast<std::uint16_t>(h);
     const auto next = static_cast<std::uint16_t>(h + 1);
-    if (!detail::half_is_finite(f, u)) continue;
-    const float a = detail::half_to_float_ref(f, u);
+    if (!kernels::half_is_finite(f, u)) continue;
+    const float a = kernels::half_to_float_ref(f, u);
     v.push_back(a);
-    if ((h & 0x7FFF) != 0x7FFF && detail::half_is_finite(f, next) && ((h + 1) & 0x7FFF) != 0) {
-      const double mid = 0.5 * (static_cast<double>(a) + detail::half_to_float_ref(f, next));
+    if ((h & 0x7FFF) != 0x7FFF && kernels::half_is_finite(f, next) && ((h + 1) & 0x7FFF) != 0) {
+      const double mid = 0.5 * (static_cast<double>(a) + kernels::half_to_float_ref(f, next));
       const auto m = static_cast<float>(mid);  // exact: one more bit than the half
       v.push_back(m);
       v.push_back(std::nextafter(m, 0.0f));
@@ -116,41 +116,41 @@ std::vector<float> encode_cases(HalfFormat f) {
 TEST(Half, ReferenceDecodeIsExactForEveryPattern) {
   for (std::uint32_t h = 0; h < 0x10000; ++h) {
     const auto u = static_cast<std::uint16_t>(h);
-    if (detail::half_is_finite(HalfFormat::kFp16, u)) {
-      ASSERT_EQ(static_cast<double>(detail::fp16_to_float_ref(u)), fp16_exact(u)) << h;
-      ASSERT_EQ(bits(detail::fp16_to_float_ref(u)) >> 31, h >> 15) << h;  // signed zeros
+    if (kernels::half_is_finite(HalfFormat::kFp16, u)) {
+      ASSERT_EQ(static_cast<double>(kernels::fp16_to_float_ref(u)), fp16_exact(u)) << h;
+      ASSERT_EQ(bits(kernels::fp16_to_float_ref(u)) >> 31, h >> 15) << h;  // signed zeros
     }
-    if (detail::half_is_finite(HalfFormat::kBf16, u)) {
-      ASSERT_EQ(static_cast<double>(detail::bf16_to_float_ref(u)), bf16_exact(u)) << h;
+    if (kernels::half_is_finite(HalfFormat::kBf16, u)) {
+      ASSERT_EQ(static_cast<double>(kernels::bf16_to_float_ref(u)), bf16_exact(u)) << h;
     }
   }
-  EXPECT_EQ(detail::half_is_finite(HalfFormat::kFp16, 0x7C00), false);
-  EXPECT_EQ(detail::half_is_finite(HalfFormat::kFp16, 0xFE00), false);
-  EXPECT_EQ(detail::half_is_finite(HalfFormat::kFp16, 0x7BFF), true);
-  EXPECT_EQ(detail::half_is_finite(HalfFormat::kBf16, 0x7F80), false);
-  EXPECT_EQ(detail::half_is_finite(HalfFormat::kBf16, 0xFFC1), false);
-  EXPECT_EQ(detail::half_is_finite(HalfFormat::kBf16, 0x7F7F), true);
+  EXPECT_EQ(kernels::half_is_finite(HalfFormat::kFp16, 0x7C00), false);
+  EXPECT_EQ(kernels::half_is_finite(HalfFormat::kFp16, 0xFE00), false);
+  EXPECT_EQ(kernels::half_is_finite(HalfFormat::kFp16, 0x7BFF), true);
+  EXPECT_EQ(kernels::half_is_finite(HalfFormat::kBf16, 0x7F80), false);
+  EXPECT_EQ(kernels::half_is_finite(HalfFormat::kBf16, 0xFFC1), false);
+  EXPECT_EQ(kernels::half_is_finite(HalfFormat::kBf16, 0x7F7F), true);
 }
 
 TEST(Half, ReferenceEncodeRoundsToNearestEvenAndSaturates) {
   for (HalfFormat f : {HalfFormat::kFp16, HalfFormat::kBf16}) {
     SCOPED_TRACE(f == HalfFormat::kFp16 ? "fp16" : "bf16");
     for (float x : encode_cases(f)) {
-      expect_correctly_rounded(f, x, detail::float_to_half_ref(f, x));
+      expect_correctly_rounded(f, x, kernels::float_to_half_ref(f, x));
     }
   }
-  EXPECT_EQ(detail::float_to_fp16_ref(65519.0f), 0x7BFF);
-  EXPECT_EQ(detail::float_to_fp16_ref(65520.0f), 0x7BFF);  // RNE would give inf
-  EXPECT_EQ(detail::float_to_fp16_ref(-1e30f), 0xFBFF);
-  EXPECT_EQ(detail::float_to_fp16_ref(0x1p-25f), 0x0000);    // tie -> even (zero)
-  EXPECT_EQ(detail::float_to_fp16_ref(0x1.8p-24f), 0x0002);  // tie 1.5 ulp -> 2
-  EXPECT_EQ(detail::float_to_fp16_ref(-0.0f), 0x8000);
-  EXPECT_EQ(detail::float_to_fp16_ref(1.0f), 0x3C00);
-  EXPECT_EQ(detail::float_to_bf16_ref(std::numeric_limits<float>::max()), 0x7F7F);
-  EXPECT_EQ(detail::float_to_bf16_ref(-std::numeric_limits<float>::max()), 0xFF7F);
-  EXPECT_EQ(detail::float_to_bf16_ref(1.0f), 0x3F80);
-  EXPECT_EQ(detail::float_to_bf16_ref(std::bit_cast<float>(0x3F808000u)), 0x3F80);  // tie, even
-  EXPECT_EQ(detail::float_to_bf16_ref(std::bit_cast<float>(0x3F818000u)), 0x3F82);  // tie, odd
+  EXPECT_EQ(kernels::float_to_fp16_ref(65519.0f), 0x7BFF);
+  EXPECT_EQ(kernels::float_to_fp16_ref(65520.0f), 0x7BFF);  // RNE would give inf
+  EXPECT_EQ(kernels::float_to_fp16_ref(-1e30f), 0xFBFF);
+  EXPECT_EQ(kernels::float_to_fp16_ref(0x1p-25f), 0x0000);    // tie -> even (zero)
+  EXPECT_EQ(kernels::float_to_fp16_ref(0x1.8p-24f), 0x0002);  // tie 1.5 ulp -> 2
+  EXPECT_EQ(kernels::float_to_fp16_ref(-0.0f), 0x8000);
+  EXPECT_EQ(kernels::float_to_fp16_ref(1.0f), 0x3C00);
+  EXPECT_EQ(kernels::float_to_bf16_ref(std::numeric_limits<float>::max()), 0x7F7F);
+  EXPECT_EQ(kernels::float_to_bf16_ref(-std::numeric_limits<float>::max()), 0xFF7F);
+  EXPECT_EQ(kernels::float_to_bf16_ref(1.0f), 0x3F80);
+  EXPECT_EQ(kernels::float_to_bf16_ref(std::bit_cast<float>(0x3F808000u)), 0x3F80);  // tie, even
+  EXPECT_EQ(kernels::float_to_bf16_ref(std::bit_cast<float>(0x3F818000u)), 0x3F82);  // tie, odd
 }
 
 TEST(Half, BulkDecodeEqualsReferenceForAll65536Patterns) {
@@ -162,10 +162,10 @@ TEST(Half, BulkDecodeEqualsReferenceForAll65536Patterns) {
     for (std::size_t off : {0, 1, 7, 15}) {
       const std::size_t n = 0x10000 - off;
       std::vector<float> out(n);
-      detail::decode_halves(f, in.data() + 2 * off, out);
+      kernels::decode_halves(f, in.data() + 2 * off, out);
       for (std::size_t i = 0; i < n; ++i) {
         const auto h = static_cast<std::uint16_t>(i + off);
-        ASSERT_EQ(bits(out[i]), bits(detail::half_to_float_ref(f, h))) << std::hex << h;
+        ASSERT_EQ(bits(out[i]), bits(kernels::half_to_float_ref(f, h))) << std::hex << h;
       }
       // Accumulating decode with a non-trivial alpha: fma(alpha, h, out), finite only.
       std::vector<float> acc(n), want(n);
@@ -176,11 +176,11 @@ TEST(Half, BulkDecodeEqualsReferenceForAll65536Patterns) {
       std::vector<std::byte> finite(in.begin() + static_cast<std::ptrdiff_t>(2 * off), in.end());
       for (std::size_t i = 0; i < n; ++i) {
         const auto h = static_cast<std::uint16_t>(i + off);
-        const auto use = detail::half_is_finite(f, h) ? h : std::uint16_t{0x3C00};
+        const auto use = kernels::half_is_finite(f, h) ? h : std::uint16_t{0x3C00};
         store_le<std::uint16_t>(finite.data() + 2 * i, use);
-        want[i] = std::fma(alpha, detail::half_to_float_ref(f, use), want[i]);
+        want[i] = std::fma(alpha, kernels::half_to_float_ref(f, use), want[i]);
       }
-      detail::decode_add_halves(f, finite.data(), acc, alpha);
+      kernels::decode_add_halves(f, finite.data(), acc, alpha);
       for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(bits(acc[i]), bits(want[i])) << i;
     }
   }
@@ -193,16 +193,16 @@ TEST(Half, BulkEncodeEqualsReferenceBitForBit) {
     for (std::size_t off : {0, 3}) {
       std::span<const float> in(x.data() + off, x.size() - off);
       std::vector<std::byte> out(2 * in.size() + 64, std::byte{0xCC});
-      ASSERT_EQ(detail::encode_halves(f, in, out.data()), in.size());
+      ASSERT_EQ(kernels::encode_halves(f, in, out.data()), in.size());
       for (std::size_t g = 2 * in.size(); g < out.size(); ++g) ASSERT_EQ(out[g], std::byte{0xCC});
       auto p = std::vector<float>(in.begin(), in.end());
       std::vector<std::byte> out2(2 * in.size());
-      ASSERT_EQ(detail::encode_halves_feedback(f, p, out2.data()), in.size());
+      ASSERT_EQ(kernels::encode_halves_feedback(f, p, out2.data()), in.size());
       ASSERT_EQ(0, std::memcmp(out.data(), out2.data(), out2.size()));
       for (std::size_t i = 0; i < in.size(); ++i) {
-        const std::uint16_t want = detail::float_to_half_ref(f, in[i]);
+        const std::uint16_t want = kernels::float_to_half_ref(f, in[i]);
         ASSERT_EQ(load_le<std::uint16_t>(out.data() + 2 * i), want) << in[i];
-        const float e = std::fma(-1.0f, detail::half_to_float_ref(f, want), in[i]);
+        const float e = std::fma(-1.0f, kernels::half_to_float_ref(f, want), in[i]);
         ASSERT_EQ(bits(p[i]), bits(e)) << in[i];
       }
     }
@@ -218,14 +218,14 @@ TEST(Half, BulkKernelsReportTheFirstNonFinite) {
           auto x = test::random_gradient(n, 1);
           x[at] = bad;
           std::vector<std::byte> out(2 * n);
-          EXPECT_EQ(detail::encode_halves(f, x, out.data()), at);
-          EXPECT_EQ(detail::encode_halves_feedback(f, x, out.data()), at);
+          EXPECT_EQ(kernels::encode_halves(f, x, out.data()), at);
+          EXPECT_EQ(kernels::encode_halves_feedback(f, x, out.data()), at);
         }
         std::vector<std::byte> h(2 * n);
         for (std::size_t i = 0; i < n; ++i) store_le<std::uint16_t>(h.data() + 2 * i, 0x3C00);
-        EXPECT_EQ(detail::find_nonfinite_half(f, h.data(), n), n);
+        EXPECT_EQ(kernels::find_nonfinite_half(f, h.data(), n), n);
         store_le<std::uint16_t>(h.data() + 2 * at, f == HalfFormat::kFp16 ? 0xFC01 : 0x7F80);
-        EXPECT_EQ(detail::find_nonfinite_half(f, h.data(), n), at);
+        EXPECT_EQ(kernels::find_nonfinite_half(f, h.data(), n), at);
       }
     }
   }
@@ -254,7 +254,7 @@ TEST(Fp16Codec, RoundTripsSaturatesAndRejectsNonFinite) {
     ASSERT_EQ(msg.size(), kHeaderBytes + 2 * x.size());
     const auto d = test::decode(*c, msg, x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
-      ASSERT_EQ(d[i], detail::half_to_float_ref(f, detail::float_to_half_ref(f, x[i]))) << i;
+      ASSERT_EQ(d[i], kernels::half_to_float_ref(f, kernels::float_to_half_ref(f, x[i]))) << i;
     }
     if (!bf) {
       EXPECT_EQ(d[5], 65504.0f);  // saturated, not inf
@@ -296,9 +296,9 @@ TEST(Fp16Codec, MessagesSumInTheHalfFormat) {
     for (std::size_t i = 0; i < r.count; ++i) {
       std::byte* pa = ma.data() + r.offset + 2 * i;
       const float s =
-          detail::half_to_float_ref(f, load_le<std::uint16_t>(pa)) +
-          detail::half_to_float_ref(f, load_le<std::uint16_t>(mb.data() + r.offset + 2 * i));
-      store_le<std::uint16_t>(pa, detail::float_to_half_ref(f, s));
+          kernels::half_to_float_ref(f, load_le<std::uint16_t>(pa)) +
+          kernels::half_to_float_ref(f, load_le<std::uint16_t>(mb.data() + r.offset + 2 * i));
+      store_le<std::uint16_t>(pa, kernels::float_to_half_ref(f, s));
     }
     reseal_message(ma);  // as the allreduce reducer does after the sum
     const auto sum = test::decode(*c, ma, n);

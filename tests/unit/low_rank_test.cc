@@ -3,7 +3,7 @@
 // OpenMP split), Gram-Schmidt gives orthonormal columns spanning the same space, zero
 // and dependent columns come out as exact zeros, and one power iteration recovers a
 // rank-r matrix.
-#include "detail/low_rank.h"
+#include "gradcomp/kernels/low_rank.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include "gradcomp/error.h"
 #include "support/test_support.h"
 
-namespace gradcomp::detail {
+namespace gradcomp::kernels {
 namespace {
 
 using gradcomp::test::random_gradient;
@@ -305,4 +305,4 @@ TEST(LowRank, SizeMismatchesThrow) {
 }
 
 }  // namespace
-}  // namespace gradcomp::detail
+}  // namespace gradcomp::kernels

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <limits>
 
-#include "detail/select.h"
 #include "gradcomp/error.h"
+#include "gradcomp/kernels/select.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/wire.h"
 #include "support/test_support.h"
@@ -124,7 +124,7 @@ TEST(Mask, KeepsTheRatioLargestWithTiesAndHasNoMemory) {
     for (std::size_t n : {1, 33, 1000, 65539}) {
       for (const auto& x : inputs(n)) {
         const auto m = sorted_mags(x);
-        const std::size_t k = detail::count_for_fraction(ratio, n);
+        const std::size_t k = kernels::count_for_fraction(ratio, n);
         const float thr = m[n - k];  // the k-th largest; its ties are kept too
         SCOPED_TRACE("ratio=" + std::to_string(ratio) + " n=" + std::to_string(n));
         const auto got = parse(test::encode(*c, x));

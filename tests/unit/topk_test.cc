@@ -9,9 +9,9 @@
 #include <numeric>
 #include <random>
 
-#include "detail/half.h"
-#include "detail/select.h"
 #include "gradcomp/error.h"
+#include "gradcomp/kernels/half.h"
+#include "gradcomp/kernels/select.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"
@@ -42,7 +42,7 @@ std::vector<std::uint32_t> reference_topk(const std::vector<std::uint32_t>& orde
 
 std::vector<std::uint32_t> exact(std::span<const float> x, std::size_t k) {
   std::vector<std::uint32_t> out(std::min(k, x.size()) + 1, 0xDEADBEEF);
-  const std::size_t c = detail::select_topk_exact(x, k, out, "test");
+  const std::size_t c = kernels::select_topk_exact(x, k, out, "test");
   EXPECT_EQ(out[std::min(k, x.size())], 0xDEADBEEFu) << "wrote past min(k, n)";
   out.resize(c);
   return out;
@@ -99,7 +99,7 @@ std::vector<std::size_t> test_sizes() {
 std::vector<std::size_t> test_ks(std::size_t n) {
   std::vector<std::size_t> ks = {0, 1, 2, 3, n / 2, n > 0 ? n - 1 : 0, n, n + 5};
   for (double r : {0.001, 0.01, 0.07, 0.1, 0.25, 0.5, 0.9, 1.0}) {
-    ks.push_back(detail::count_for_fraction(r, n));
+    ks.push_back(kernels::count_for_fraction(r, n));
   }
   return ks;
 }
@@ -145,7 +145,7 @@ TEST(TopkSelect, TopkAmongSubsetEqualsReference) {
         SCOPED_TRACE("n=" + std::to_string(n) + " kind=" + std::to_string(kind) +
                      " k=" + std::to_string(k));
         auto list = subset;
-        list.resize(detail::select_topk_among(x, list, k));
+        list.resize(kernels::select_topk_among(x, list, k));
         std::vector<std::uint32_t> want;
         for (auto j : reference_topk(order, k)) want.push_back(subset[j]);
         ASSERT_EQ(list, want);
@@ -162,10 +162,10 @@ TEST(TopkSelect, KthLargestAndAtLeastEqualReference) {
       for (float v : x) mags.push_back(std::fabs(v));
       std::sort(mags.begin(), mags.end(), std::greater<>());
       for (std::size_t k : {std::size_t{1}, n / 3 + 1, n}) {
-        const std::uint32_t t = detail::kth_largest_abs_bits(x, k, "test");
+        const std::uint32_t t = kernels::kth_largest_abs_bits(x, k, "test");
         ASSERT_EQ(t, std::bit_cast<std::uint32_t>(mags[k - 1])) << n << " " << kind << " " << k;
         std::vector<std::uint32_t> got(n);
-        got.resize(detail::select_at_least(x, t, got, "test"));
+        got.resize(kernels::select_at_least(x, t, got, "test"));
         std::vector<std::uint32_t> want;
         for (std::uint32_t i = 0; i < n; ++i) {
           if (std::fabs(x[i]) >= mags[k - 1]) want.push_back(i);
@@ -186,16 +186,16 @@ TEST(TopkSelect, NonFiniteInputsAreRejectedWithTheFirstIndex) {
       x[at] = bad;
       if (at + 1 < n) x[at + 1] = bad;
       const std::string want = "topk encode: non-finite value at index " + std::to_string(at);
-      std::vector<std::uint32_t> out(detail::sampled_max_count(n));
+      std::vector<std::uint32_t> out(kernels::sampled_max_count(n));
       for (std::size_t k : {std::size_t{1}, n / 100 + 1, n}) {
         try {
-          detail::select_topk_exact(x, k, out, "topk encode");
+          kernels::select_topk_exact(x, k, out, "topk encode");
           ADD_FAILURE() << "exact accepted a non-finite value";
         } catch (const InvalidArgument& e) {
           EXPECT_EQ(e.what(), want);
         }
         try {
-          detail::select_topk_sampled(x, k, 0.01, CounterRng(9), out, "topk encode");
+          kernels::select_topk_sampled(x, k, 0.01, CounterRng(9), out, "topk encode");
           ADD_FAILURE() << "sampled accepted a non-finite value";
         } catch (const InvalidArgument& e) {
           EXPECT_EQ(e.what(), want);
@@ -208,35 +208,35 @@ TEST(TopkSelect, NonFiniteInputsAreRejectedWithTheFirstIndex) {
 }
 
 TEST(TopkSelect, CountForFractionIsRobust) {
-  EXPECT_EQ(detail::count_for_fraction(0.07, 100), 7u);  // 0.07*100 = 7.000000000000001
-  EXPECT_EQ(detail::count_for_fraction(0.7, 10), 7u);
-  EXPECT_EQ(detail::count_for_fraction(0.3, 10), 3u);
-  EXPECT_EQ(detail::count_for_fraction(0.29, 100), 29u);
-  EXPECT_EQ(detail::count_for_fraction(0.57, 100), 57u);
-  EXPECT_EQ(detail::count_for_fraction(0.001, 25000000), 25000u);
-  EXPECT_EQ(detail::count_for_fraction(0.5, 3), 2u);
-  EXPECT_EQ(detail::count_for_fraction(0.1, 3), 1u);
-  EXPECT_EQ(detail::count_for_fraction(0.34, 3), 2u);  // 1.02 is not an integer
-  EXPECT_EQ(detail::count_for_fraction(1e-9, 5), 1u);  // at least one
-  EXPECT_EQ(detail::count_for_fraction(1.0, 65539), 65539u);
-  EXPECT_EQ(detail::count_for_fraction(0.5, 0), 0u);
+  EXPECT_EQ(kernels::count_for_fraction(0.07, 100), 7u);  // 0.07*100 = 7.000000000000001
+  EXPECT_EQ(kernels::count_for_fraction(0.7, 10), 7u);
+  EXPECT_EQ(kernels::count_for_fraction(0.3, 10), 3u);
+  EXPECT_EQ(kernels::count_for_fraction(0.29, 100), 29u);
+  EXPECT_EQ(kernels::count_for_fraction(0.57, 100), 57u);
+  EXPECT_EQ(kernels::count_for_fraction(0.001, 25000000), 25000u);
+  EXPECT_EQ(kernels::count_for_fraction(0.5, 3), 2u);
+  EXPECT_EQ(kernels::count_for_fraction(0.1, 3), 1u);
+  EXPECT_EQ(kernels::count_for_fraction(0.34, 3), 2u);  // 1.02 is not an integer
+  EXPECT_EQ(kernels::count_for_fraction(1e-9, 5), 1u);  // at least one
+  EXPECT_EQ(kernels::count_for_fraction(1.0, 65539), 65539u);
+  EXPECT_EQ(kernels::count_for_fraction(0.5, 0), 0u);
   // Every decimal ratio r = j/1000 times n = 1000 is exactly j.
   for (int j = 1; j <= 1000; ++j) {
-    ASSERT_EQ(detail::count_for_fraction(j / 1000.0, 1000), static_cast<std::size_t>(j)) << j;
+    ASSERT_EQ(kernels::count_for_fraction(j / 1000.0, 1000), static_cast<std::size_t>(j)) << j;
   }
   for (int j = 1; j <= 100; ++j) {
-    ASSERT_EQ(detail::count_for_fraction(j * 0.01, 100), static_cast<std::size_t>(j)) << j;
+    ASSERT_EQ(kernels::count_for_fraction(j * 0.01, 100), static_cast<std::size_t>(j)) << j;
   }
 }
 
 TEST(TopkSelect, SampledMaxCount) {
-  EXPECT_EQ(detail::sampled_max_count(0), 0u);
-  EXPECT_EQ(detail::sampled_max_count(1), 1u);
-  EXPECT_EQ(detail::sampled_max_count(3), 3u);
-  EXPECT_EQ(detail::sampled_max_count(7), 9u);
-  EXPECT_EQ(detail::sampled_max_count(10), 13u);
-  EXPECT_EQ(detail::sampled_max_count(25000), 32500u);
-  EXPECT_EQ(detail::sampled_max_count(4294967295u), 5583457483u);
+  EXPECT_EQ(kernels::sampled_max_count(0), 0u);
+  EXPECT_EQ(kernels::sampled_max_count(1), 1u);
+  EXPECT_EQ(kernels::sampled_max_count(3), 3u);
+  EXPECT_EQ(kernels::sampled_max_count(7), 9u);
+  EXPECT_EQ(kernels::sampled_max_count(10), 13u);
+  EXPECT_EQ(kernels::sampled_max_count(25000), 32500u);
+  EXPECT_EQ(kernels::sampled_max_count(4294967295u), 5583457483u);
 }
 
 // ---- sampled -------------------------------------------------------------------------
@@ -269,8 +269,8 @@ void expect_valid_top_set(std::span<const float> x, const std::vector<std::uint3
 
 std::vector<std::uint32_t> sampled(std::span<const float> x, std::size_t k, double sample,
                                    std::uint64_t key) {
-  std::vector<std::uint32_t> out(detail::sampled_max_count(std::min(k, x.size())) + 1, 0xDEADBEEF);
-  const std::size_t c = detail::select_topk_sampled(x, k, sample, CounterRng(key), out, "test");
+  std::vector<std::uint32_t> out(kernels::sampled_max_count(std::min(k, x.size())) + 1, 0xDEADBEEF);
+  const std::size_t c = kernels::select_topk_sampled(x, k, sample, CounterRng(key), out, "test");
   EXPECT_EQ(out.back(), 0xDEADBEEFu) << "wrote past sampled_max_count";
   out.resize(c);
   return out;
@@ -282,12 +282,12 @@ TEST(TopkSampled, ReturnsAValidTopSetOfBoundedSize) {
       const auto x = make_input(kind, n, 11 + n);
       for (double ratio : {0.001, 0.01, 0.05, 0.3}) {
         for (double sample : {0.001, 0.01, 0.2}) {
-          const std::size_t k = detail::count_for_fraction(ratio, n);
+          const std::size_t k = kernels::count_for_fraction(ratio, n);
           SCOPED_TRACE("n=" + std::to_string(n) + " kind=" + std::to_string(kind) +
                        " ratio=" + std::to_string(ratio) + " sample=" + std::to_string(sample));
           const auto sel = sampled(x, k, sample, 77);
           EXPECT_GE(10 * sel.size(), 8 * k);
-          EXPECT_LE(sel.size(), detail::sampled_max_count(k));
+          EXPECT_LE(sel.size(), kernels::sampled_max_count(k));
           expect_valid_top_set(x, sel);
           // Exactly k entries can only be the exact top-k.
           if (sel.size() == k) {
@@ -308,7 +308,7 @@ TEST(TopkSampled, GaussianMillionLandsWithinTheBand) {
   for (auto& v : x) v = normal(gen);
   int accepted_inexact = 0;
   for (double ratio : {0.001, 0.01}) {
-    const std::size_t k = detail::count_for_fraction(ratio, n);
+    const std::size_t k = kernels::count_for_fraction(ratio, n);
     for (std::uint64_t key = 0; key < 8; ++key) {
       const auto sel = sampled(x, k, 0.01, key);
       EXPECT_GE(10 * sel.size(), 8 * k);
@@ -336,7 +336,7 @@ std::vector<Entry> parse(const std::vector<std::byte>& msg, bool fp16) {
   std::vector<Entry> out;
   for (std::uint32_t j = 0; j < c; ++j) {
     const auto i = load_le<std::uint32_t>(p + 4 + 4 * j);
-    const float v = fp16 ? detail::fp16_to_float_ref(load_le<std::uint16_t>(p + 4 + 4 * c + 2 * j))
+    const float v = fp16 ? kernels::fp16_to_float_ref(load_le<std::uint16_t>(p + 4 + 4 * c + 2 * j))
                          : load_le<float>(p + 4 + 4 * c + 4 * j);
     out.push_back({i, v});
   }
@@ -352,7 +352,7 @@ TEST(TopkCodec, MessageHoldsTheReferenceTopkAndItsValues) {
       auto c = builtin_registry().make_codec(spec);
       for (std::size_t n : {1, 100, 65539}) {
         const auto x = test::random_gradient(n, 21, 10000.0f);  // some beyond fp16 range
-        const std::size_t k = detail::count_for_fraction(ratio, n);
+        const std::size_t k = kernels::count_for_fraction(ratio, n);
         const auto msg = test::encode(*c, x);
         EXPECT_EQ(msg.size(), c->max_encoded_bytes(n)) << "exact mode sends exactly k";
         const auto entries = parse(msg, fp16);
@@ -361,7 +361,7 @@ TEST(TopkCodec, MessageHoldsTheReferenceTopkAndItsValues) {
         for (std::size_t j = 0; j < want.size(); ++j) {
           ASSERT_EQ(entries[j].index, want[j]);
           const float v = x[want[j]];
-          const float expect = fp16 ? detail::fp16_to_float_ref(detail::float_to_fp16_ref(v)) : v;
+          const float expect = fp16 ? kernels::fp16_to_float_ref(kernels::float_to_fp16_ref(v)) : v;
           ASSERT_EQ(entries[j].value, expect);
           if (fp16) {
             ASSERT_LE(std::fabs(entries[j].value), 65504.0f);
@@ -376,7 +376,7 @@ TEST(TopkCodec, MessageHoldsTheReferenceTopkAndItsValues) {
         for (auto i : want) sent[i] = 1;
         for (std::size_t i = 0; i < n; ++i) {
           const float e =
-              sent[i] ? (fp16 ? x[i] - detail::fp16_to_float_ref(detail::float_to_fp16_ref(x[i]))
+              sent[i] ? (fp16 ? x[i] - kernels::fp16_to_float_ref(kernels::float_to_fp16_ref(x[i]))
                               : 0.0f)
                       : x[i];
           ASSERT_EQ(std::bit_cast<std::uint32_t>(p[i]), std::bit_cast<std::uint32_t>(e)) << i;

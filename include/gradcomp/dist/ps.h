@@ -21,7 +21,7 @@
 // MXNet), or the mean re-encoded with the server's own error feedback (`compressed`,
 // BytePS). Deterministic: no any-source receive in sync mode.
 //
-// Sketched-SGD (--compressor sketched-sgd on ps-sync; src/distributed/ps/sketch_plan.h): the
+// Sketched-SGD (--compressor sketched-sgd on ps-sync; src/dist/ps/sketch_plan.h): the
 // workers push count sketches of their accumulated momentum, the server merges them,
 // answers with the candidate heavy hitters, collects the workers' exact values there
 // (a second push) and replies with the top k; the workers zero their momentum and error

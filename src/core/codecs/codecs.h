@@ -23,7 +23,7 @@ void register_signsgd(CodecRegistry& registry);  // signsgd and efsign
 void register_sketch(CodecRegistry& registry);   // count sketch (Sketched-SGD, FetchSGD)
 void register_atomo(CodecRegistry& registry);    // ATOMO spectral and entrywise atoms
 // The reducer schemes' descriptions (scheme_descriptions.cc; their reducers live in
-// src/distributed).
+// src/dist).
 void register_builtin_schemes(CodecRegistry& registry);
 
 }  // namespace gradcomp

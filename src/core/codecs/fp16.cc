@@ -13,15 +13,15 @@
 #include <string>
 
 #include "codecs.h"
-#include "detail/half.h"
 #include "gradcomp/error.h"
+#include "gradcomp/kernels/half.h"
 #include "gradcomp/wire.h"
 
 namespace gradcomp {
 
 namespace {
 
-using detail::HalfFormat;
+using kernels::HalfFormat;
 
 class Fp16Codec final : public Codec {
  public:
@@ -41,7 +41,7 @@ class Fp16Codec final : public Codec {
   std::size_t encode_payload(std::span<const float> in, const StepContext& /*ctx*/,
                              std::span<std::byte> payload,
                              PayloadCrc* /*payload_crc*/) const override {
-    const std::size_t bad = detail::encode_halves(format_, in, payload.data());
+    const std::size_t bad = kernels::encode_halves(format_, in, payload.data());
     if (bad != in.size()) throw_non_finite(in[bad], bad);
     return 2 * in.size();
   }
@@ -50,7 +50,7 @@ class Fp16Codec final : public Codec {
   std::size_t encode_payload_feedback(std::span<float> p, const StepContext& /*ctx*/,
                                       std::span<std::byte> payload,
                                       PayloadCrc* /*payload_crc*/) const override {
-    const std::size_t bad = detail::encode_halves_feedback(format_, p, payload.data());
+    const std::size_t bad = kernels::encode_halves_feedback(format_, p, payload.data());
     if (bad != p.size()) throw_non_finite(p[bad], bad);
     return 2 * p.size();
   }
@@ -59,14 +59,14 @@ class Fp16Codec final : public Codec {
                           float alpha) const override {
     const std::size_t n = out.size();
     expect_payload_bytes(payload, 2 * n, op_decode_, n);
-    const std::size_t bad = detail::find_nonfinite_half(format_, payload.data(), n);
+    const std::size_t bad = kernels::find_nonfinite_half(format_, payload.data(), n);
     if (bad != n) {
       char hex[8];
       std::snprintf(hex, sizeof hex, "0x%04X", load_le<std::uint16_t>(payload.data() + 2 * bad));
       throw CorruptMessage(op_decode_ + ": non-finite " + fmt_name() + " pattern " + hex +
                            " at index " + std::to_string(bad));
     }
-    detail::decode_add_halves(format_, payload.data(), out, alpha);
+    kernels::decode_add_halves(format_, payload.data(), out, alpha);
   }
 
  private:

@@ -31,8 +31,8 @@
 
 #include "codecs.h"
 #include "detail/scratch.h"
-#include "detail/select.h"
 #include "gradcomp/error.h"
+#include "gradcomp/kernels/select.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"
 
@@ -78,12 +78,12 @@ class RandomkCodec final : public Codec {
       : Codec(std::move(id), traits_for(rescale)), ratio_(ratio), rescale_(rescale) {}
 
   LinearRegion linear_region(std::size_t n) const override {
-    return {kHeaderBytes + kKeyBytes, detail::count_for_fraction(ratio_, n), WireDType::kFloat32};
+    return {kHeaderBytes + kKeyBytes, kernels::count_for_fraction(ratio_, n), WireDType::kFloat32};
   }
 
  protected:
   std::size_t max_payload_bytes(std::size_t n) const override {
-    return kKeyBytes + 4 * detail::count_for_fraction(ratio_, n);
+    return kKeyBytes + 4 * kernels::count_for_fraction(ratio_, n);
   }
 
   std::size_t encode_payload(std::span<const float> in, const StepContext& ctx,
@@ -110,7 +110,7 @@ class RandomkCodec final : public Codec {
   void decode_payload_add(std::span<const std::byte> payload, std::span<float> out,
                           float alpha) const override {
     const std::size_t n = out.size();
-    const std::size_t k = detail::count_for_fraction(ratio_, n);
+    const std::size_t k = kernels::count_for_fraction(ratio_, n);
     expect_payload_bytes(payload, kKeyBytes + 4 * k, "randomk decode", n);
     const std::byte* vals = payload.data() + kKeyBytes;
     std::uint32_t bad = 0;
@@ -141,7 +141,7 @@ class RandomkCodec final : public Codec {
   std::span<const std::uint64_t> encode_impl(std::span<const float> in, const StepContext& ctx,
                                              std::byte* payload) const {
     const std::size_t n = in.size();
-    const std::size_t k = detail::count_for_fraction(ratio_, n);
+    const std::size_t k = kernels::count_for_fraction(ratio_, n);
     const CounterRng rng = CounterRng::for_step(ctx, RngScope::kShared);
     store_le<std::uint64_t>(payload, rng.key());
     std::byte* vals = payload + kKeyBytes;

@@ -36,10 +36,10 @@
 #include <string>
 
 #include "codecs.h"
-#include "detail/count_sketch.h"
 #include "detail/scratch.h"
-#include "detail/select.h"
 #include "gradcomp/error.h"
+#include "gradcomp/kernels/count_sketch.h"
+#include "gradcomp/kernels/select.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"
 
@@ -47,7 +47,7 @@ namespace gradcomp {
 
 namespace {
 
-using detail::SketchHash;
+using kernels::SketchHash;
 
 // Separates the sketch codec's key from other users of the shared stream of a bucket.
 constexpr std::uint32_t kHashStream = 0x5C7Cu;
@@ -86,9 +86,9 @@ class SketchCodec final : public Codec {
     const SketchHash h(key, rows_, columns(n));
     const auto table = detail::scratch<float>(0, h.cells());
     std::fill(table.begin(), table.end(), 0.0f);
-    detail::sketch_accumulate(h, in, 1.0f, table);
+    kernels::sketch_accumulate(h, in, 1.0f, table);
     std::size_t bad = 0;
-    if (!detail::sketch_table_finite(table, &bad)) {
+    if (!kernels::sketch_table_finite(table, &bad)) {
       throw InvalidArgument("sketch encode: table cell " + std::to_string(bad) +
                             " overflows (input too large for fp32 sums)");
     }
@@ -103,7 +103,7 @@ class SketchCodec final : public Codec {
     const std::uint32_t c = columns(n);
     const std::size_t cells = std::size_t{rows_} * c;
     expect_payload_bytes(payload, kKeyBytes + 4 * cells, "sketch decode", n);
-    const std::size_t k = heavy_ >= 1.0 ? n : detail::count_for_fraction(heavy_, n);
+    const std::size_t k = heavy_ >= 1.0 ? n : kernels::count_for_fraction(heavy_, n);
     // Slot 0: [table: cells floats | estimates: n floats | selected: k u32].
     const auto raw = detail::scratch_bytes(0, 4 * (cells + n + k));
     float* table = reinterpret_cast<float*>(raw.data());
@@ -111,7 +111,7 @@ class SketchCodec final : public Codec {
     auto* idx = reinterpret_cast<std::uint32_t*>(raw.data() + 4 * (cells + n));
     std::memcpy(table, payload.data() + kKeyBytes, 4 * cells);
     std::size_t bad = 0;
-    if (!detail::sketch_table_finite({table, cells}, &bad)) {
+    if (!kernels::sketch_table_finite({table, cells}, &bad)) {
       throw CorruptMessage("sketch decode: table cell " + std::to_string(bad) + " of " +
                            std::to_string(cells) + " is not finite");
     }
@@ -119,18 +119,18 @@ class SketchCodec final : public Codec {
     const SketchHash h(load_le<std::uint64_t>(payload.data()), rows_, c);
     float* dst = out.data();
     if (k == n) {
-      detail::sketch_estimate_all(h, {table, cells}, {est, n});
+      kernels::sketch_estimate_all(h, {table, cells}, {est, n});
       for (std::size_t i = 0; i < n; ++i) dst[i] += alpha * est[i];
       return;
     }
     const std::size_t m =
-        detail::sketch_top_k(h, {table, cells}, {est, n}, k, {idx, k}, "sketch decode");
+        kernels::sketch_top_k(h, {table, cells}, {est, n}, k, {idx, k}, "sketch decode");
     for (std::size_t t = 0; t < m; ++t) dst[idx[t]] += alpha * est[idx[t]];
   }
 
  private:
   std::uint32_t columns(std::size_t n) const {
-    return detail::sketch_columns(n, rows_, cols_, ratio_);
+    return kernels::sketch_columns(n, rows_, cols_, ratio_);
   }
   std::size_t cells(std::size_t n) const { return std::size_t{rows_} * columns(n); }
 
@@ -149,7 +149,8 @@ void register_sketch(CodecRegistry& registry) {
        .summary = "count sketch (rows x cols fp32 table); decodes the heavy hitters of the "
                   "median estimates",
        .traits = {.linear = false, .unbiased = false, .needs_memory = false, .stochastic = false},
-       .params = {int_param("rows", 5, 1, detail::kMaxSketchRows, "sketch rows r (hash functions)"),
+       .params = {int_param("rows", 5, 1, kernels::kMaxSketchRows,
+                            "sketch rows r (hash functions)"),
                   int_param("cols", 0, 0, std::int64_t{1} << 24,
                             "sketch columns c; 0: ceil(ratio*n/rows)"),
                   float_param("ratio", 0.025, 0.0, 1.0,

@@ -17,8 +17,8 @@
 
 #include "codecs.h"
 #include "detail/scratch.h"
-#include "detail/select.h"
 #include "detail/sparse_message.h"
+#include "gradcomp/kernels/select.h"
 #include "gradcomp/wire.h"
 
 namespace gradcomp {
@@ -38,7 +38,7 @@ class ThresholdCodec final : public Codec {
               CodecTraits{
                   .linear = false, .unbiased = false, .needs_memory = memory, .stochastic = false}),
         fixed_(tau > 0.0),
-        tau_bits_(std::max<std::uint32_t>(detail::abs_bits(static_cast<float>(tau)), 1)),
+        tau_bits_(std::max<std::uint32_t>(kernels::abs_bits(static_cast<float>(tau)), 1)),
         rule_(rule),
         fraction_(fraction),
         op_encode_(name() + " encode"),
@@ -55,8 +55,8 @@ class ThresholdCodec final : public Codec {
   std::size_t planned_payload_bytes(std::size_t n, const StepContext& /*ctx*/) const override {
     if (fixed_ || n == 0) return max_payload_bytes(n);
     const std::size_t count = rule_ == Rule::kPercentile
-                                  ? n - detail::count_for_fraction(fraction_, n) + 1
-                                  : detail::count_for_fraction(fraction_, n);
+                                  ? n - kernels::count_for_fraction(fraction_, n) + 1
+                                  : kernels::count_for_fraction(fraction_, n);
     return detail::sparse_payload_bytes(std::min(count, n), SparseValues::kFp32);
   }
 
@@ -81,7 +81,7 @@ class ThresholdCodec final : public Codec {
   }
 
  private:
-  // The threshold's bit pattern (see detail::abs_bits).
+  // The threshold's bit pattern (see kernels::abs_bits).
   std::uint32_t threshold_bits(std::span<const float> x) const {
     if (fixed_) return tau_bits_;
     const std::size_t n = x.size();
@@ -90,18 +90,18 @@ class ThresholdCodec final : public Codec {
     if (rule_ == Rule::kPercentile) {
       // Nearest rank: the rank-th smallest with rank = ceil(R/100 * n), i.e. the
       // (n - rank + 1)-th largest.
-      k = n - detail::count_for_fraction(fraction_, n) + 1;
+      k = n - kernels::count_for_fraction(fraction_, n) + 1;
     } else {
-      k = detail::count_for_fraction(fraction_, n);
+      k = kernels::count_for_fraction(fraction_, n);
     }
-    return detail::kth_largest_abs_bits(x, k, op_encode_);
+    return kernels::kth_largest_abs_bits(x, k, op_encode_);
   }
 
   // Indices of the nonzero |x| >= thr, ascending, in scratch slot 0.
   std::span<const std::uint32_t> select(std::span<const float> x) const {
     const std::uint32_t thr = std::max<std::uint32_t>(threshold_bits(x), 1);
     const auto out = detail::scratch<std::uint32_t>(0, x.size());
-    return out.first(detail::select_at_least(x, thr, out, op_encode_));
+    return out.first(kernels::select_at_least(x, thr, out, op_encode_));
   }
 
   bool fixed_;              // tau > 0

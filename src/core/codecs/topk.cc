@@ -13,8 +13,8 @@
 #include "codecs.h"
 #include "detail/pending.h"
 #include "detail/scratch.h"
-#include "detail/select.h"
 #include "detail/sparse_message.h"
+#include "gradcomp/kernels/select.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"
 
@@ -94,12 +94,12 @@ class TopkCodec final : public Codec {
   }
 
  private:
-  std::size_t k(std::size_t n) const { return detail::count_for_fraction(ratio_, n); }
+  std::size_t k(std::size_t n) const { return kernels::count_for_fraction(ratio_, n); }
   bool sampled(std::size_t n) const {
     return select_ == Select::kSampled || (select_ == Select::kAuto && n >= kAutoSampledFrom);
   }
   std::size_t max_count(std::size_t n) const {
-    return sampled(n) ? detail::sampled_max_count(k(n)) : k(n);
+    return sampled(n) ? kernels::sampled_max_count(k(n)) : k(n);
   }
 
   // The selected indices, ascending, in scratch slot 0 (x formed by pending if given).
@@ -110,9 +110,9 @@ class TopkCodec final : public Codec {
     std::size_t c = 0;
     if (sampled(n)) {
       const CounterRng rng = CounterRng::for_step(ctx, RngScope::kPerRank);
-      c = detail::select_topk_sampled(x, k(n), sample_, rng, out, "topk encode", pending);
+      c = kernels::select_topk_sampled(x, k(n), sample_, rng, out, "topk encode", pending);
     } else {
-      c = detail::select_topk_exact(x, k(n), out, "topk encode", pending);
+      c = kernels::select_topk_exact(x, k(n), out, "topk encode", pending);
     }
     return out.first(c);
   }

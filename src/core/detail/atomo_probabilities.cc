@@ -5,9 +5,11 @@
 #include <numeric>
 
 #include "detail/scratch.h"
-#include "detail/select.h"
+#include "gradcomp/kernels/select.h"
 
 namespace gradcomp::detail {
+
+using namespace kernels;  // the selection and half-float kernels
 
 namespace {
 

@@ -4,11 +4,13 @@
 #include <cstring>
 #include <string>
 
-#include "detail/half.h"
 #include "gradcomp/error.h"
+#include "gradcomp/kernels/half.h"
 #include "gradcomp/wire.h"
 
 namespace gradcomp::detail {
+
+using namespace kernels;  // the selection and half-float kernels
 
 namespace {
 

@@ -37,9 +37,9 @@
 #include "detail/pending.h"
 #include "detail/run_text.h"
 #include "detail/scratch.h"
-#include "detail/select.h"
 #include "detail/sparse_message.h"
 #include "gradcomp/error.h"
+#include "gradcomp/kernels/select.h"
 #include "gradcomp/memory.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"
@@ -154,8 +154,8 @@ class Dgc final : public Memory {
     if (o_.correction) u_.assign(n, 0.0f);
     v_.assign(n, 0.0f);
     // Worst-case selection size over the schedule, so the index scratch is sized once.
-    max_count_ = detail::sampled_max_count(
-        detail::count_for_fraction(detail::dgc_max_density(o_.density, o_.warmup_epochs), n));
+    max_count_ = kernels::sampled_max_count(
+        kernels::count_for_fraction(detail::dgc_max_density(o_.density, o_.warmup_epochs), n));
   }
 
   const Codec& codec() const override { return *codec_; }
@@ -174,7 +174,7 @@ class Dgc final : public Memory {
     }
     const double density = detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step,
                                                ctx.steps_per_epoch, ctx.total_steps);
-    const std::size_t k = detail::count_for_fraction(density, n_);
+    const std::size_t k = kernels::count_for_fraction(density, n_);
     // Without clipping (the default), the accumulation is fused into the selection's
     // first pass (detail/pending.h): the sampled selection then reads g, u and v once,
     // as error feedback's top-k does (topk.cc). Clipping needs ||g|| before any update,
@@ -209,9 +209,9 @@ class Dgc final : public Memory {
   std::size_t step_max_encoded_bytes(const StepContext& ctx) const override {
     const double density = detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step,
                                                ctx.steps_per_epoch, ctx.total_steps);
-    const std::size_t k = detail::count_for_fraction(density, n_);
+    const std::size_t k = kernels::count_for_fraction(density, n_);
     const std::size_t count =
-        std::min(n_, o_.select == Select::kSampled ? detail::sampled_max_count(k) : k);
+        std::min(n_, o_.select == Select::kSampled ? kernels::sampled_max_count(k) : k);
     return std::min(max_encoded_bytes(), kHeaderBytes + detail::sparse_payload_bytes(
                                                             count, detail::SparseValues::kFp32));
   }
@@ -321,14 +321,14 @@ class Dgc final : public Memory {
   // (v formed by pending if given)
   std::span<const std::uint32_t> select(std::size_t k, const StepContext& ctx,
                                         const detail::Pending* pending = nullptr) const {
-    const std::size_t cap = o_.select == Select::kSampled ? detail::sampled_max_count(k) : k;
+    const std::size_t cap = o_.select == Select::kSampled ? kernels::sampled_max_count(k) : k;
     const auto out = detail::scratch<std::uint32_t>(0, cap, max_count_);
     std::size_t c = 0;
     if (o_.select == Select::kSampled) {
       const CounterRng rng = CounterRng::for_step(ctx, RngScope::kPerRank);
-      c = detail::select_topk_sampled(v_, k, o_.sample, rng, out, kOp, pending);
+      c = kernels::select_topk_sampled(v_, k, o_.sample, rng, out, kOp, pending);
     } else {
-      c = detail::select_topk_exact(v_, k, out, kOp, pending);
+      c = kernels::select_topk_exact(v_, k, out, kOp, pending);
     }
     return out.first(c);
   }
