@@ -175,7 +175,7 @@ TEST(DgcTrainer, ResumeContinuesTheSameTrajectoryBitForBit) {
   }
   const auto sa = a.sync().state();
   const auto sc = c.sync().state();
-  ASSERT_EQ(sa.size(), 4u);  // two compressed buckets, u and v each
+  ASSERT_EQ(sa.size(), 6u);  // two compressed buckets: u, v and the rate v is formed at
   ASSERT_EQ(sc.size(), sa.size());
   for (std::size_t i = 0; i < sa.size(); ++i) {
     EXPECT_EQ(sa[i].name, sc[i].name);

@@ -317,6 +317,33 @@ TEST(Dgc, MomentumCorrectionByHand) {
   EXPECT_EQ(state_of(*mem, "accumulator"), (std::vector<float>{2.5f, 0, -3, 1.25f}));
 }
 
+TEST(Dgc, UnsentUpdatesKeepTheLearningRateTheyWereFormedAt) {
+  // n = 4, k = 1, no momentum correction, no warm-up. Step 1 at lr 0.1: v = g, send
+  // index 3 (10). Step 2 at lr 0.05 with g = 0: lr_rescale scales the rest of v by
+  // 0.1 / 0.05 = 2 and sends index 2 (6); without it, 3, as in the paper.
+  const std::string base = "dgc:density=0.25,correction=0,warmup_epochs=0,select=exact";
+  for (const bool rescale : {true, false}) {
+    auto mem = reg().make_memory(base + (rescale ? "" : ",lr_rescale=0"), 4);
+    StepContext c = ctx_at(0, 0);
+    c.lr = 0.1f;
+    Sparse s = parse(compress(*mem, std::vector<float>{1, 2, 3, 10}, c));
+    EXPECT_EQ(s.idx, std::vector<std::uint32_t>{3});
+    c = ctx_at(1, 0);
+    c.lr = 0.05f;
+    s = parse(compress(*mem, std::vector<float>{0, 0, 0, 0}, c));
+    EXPECT_EQ(s.idx, std::vector<std::uint32_t>{2});
+    EXPECT_EQ(s.val, std::vector<float>{rescale ? 6.0f : 3.0f});
+    EXPECT_EQ(state_of(*mem, "accumulator"),
+              (rescale ? std::vector<float>{2, 4, 0, 0} : std::vector<float>{1, 2, 0, 0}));
+    // The same rate again, or none given (lr 0), changes nothing.
+    c = ctx_at(2, 0);
+    c.lr = rescale ? 0.05f : 0.0f;
+    s = parse(compress(*mem, std::vector<float>{0, 0, 0, 0}, c));
+    EXPECT_EQ(s.val, std::vector<float>{rescale ? 4.0f : 2.0f});
+  }
+  EXPECT_EQ(state_of(*reg().make_memory(base, 4), "learning_rate"), std::vector<float>{0});
+}
+
 TEST(Dgc, ClipsAtClipOverRootW) {
   // g = (3, 4): ||g|| = 5. clip = 2, W = 4: threshold 1, so g becomes (0.6, 0.8).
   auto mem = reg().make_memory("dgc:density=1,clip=2,warmup_epochs=0,select=exact", 2);
@@ -405,26 +432,33 @@ TEST(Dgc, RepeatsExactlyAndResumesFromItsState) {
   auto a = reg().make_memory(spec, kN);
   auto b = reg().make_memory(spec, kN);
   std::vector<std::vector<std::byte>> first;
+  // A decaying learning rate, so that the state includes what v's rate is.
+  auto at = [](std::uint64_t step) {
+    StepContext c = ctx_at(step, 6, 4);
+    c.lr = 0.1f / static_cast<float>(1 + step);
+    return c;
+  };
   for (std::uint64_t step = 0; step < 10; ++step) {
     const auto g = test::random_gradient(kN, 40 + step);
-    const auto ma = compress(*a, g, ctx_at(step, 6, 4));
-    EXPECT_EQ(ma, compress(*b, g, ctx_at(step, 6, 4))) << step;
+    const auto ma = compress(*a, g, at(step));
+    EXPECT_EQ(ma, compress(*b, g, at(step))) << step;
     first.push_back(ma);
   }
   // A fresh memory given a's state continues exactly as a does.
   auto c = reg().make_memory(spec, kN);
   const auto sa = a->state();
   const auto sc = c->state();
-  ASSERT_EQ(sa.size(), 2u);
-  ASSERT_EQ(sc.size(), 2u);
+  ASSERT_EQ(sa.size(), 3u);
+  ASSERT_EQ(sc.size(), 3u);
   EXPECT_EQ(sa[0].name, "momentum");
   EXPECT_EQ(sa[1].name, "accumulator");
+  EXPECT_EQ(sa[2].name, "learning_rate");
   for (std::size_t i = 0; i < sa.size(); ++i) {
     std::copy(sa[i].data.begin(), sa[i].data.end(), sc[i].data.begin());
   }
   for (std::uint64_t step = 10; step < 16; ++step) {
     const auto g = test::random_gradient(kN, 40 + step);
-    EXPECT_EQ(compress(*a, g, ctx_at(step, 6, 4)), compress(*c, g, ctx_at(step, 6, 4))) << step;
+    EXPECT_EQ(compress(*a, g, at(step)), compress(*c, g, at(step))) << step;
   }
   // Another rank samples other thresholds: not required to differ, but a different
   // step must not replay the same message.
@@ -434,8 +468,8 @@ TEST(Dgc, RepeatsExactlyAndResumesFromItsState) {
 TEST(Dgc, StateAndMomentumOwnership) {
   auto with = reg().make_memory("dgc", 10);
   EXPECT_TRUE(with->carries_momentum());
-  EXPECT_EQ(with->state().size(), 2u);
-  auto without = reg().make_memory("dgc:correction=0", 10);
+  EXPECT_EQ(with->state().size(), 3u);  // momentum, accumulator, learning rate
+  auto without = reg().make_memory("dgc:correction=0,lr_rescale=0", 10);
   EXPECT_FALSE(without->carries_momentum());  // the optimizer keeps its momentum
   ASSERT_EQ(without->state().size(), 1u);
   EXPECT_EQ(without->state()[0].name, "accumulator");
@@ -507,7 +541,7 @@ TEST(MemoryRegistry, BuildsDgcAndItsCodecFromSpecs) {
   auto mem = reg().make_memory("dgc:density=0.001", 100);
   EXPECT_EQ(mem->spec(),
             "dgc:density=0.001,momentum=0.9,nesterov=0,clip=0,warmup_epochs=4,select=sampled,"
-            "sample=0.01,masking=1,correction=1");
+            "sample=0.01,masking=1,correction=1,lr_rescale=1");
   EXPECT_EQ(mem->codec().spec(), "topk:ratio=0.25,select=sampled,values=fp32,sample=0.01");
   EXPECT_EQ(reg().make_codec_of("dgc:density=0.001")->spec(), mem->codec().spec());
   EXPECT_EQ(reg().make_codec_of("dgc:density=0.001,warmup_epochs=0,sample=0.1")->spec(),

@@ -6,6 +6,12 @@
 //        (nesterov=1: u <- m*(u + g) ; v <- v + u + g; correction=0: v <- v + g, no u)
 //   I <- top-k(|v|), k = ceil(density(step) * n) (sampled threshold or exact radix select)
 //   send (I, v[I]) ;  u[I] <- 0 (momentum factor masking; masking=0: off) ;  v[I] <- 0
+// lr_rescale=1 (the default): before the step, v <- v * lr_prev / lr when the learning
+// rate changed since v was last formed, so that what v holds still moves the weights as far
+// as it would have at the rate it was computed with (error feedback in parameter space):
+// under a decaying schedule the paper's form applies long-delayed entries at the smaller
+// rate of the step that sends them, which costs short runs most (measured in
+// docs/measurements/accuracy.md, "DGC on short runs").
 // density(step) ramps 0.25, 0.0625, 0.015625, 0.0039 -> target over warmup_epochs,
 // at most 1/8 of the run when its length is known (StepContext::total_steps; memory/dgc.h). The
 // optimizer then applies the mean of the W decoded messages without its own momentum for these
@@ -97,6 +103,7 @@ struct DgcOptions {
   double sample = 0.01;
   bool masking = true;
   bool correction = true;
+  bool lr_rescale = true;
 
   static DgcOptions from(const Params& p) {
     DgcOptions o;
@@ -109,6 +116,7 @@ struct DgcOptions {
     o.sample = p.get_float("sample");
     o.masking = p.get_bool("masking");
     o.correction = p.get_bool("correction");
+    o.lr_rescale = p.get_bool("lr_rescale");
     return o;
   }
 };
@@ -172,6 +180,7 @@ class Dgc final : public Memory {
       throw InvalidArgument(std::string(kOp) + ": output buffer of " + std::to_string(out.size()) +
                             " bytes < max_encoded_bytes " + std::to_string(max_encoded_bytes()));
     }
+    rescale_to(ctx.lr);
     const double density = detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step,
                                                ctx.steps_per_epoch, ctx.total_steps);
     const std::size_t k = kernels::count_for_fraction(density, n_);
@@ -226,6 +235,7 @@ class Dgc final : public Memory {
                             std::to_string(out.size()) + " elements, memory holds " +
                             std::to_string(n_));
     }
+    rescale_to(ctx.lr);
     accumulate(clipped(grad, ctx));
     std::copy(v_.begin(), v_.end(), out.begin());
     std::fill(v_.begin(), v_.end(), 0.0f);
@@ -236,6 +246,7 @@ class Dgc final : public Memory {
     std::vector<StateBuffer> out;
     if (o_.correction) out.push_back({"momentum", u_});
     out.push_back({"accumulator", v_});
+    if (o_.lr_rescale) out.push_back({"learning_rate", lr_});
     return out;
   }
 
@@ -244,6 +255,18 @@ class Dgc final : public Memory {
   bool carries_momentum() const override { return o_.correction; }
 
  private:
+  // lr_rescale: v's unsent updates, formed at the rate lr_[0], scaled to `lr`. A rate
+  // that is not positive (a caller that gives none) leaves v as it is.
+  void rescale_to(float lr) {
+    if (!o_.lr_rescale || !(lr > 0.0f)) return;
+    const float formed_at = lr_[0];
+    if (formed_at > 0.0f && formed_at != lr) {
+      const float r = formed_at / lr;
+      for (float& x : v_) x *= r;
+    }
+    lr_[0] = lr;
+  }
+
   // The gradient, locally clipped when clipping is on. The clipped gradient goes through
   // memory, so that s*g is rounded once on its own whatever the compiler contracts
   // (scratch slot 1 is free until select()).
@@ -340,6 +363,9 @@ class Dgc final : public Memory {
   std::size_t max_count_ = 0;
   std::vector<float> u_;  // momentum (empty with correction=0)
   std::vector<float> v_;  // accumulated velocity
+  // lr_rescale: the learning rate v's contents are formed at (0: none yet). A vector so
+  // that it is checkpointed with u and v (state()).
+  std::vector<float> lr_ = std::vector<float>(1, 0.0f);
 };
 
 // The run's header line: the warm-up's stages, bounded by the run's length.
@@ -428,7 +454,10 @@ void register_dgc(CodecRegistry& registry) {
                   bool_param("masking", true, "momentum factor masking: zero u where v was sent"),
                   bool_param("correction", true,
                              "momentum correction; 0: v = v + g and the optimizer keeps its own "
-                             "momentum (gradient dropping with momentum, the paper's baseline)")},
+                             "momentum (gradient dropping with momentum, the paper's baseline)"),
+                  bool_param("lr_rescale", true,
+                             "keep v's unsent updates at the learning rate they were formed at: "
+                             "v = v * lr_prev / lr when the rate changes (0: as in the paper)")},
        .examples = {"dgc:density=0.01", "dgc:density=0.001,warmup_epochs=0.5",
                     "dgc:density=0.05,select=exact,warmup_epochs=0",
                     "dgc:density=0.01,nesterov=1,clip=5", "dgc:masking=0",
