@@ -126,7 +126,7 @@ std::optional<double> accuracy_cost(const std::string& spec) {
       {"none", 0.0},
       {"topk:ratio=0.01", -0.42},
       {"efm(topk:ratio=0.01)", -0.42},  // what topk:ratio=0.01 runs as
-      {"dgc:density=0.001", -0.52},
+      {"dgc:density=0.001", -0.27},
       {"2bit", -0.49},
       {"efsign", -0.37},
       {"fetchsgd", -0.41},

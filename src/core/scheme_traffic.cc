@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gradcomp/kernels/count_sketch.h"
+#include "gradcomp/kernels/low_rank.h"
 #include "gradcomp/kernels/sketch_geometry.h"
 
 namespace gradcomp::detail {
@@ -93,7 +94,7 @@ SchemeTraffic powersgd_traffic(const Params& p, std::span<const BucketPlan> buck
   double ps = 0.0, qs = 0.0, dense = 0.0;
   for (const BucketPlan& b : buckets) {
     const std::size_t cols = b.rows > 0 ? b.numel / b.rows : 0;
-    if (b.compressible && b.rows > 0 && powersgd_worth(b.rows, cols, rank)) {
+    if (b.compressible && b.rows > 0 && kernels::low_rank_pays(b.rows, cols, rank)) {
       ps += static_cast<double>(b.rows * rank);
       qs += static_cast<double>(cols * rank);
       t.compressed_elements += b.numel;

@@ -45,12 +45,6 @@ namespace gradcomp::dist {
 
 namespace {
 
-// docs/algorithms/low-rank.md: a matrix is compressed only when the factors are less than half its
-// size.
-bool worth_compressing(std::size_t rows, std::size_t cols, std::size_t rank) {
-  return rows * cols > 2 * rank * (rows + cols);
-}
-
 class PowerSgdReducer final : public Reducer {
  public:
   PowerSgdReducer(const Params& params, std::string spec, Communicator& comm,
@@ -74,7 +68,7 @@ class PowerSgdReducer final : public Reducer {
       }
       if (b.compressible && b.rows > 0) {
         const std::size_t cols = b.numel / b.rows;
-        if (worth_compressing(b.rows, cols, rank_)) {
+        if (kernels::low_rank_pays(b.rows, cols, rank_)) {
           s.low_rank = true;
           s.lr = {b.rows, cols, rank_};
           s.q.assign(s.lr.q_size(), 0.0f);  // all-zero columns: drawn at first use

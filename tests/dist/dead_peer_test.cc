@@ -80,7 +80,9 @@ void run_group(int world, int die_rank, int die_step) {
           << log;
     }
   }
-  if (die_rank >= 0) EXPECT_GE(named_the_dead, 1) << "no survivor named rank " << die_rank;
+  if (die_rank >= 0) {
+    EXPECT_GE(named_the_dead, 1) << "no survivor named rank " << die_rank;
+  }
 }
 
 TEST(DistDeadPeer, HealthyGroupOfProcessesCompletes) { run_group(3, -1, 0); }

@@ -43,6 +43,13 @@ struct LowRankShape {
   std::size_t q_size() const { return cols * rank; }
 };
 
+// PowerSGD's size rule (docs/algorithms/low-rank.md): a rows x cols matrix is factored at
+// rank r only when its factors hold fewer than half its elements; otherwise it goes dense.
+// The reducer and the cost model's traffic hook both ask this one function.
+inline bool low_rank_pays(std::size_t rows, std::size_t cols, std::size_t rank) {
+  return rows * cols > 2 * rank * (rows + cols);
+}
+
 // ---- fast kernels -------------------------------------------------------------------
 
 // p = M q.
