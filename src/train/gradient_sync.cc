@@ -165,6 +165,34 @@ class ReducerSync final : public GradientSync {
   double exposed_seconds_ = 0;
 };
 
+// --sync-every: the public DiLoCo on the model's parameters; nothing happens in a step
+// until the optimizer has stepped.
+class OuterSync final : public GradientSync {
+ public:
+  OuterSync(const SyncSetup& setup, dist::Communicator& comm, DiLoCoOptions options)
+      : diloco_(setup.named_parameters, comm, std::move(options)) {}
+
+  void begin_step(const StepInfo& /*step*/) override {}
+  void finish_step() override {}  // the gradients stay local
+  bool after_optimizer_step(std::int64_t steps) override {
+    if (diloco_.inner_steps() + 1 != steps) {
+      throw Error("outer loop: step " + std::to_string(steps) + " after " +
+                  std::to_string(diloco_.inner_steps()) + " inner steps");
+    }
+    return diloco_.step();
+  }
+  void resume_at(std::int64_t steps) override { diloco_.set_inner_steps(steps); }
+  bool momentum_in_memory() const override { return false; }
+  const std::vector<BucketPlan>& buckets() const override { return diloco_.loop().buckets(); }
+  ExchangeStats take_stats() override { return diloco_.take_stats(); }
+  std::vector<StateBuffer> state() override { return diloco_.state(); }
+  std::string describe() const override { return diloco_.describe(); }
+  std::vector<std::string> take_warnings() override { return {}; }
+
+ private:
+  DiLoCo diloco_;
+};
+
 }  // namespace
 
 SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, ReducerKind reducer) {
@@ -190,6 +218,23 @@ SyncFactory reducer_sync(ReducerFactory make_reducer, Method method) {
   return [make_reducer = std::move(make_reducer),
           method = std::move(method)](const SyncSetup& setup) -> std::unique_ptr<GradientSync> {
     return std::make_unique<ReducerSync>(setup, make_reducer, method);
+  };
+}
+
+SyncFactory outer_sync(dist::Communicator& comm, std::string compressor,
+                       dist::OuterLoopOptions options) {
+  return [&comm, compressor = std::move(compressor),
+          options = std::move(options)](const SyncSetup& setup) -> std::unique_ptr<GradientSync> {
+    DiLoCoOptions o;
+    o.sync_every = options.sync_every;
+    o.compressor = compressor;
+    o.outer = options.outer;
+    o.fragments = options.fragments;
+    o.delay = options.delay;
+    o.mix = options.mix;
+    o.layout = setup.config.layout;
+    o.seed = setup.config.seed;
+    return std::make_unique<OuterSync>(setup, comm, std::move(o));
   };
 }
 

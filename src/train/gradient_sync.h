@@ -1,5 +1,5 @@
-// How a worker's gradients meet the other workers' in each training step. Two ways,
-// chosen by the topology:
+// How a worker's gradients meet the other workers' in each training step. Three ways,
+// chosen by the topology and --sync-every:
 //
 //  - exchange_sync (allreduce topology: every compressor, reducer and multi-round
 //    scheme): gradcomp's public GradientExchange, the class a LibTorch user drives. Its
@@ -11,6 +11,9 @@
 //    and handed to a Reducer in one call. A parameter-server worker pushes and pulls
 //    whole steps, and in the asynchronous mode the servers own the weights (there is no
 //    optimizer step on the worker), which hooks that overlap buckets cannot express.
+//  - outer_sync (--sync-every H): no per-step exchange; the gradients stay local and
+//    after every optimizer step gradcomp's public DiLoCo (gradcomp/torch/diloco.h) runs
+//    the outer loop's rounds on the weights.
 #pragma once
 
 #include <torch/torch.h>
@@ -22,8 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "gradcomp/dist/outer_loop.h"
 #include "gradcomp/layout.h"
 #include "gradcomp/reducer.h"
+#include "gradcomp/torch/diloco.h"
 #include "gradcomp/torch/gradient_exchange.h"
 
 namespace gradcomp::dist {
@@ -67,6 +72,11 @@ class GradientSync {
   // construction: the Method's start warnings (gradcomp/method.h); a fixed 2-bit threshold
   // far above the gradients, after the first steps). The trainer prints them on rank 0.
   virtual std::vector<std::string> take_warnings() = 0;
+  // After the optimizer's step that completed `steps` steps: the outer loop's rounds.
+  // True when the weights were changed.
+  virtual bool after_optimizer_step(std::int64_t /*steps*/) { return false; }
+  // After a checkpoint restored state(): training continues after `steps` steps.
+  virtual void resume_at(std::int64_t /*steps*/) {}
 };
 
 // What a GradientSync is built from: the model's parameters (in model order) and the
@@ -88,5 +98,10 @@ SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, Redu
 using ReducerFactory = std::function<std::unique_ptr<Reducer>(std::span<const BucketShape>)>;
 // `method` is what the reducer runs: its start-of-run warnings and threshold check.
 SyncFactory reducer_sync(ReducerFactory make_reducer, Method method);
+
+// Local steps with an outer loop over comm (which must outlive the trainer): `compressor`
+// on the pseudo-gradients, options as DiLoCoOptions (its layout and seed are the run's).
+SyncFactory outer_sync(dist::Communicator& comm, std::string compressor,
+                       dist::OuterLoopOptions options);
 
 }  // namespace gradcomp::train

@@ -11,6 +11,7 @@
 #include "gradcomp/data/dataset.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"
+#include "gradcomp/outer_optimizer.h"
 #include "gradcomp/registry.h"
 #include "train/models.h"
 #include "train/role.h"
@@ -195,6 +196,43 @@ void check_topology_options(const JobOptions& o) {
   // the Method's to judge (job_method).
 }
 
+// --sync-every and the flags that go with it. The outer loop's own rules (fragments divide
+// H, delay below H / F, the outer spec) are dist::OuterLoop's; they are checked here by
+// name so that the line names the flag.
+void check_outer_loop(const JobOptions& o) {
+  const dist::OuterLoopOptions& l = o.outer_loop;
+  if (l.sync_every < 0) refuse("--sync-every", std::to_string(l.sync_every), "0 or more");
+  if (!has_outer_loop(o)) {
+    const dist::OuterLoopOptions unset;
+    if (l.outer != unset.outer || l.fragments != unset.fragments || l.delay != unset.delay ||
+        l.mix != unset.mix) {
+      throw InvalidArgument("--outer, --fragments, --delay and --mix need --sync-every H > 0");
+    }
+    return;
+  }
+  (void)OuterOptimizer::parse(l.outer);
+  if (l.fragments < 1 || l.sync_every % l.fragments != 0) {
+    refuse("--fragments", std::to_string(l.fragments),
+           "at least 1 and a divisor of --sync-every (" + std::to_string(l.sync_every) + ")");
+  }
+  const std::int64_t spacing = l.sync_every / l.fragments;
+  if (l.delay < 0 || l.delay >= spacing) {
+    refuse("--delay", std::to_string(l.delay),
+           "in [0, --sync-every / --fragments = " + std::to_string(spacing) +
+               "): one exchange in flight at a time");
+  }
+  if (!(l.mix >= 0.0 && l.mix < 1.0)) refuse("--mix", number(l.mix), "a number in [0, 1)");
+  if (is_parameter_server(o)) {
+    throw InvalidArgument("--sync-every runs on --topology allreduce only");
+  }
+  if (o.reducer != dist::ReducerKind::kAuto) {
+    throw InvalidArgument("--reducer does not apply with --sync-every (the compressor decides)");
+  }
+  if (o.train.dense_steps > 0) {
+    throw InvalidArgument("--dense-steps does not apply with --sync-every (no per-step exchange)");
+  }
+}
+
 }  // namespace
 
 Method validate_job_options(const JobOptions& o) {
@@ -210,6 +248,14 @@ Method validate_job_options(const JobOptions& o) {
   check_rendezvous_flags(o.rendezvous);
   check_batch_fits_shards(o);
   check_topology_options(o);
+  check_outer_loop(o);
+  // The outer loop's compressor works on pseudo-gradients: the inner optimizer's momentum
+  // is not its own (a bare biased codec gets plain error feedback).
+  if (has_outer_loop(o)) {
+    Method method = Method::parse(o.compressor, {.momentum = 0.0});
+    dist::OuterLoop::check(method, o.outer_loop);
+    return method;
+  }
   return Method::parse(o.compressor, {.reducer = o.reducer,
                                       .topology = o.topology,
                                       .downlink = o.downlink,

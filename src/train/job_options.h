@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gradcomp/dist/communicator.h"
+#include "gradcomp/dist/outer_loop.h"
 #include "gradcomp/dist/ps.h"
 #include "gradcomp/dist/reducers.h"
 #include "train/datasets.h"
@@ -29,6 +30,11 @@ struct JobOptions {
   dist::Downlink downlink = dist::Downlink::kDense;
   int max_staleness = -1;
   std::size_t split_elements = dist::kDefaultSplitElements;
+  // --sync-every H > 0: local steps with an outer loop every H steps (--outer, --fragments,
+  // --delay, --mix; gradcomp/dist/outer_loop.h) instead of a per-step exchange, and the
+  // compressor applies to the pseudo-gradients. 0: a per-step exchange. Its layout and
+  // seed are the run's.
+  dist::OuterLoopOptions outer_loop;
   std::filesystem::path metrics_path;  // --metrics: JSON lines, written by rank 0; empty: none
   std::optional<int> workers;          // --workers: a local launch of that many (given: >= 1)
   int default_workers = 1;             // local workers when neither --workers nor a rendezvous
@@ -40,5 +46,7 @@ struct JobOptions {
 inline bool is_parameter_server(const JobOptions& o) {
   return o.topology != dist::Topology::kAllreduce;
 }
+
+inline bool has_outer_loop(const JobOptions& o) { return o.outer_loop.sync_every > 0; }
 
 }  // namespace gradcomp::train

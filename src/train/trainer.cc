@@ -197,6 +197,7 @@ double Trainer::train_step() {
   // The asynchronous parameter server's servers apply the update: the worker got their
   // latest weights instead of a mean gradient.
   if (!sync_->owns_weights()) optimizer_->step(schedule_->lr(step_));
+  (void)sync_->after_optimizer_step(step_ + 1);
   for (const std::string& w : sync_->take_warnings()) report().line(w);
   const double step_seconds = seconds(t0, Clock::now());
 
@@ -308,6 +309,7 @@ void Trainer::load_checkpoint(const std::filesystem::path& file) {
     if (!staging[i].empty()) std::memcpy(arrays[i].data, staging[i].data(), staging[i].size());
   }
   step_ = static_cast<std::int64_t>(meta.step);
+  sync_->resume_at(step_);
 }
 
 TrainSummary Trainer::run() {

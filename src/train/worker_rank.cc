@@ -94,7 +94,8 @@ int WorkerRank::run() {
                   return w;
                 },
                 method_)
-          : exchange_sync(comm, o.compressor, o.reducer);
+      : has_outer_loop(o) ? outer_sync(comm, o.compressor, o.outer_loop)
+                          : exchange_sync(comm, o.compressor, o.reducer);
   Trainer trainer(cfg, std::move(train_set), std::move(test_set), factory);
   (void)trainer.run();
   if (ps_worker != nullptr) {

@@ -273,6 +273,17 @@ train_err "--dense-share: Value 1.5 not in range" --dense-share 1.5
 train_err "--dense-share: nan is not a number in [0, 1]" --dense-share nan
 train_err "--threads: 0 is not an integer >= 1" --threads 0
 train_err "--blas-threads: -1 is not an integer >= 0" --blas-threads -1
+# The outer loop (issue 31): its flags, and what cannot go with it.
+train_err "--sync-every: -1 is not 0 or more" --sync-every -1
+train_err "--fragments: 3 is not at least 1 and a divisor of --sync-every (4)" --sync-every 4 --fragments 3
+train_err "--delay: 2 is not in [0, --sync-every / --fragments = 2)" --sync-every 4 --fragments 2 --delay 2
+train_err "outer optimizer 'adam' is unknown; known: average, sgd, nesterov, sparseloco" --sync-every 4 --outer adam
+train_err "outer optimizer nesterov: lr=0: out of range" --sync-every 4 --outer nesterov:lr=0
+train_err "--outer, --fragments, --delay and --mix need --sync-every H > 0" --outer average
+train_err "--mix: 1 is not a number in [0, 1)" --sync-every 4 --mix 1
+train_err "--sync-every runs on --topology allreduce only" --sync-every 4 --topology ps-sync
+train_err "--dense-steps does not apply with --sync-every" --sync-every 4 --dense-steps 3
+train_err "decays error feedback, but fp16 keeps none" --sync-every 4 --outer sparseloco --compressor fp16
 train_err "--seed: -1 is not an integer >= 0" --seed -1
 train_err "--synthetic-train: 0 is not an integer >= 1" --synthetic-train 0
 train_err "--mlp-hidden: '0' in '16,0' is not a positive integer" --mlp-hidden 16,0

@@ -103,6 +103,23 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--gamma", j.train.gamma, "step decay factor")->capture_default_str();
   cmd->add_option("--dense-steps", j.train.dense_steps, "dense exchange for the first N steps")
       ->capture_default_str();
+  cmd->add_option("--sync-every", j.outer_loop.sync_every,
+                  "local steps: exchange every H steps (DiLoCo's outer loop; the compressor "
+                  "applies to the pseudo-gradients; default compressor none); 0: every step")
+      ->capture_default_str();
+  cmd->add_option("--outer", j.outer_loop.outer,
+                  "with --sync-every: the outer optimizer, nesterov:lr=0.7,momentum=0.9 | "
+                  "average | sgd:lr=L,momentum=M | sparseloco:lr=1,decay=0.95")
+      ->capture_default_str();
+  cmd->add_option("--fragments", j.outer_loop.fragments,
+                  "with --sync-every: streaming, fragments exchanged on a staggered schedule")
+      ->capture_default_str();
+  cmd->add_option("--delay", j.outer_loop.delay,
+                  "with --sync-every: steps a fragment's exchange overlaps before its merge")
+      ->capture_default_str();
+  cmd->add_option("--mix", j.outer_loop.mix,
+                  "with --sync-every: share of the local weights kept at a merge")
+      ->capture_default_str();
   cmd->add_option("--bucket-mb", j.train.layout.bucket_mb,
                   "fuse layers into buckets of MB (0: per layer)")
       ->capture_default_str();
@@ -149,7 +166,9 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
     job.reducer = dist::parse_reducer_kind(flags->reducer);
     job.topology = dist::parse_topology(flags->topology);
     if (compressor_flag->count() == 0) {
-      job.compressor = default_compressor(job.topology, job.reducer);
+      // The outer loop's default is DiLoCo's fp32 pseudo-gradient.
+      job.compressor =
+          train::has_outer_loop(job) ? "none" : default_compressor(job.topology, job.reducer);
     }
     job.downlink = dist::parse_downlink(flags->downlink);
     job.train.decay = train::parse_lr_decay(flags->lr_decay);

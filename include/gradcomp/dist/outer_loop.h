@@ -1,0 +1,132 @@
+// Local-step training with compressed pseudo-gradients (local SGD, DiLoCo, Streaming
+// DiLoCo, SparseLoCo): the workers take `sync_every` (H) inner steps each on their own,
+// then exchange what those steps did to the weights and take one outer step together.
+//
+// Per round, on every worker, for the weights of one fragment (all of them when
+// fragments == 1):
+//   d    = x - x_local                 the pseudo-gradient (x: the global weights, kept here)
+//   mean = exchange(d)                 any gradcomp compressor, through its Reducer: error
+//                                      feedback per worker and bucket, kept across rounds
+//   x    = outer(x, mean)              gradcomp/outer_optimizer.h (Nesterov, averaging, ...)
+//   x_local = mix * x_local + (1 - mix) * x
+// Nothing else crosses the network: between rounds the workers do not communicate.
+//
+// Streaming (Streaming DiLoCo, Douillard et al. 2025): with F fragments, fragment f is
+// exchanged after inner steps t with t = (f + 1) H / F (mod H), so a round's bytes are
+// spread over H steps. With delay D > 0 the exchange runs on a thread of its own while
+// the next D inner steps compute, and its result is merged D steps later (the paper's
+// tau): a slow link then does not stall compute. D < H / F, so at most one exchange is in
+// flight and every rank issues the same collectives in the same order.
+//
+// Buckets follow gradcomp's layout rules (gradcomp/layout.h, per-layer): matrices are
+// compressed, small and 1-D tensors go in one dense bucket. Fragments are made of whole
+// buckets, balanced by elements (largest first, each to the lightest fragment so far).
+//
+// A failed exchange (a peer died, a timeout) throws CommError from the step that waits
+// for it, before any weight is touched: no rank applies a partial mean. Resume: the
+// state (x, the outer momentum, every memory) is saved after state() and restored with
+// resume_at(steps), which continues bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradcomp/dist/communicator.h"
+#include "gradcomp/dist/exchanger.h"
+#include "gradcomp/layout.h"
+#include "gradcomp/memory.h"
+#include "gradcomp/method.h"
+#include "gradcomp/outer_optimizer.h"
+#include "gradcomp/reducer.h"
+
+namespace gradcomp::dist {
+
+struct OuterLoopOptions {
+  std::int64_t sync_every = 0;  // H >= 1: inner steps per round (per fragment)
+  std::string outer{OuterOptimizer::kDefaultSpec};
+  int fragments = 1;       // F >= 1, divides H
+  std::int64_t delay = 0;  // D: 0 <= D < H / F inner steps between a round and its merge
+  double mix = 0.0;        // share of the local weights kept at the merge, in [0, 1)
+  LayoutOptions layout{0.0, 1024, 0.0};
+  std::uint64_t seed = 0;  // stochastic codecs' seed, the same on every rank
+};
+
+class OuterLoop {
+ public:
+  // weights: the caller's tensors, one span per parameter, in the same order and with
+  // the same shapes on every rank; they must stay valid (and in place) for the loop's
+  // life. params describes them one to one. The compressor is `method`, parsed for
+  // momentum 0 (the outer optimizer's momentum is its own). Rank 0's weights are
+  // broadcast to every rank here (as DDP does at construction): replicas that start
+  // apart would silently never agree. InvalidArgument for bad options, a spec the
+  // outer rule cannot run (sparseloco without error feedback).
+  OuterLoop(std::vector<std::span<float>> weights, std::span<const ParamInfo> params,
+            Communicator& comm, Method method, OuterLoopOptions options);
+  ~OuterLoop();
+  // What the constructor refuses of the compressor and the options alone (before any
+  // rank is started): InvalidArgument naming the problem.
+  static void check(const Method& method, const OuterLoopOptions& options);
+  OuterLoop(const OuterLoop&) = delete;
+  OuterLoop& operator=(const OuterLoop&) = delete;
+
+  // After the inner optimizer's step that completed `steps` inner steps since the start
+  // of training (1, 2, ...): starts the rounds due, merges the ones due. Returns true
+  // when it changed the caller's weights. Throws CommError when a round failed.
+  bool after_inner_step(std::int64_t steps);
+
+  // Every state buffer, named: "outer.bucket<id>.global", "outer.bucket<id>.momentum",
+  // and the compressor's memories "bucket<id>.<name>". Waits for an exchange in flight
+  // first (its outer step is applied to x, its merge stays due). Writable: a checkpoint
+  // restores through them, then calls resume_at.
+  std::vector<StateBuffer> state();
+  // After restoring state(): training continues after `steps` inner steps; a merge that
+  // was due after them is still done.
+  void resume_at(std::int64_t steps);
+
+  // Bytes and seconds of the rounds finished since the last call.
+  ReduceStats take_stats();
+  // Seconds the caller's steps waited for rounds since the last call.
+  double take_wait_seconds();
+
+  // "nesterov:lr=0.7,momentum=0.9 every 30 steps over allgather(ef(topk:ratio=0.01)), 2
+  // fragments, delay 5".
+  std::string describe() const;
+  const std::vector<BucketPlan>& buckets() const { return plan_; }
+  // The fragment of each bucket (plan order).
+  const std::vector<int>& fragment_of_bucket() const { return fragment_of_; }
+  // Inner steps after which fragment f's round starts, in [1, H]: (f + 1) H / F.
+  std::int64_t sync_offset(int fragment) const;
+
+ private:
+  struct Pending {
+    int fragment = 0;
+    std::int64_t merge_at = 0;  // inner steps
+    bool stepped = false;       // the outer step is applied to x
+  };
+
+  void start_round(int fragment, std::int64_t steps);
+  void finish_outer_step();  // waits for the exchange in flight, applies the outer step
+  void merge(int fragment);
+  std::optional<int> fragment_due(std::int64_t steps) const;
+
+  std::vector<std::span<float>> weights_;
+  OuterLoopOptions options_;
+  OuterOptimizer outer_;
+  std::vector<BucketPlan> plan_;
+  std::vector<BucketShape> shapes_;
+  std::vector<int> fragment_of_;
+  std::vector<std::vector<std::size_t>> fragment_buckets_;  // plan indices
+  // Per bucket: x, the round's pseudo-gradient (the mean after the exchange), momentum.
+  std::vector<std::vector<float>> global_, delta_, momentum_;
+  std::optional<Pending> pending_;
+  std::exception_ptr failure_;
+  double wait_seconds_ = 0;
+  std::unique_ptr<Exchanger> exchanger_;  // last: its thread stops first
+};
+
+}  // namespace gradcomp::dist

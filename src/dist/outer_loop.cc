@@ -1,0 +1,273 @@
+#include "gradcomp/dist/outer_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <utility>
+
+#include "gradcomp/error.h"
+
+namespace gradcomp::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check_options(const OuterLoopOptions& o) {
+  if (o.sync_every < 1) {
+    throw InvalidArgument("outer loop: sync_every (H) must be at least 1, got " +
+                          std::to_string(o.sync_every));
+  }
+  if (o.fragments < 1 || o.sync_every % o.fragments != 0) {
+    throw InvalidArgument("outer loop: fragments (" + std::to_string(o.fragments) +
+                          ") must be at least 1 and divide sync_every (" +
+                          std::to_string(o.sync_every) + ")");
+  }
+  const std::int64_t spacing = o.sync_every / o.fragments;
+  if (o.delay < 0 || o.delay >= spacing) {
+    throw InvalidArgument("outer loop: delay (" + std::to_string(o.delay) +
+                          ") must be in [0, sync_every / fragments = " + std::to_string(spacing) +
+                          "): one round in flight at a time");
+  }
+  if (!(o.mix >= 0.0 && o.mix < 1.0)) {
+    throw InvalidArgument("outer loop: mix must be in [0, 1), got " + std::to_string(o.mix));
+  }
+}
+
+// Buckets to fragments: largest first, each to the fragment with the fewest elements so
+// far (the lowest index on ties), so that every round sends about as much.
+std::vector<int> assign_fragments(const std::vector<BucketPlan>& plan, int fragments) {
+  std::vector<std::size_t> order(plan.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return plan[a].numel > plan[b].numel; });
+  std::vector<std::size_t> load(static_cast<std::size_t>(fragments), 0);
+  std::vector<int> out(plan.size(), 0);
+  for (const std::size_t b : order) {
+    const auto lightest =
+        static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    out[b] = lightest;
+    load[static_cast<std::size_t>(lightest)] += plan[b].numel;
+  }
+  return out;
+}
+
+}  // namespace
+
+OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const ParamInfo> params,
+                     Communicator& comm, Method method, OuterLoopOptions options)
+    : weights_(std::move(weights)),
+      options_(std::move(options)),
+      outer_(OuterOptimizer::parse(options_.outer)) {
+  check(method, options_);
+  if (weights_.size() != params.size()) {
+    throw InvalidArgument("outer loop: " + std::to_string(weights_.size()) + " weight spans for " +
+                          std::to_string(params.size()) + " parameters");
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (static_cast<std::int64_t>(weights_[i].size()) != params[i].numel) {
+      throw InvalidArgument("outer loop: parameter " + params[i].name + " has " +
+                            std::to_string(params[i].numel) + " elements, its span " +
+                            std::to_string(weights_[i].size()));
+    }
+  }
+  plan_ = plan_buckets(params, options_.layout);
+  shapes_ = bucket_shapes(plan_);
+  fragment_of_ = assign_fragments(plan_, options_.fragments);
+  fragment_buckets_.resize(static_cast<std::size_t>(options_.fragments));
+  for (std::size_t b = 0; b < plan_.size(); ++b) {
+    fragment_buckets_[static_cast<std::size_t>(fragment_of_[b])].push_back(b);
+  }
+
+  // One starting point for every replica: rank 0's.
+  for (const std::span<float> w : weights_) comm.broadcast_bytes(std::as_writable_bytes(w), 0);
+
+  global_.resize(plan_.size());
+  delta_.resize(plan_.size());
+  momentum_.resize(plan_.size());
+  for (std::size_t b = 0; b < plan_.size(); ++b) {
+    global_[b].resize(plan_[b].numel);
+    for (const BucketPlan::Slot& s : plan_[b].slots) {
+      std::copy(weights_[s.param].begin(), weights_[s.param].end(),
+                global_[b].begin() + static_cast<std::ptrdiff_t>(s.offset));
+    }
+    delta_[b].assign(plan_[b].numel, 0.0f);
+    if (outer_.has_momentum()) momentum_[b].assign(plan_[b].numel, 0.0f);
+  }
+
+  exchanger_ = std::make_unique<Exchanger>(comm, std::move(method));
+  // The memories exist from the start, so that a checkpoint taken before the first round
+  // has the same buffers as any later one.
+  for (int f = 0; f < options_.fragments; ++f) {
+    std::vector<BucketShape> shapes;
+    for (const std::size_t b : fragment_buckets_[static_cast<std::size_t>(f)]) {
+      shapes.push_back(shapes_[b]);
+    }
+    if (!shapes.empty()) exchanger_->prepare(static_cast<std::uint64_t>(f), shapes);
+  }
+}
+
+OuterLoop::~OuterLoop() = default;
+
+void OuterLoop::check(const Method& method, const OuterLoopOptions& options) {
+  check_options(options);
+  const OuterOptimizer outer = OuterOptimizer::parse(options.outer);
+  if (outer.residual_decay() == 1.0) return;
+  // The rule decays the memory's residual between rounds: a codec memory must have one.
+  bool has_residual = false;
+  if (!method.is_scheme()) {
+    for (const StateBuffer& s : method.make_memory(1)->state()) {
+      has_residual = has_residual || s.name == "residual";
+    }
+  }
+  if (!has_residual) {
+    throw InvalidArgument("outer optimizer " + outer.spec() + " decays error feedback, but " +
+                          method.spec() +
+                          " keeps none: use a biased codec with ef(...), e.g. ef(chunktopk) or "
+                          "ef(topk:ratio=0.01)");
+  }
+}
+
+std::int64_t OuterLoop::sync_offset(int fragment) const {
+  return (fragment + 1) * (options_.sync_every / options_.fragments);
+}
+
+std::optional<int> OuterLoop::fragment_due(std::int64_t steps) const {
+  if (steps < 1) return std::nullopt;
+  const std::int64_t spacing = options_.sync_every / options_.fragments;
+  if (steps % spacing != 0) return std::nullopt;
+  // steps = (f + 1) * spacing (mod H)
+  const std::int64_t phase = (steps / spacing - 1) % options_.fragments;
+  return static_cast<int>(phase);
+}
+
+bool OuterLoop::after_inner_step(std::int64_t steps) {
+  bool changed = false;
+  if (pending_ && steps >= pending_->merge_at) {
+    const int f = pending_->fragment;
+    finish_outer_step();
+    merge(f);
+    pending_.reset();
+    changed = true;
+  }
+  if (const std::optional<int> f = fragment_due(steps)) {
+    start_round(*f, steps);
+    if (options_.delay == 0) {
+      finish_outer_step();
+      merge(*f);
+      pending_.reset();
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+void OuterLoop::start_round(int fragment, std::int64_t steps) {
+  const std::vector<std::size_t>& buckets = fragment_buckets_[static_cast<std::size_t>(fragment)];
+  pending_ = Pending{fragment, steps + options_.delay, false};
+  if (buckets.empty()) {
+    pending_->stepped = true;  // a fragment with nothing in it (more fragments than buckets)
+    return;
+  }
+  std::vector<BucketShape> shapes;
+  std::vector<BucketRef> refs;
+  if (outer_.residual_decay() < 1.0) {
+    // SparseLoCo's accumulator: e <- decay * e, before this round's d is added to it. The
+    // exchanger is idle: the previous round was merged (delay < spacing).
+    const auto decay = static_cast<float>(outer_.residual_decay());
+    for (const StateBuffer& s : exchanger_->state(static_cast<std::uint64_t>(fragment))) {
+      if (!s.name.ends_with(".residual")) continue;
+      for (float& e : s.data) e *= decay;
+    }
+  }
+  for (const std::size_t b : buckets) {
+    std::vector<float>& d = delta_[b];
+    const std::vector<float>& x = global_[b];
+    for (const BucketPlan::Slot& s : plan_[b].slots) {
+      const std::span<const float> local = weights_[s.param];
+      for (std::size_t i = 0; i < s.numel; ++i) d[s.offset + i] = x[s.offset + i] - local[i];
+    }
+    shapes.push_back(shapes_[b]);
+    refs.push_back({.id = plan_[b].id, .grad = d, .compressed = plan_[b].compressible});
+  }
+  StepContext ctx;
+  ctx.seed = options_.seed;
+  ctx.step = static_cast<std::uint64_t>(steps);
+  ctx.lr = static_cast<float>(outer_.lr());
+  exchanger_->submit(static_cast<std::uint64_t>(fragment), shapes, std::move(refs), ctx,
+                     [this](std::exception_ptr error) {
+                       if (error && !failure_) failure_ = error;
+                     });
+}
+
+void OuterLoop::finish_outer_step() {
+  if (!pending_ || pending_->stepped) return;
+  const auto t0 = Clock::now();
+  exchanger_->drain();
+  wait_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  if (failure_) std::rethrow_exception(failure_);
+  for (const std::size_t b : fragment_buckets_[static_cast<std::size_t>(pending_->fragment)]) {
+    outer_.update(global_[b], delta_[b], momentum_[b]);
+  }
+  pending_->stepped = true;
+}
+
+void OuterLoop::merge(int fragment) {
+  const auto keep = static_cast<float>(options_.mix);
+  for (const std::size_t b : fragment_buckets_[static_cast<std::size_t>(fragment)]) {
+    const std::vector<float>& x = global_[b];
+    for (const BucketPlan::Slot& s : plan_[b].slots) {
+      const std::span<float> local = weights_[s.param];
+      if (keep == 0.0f) {
+        std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(s.offset), s.numel, local.begin());
+      } else {
+        for (std::size_t i = 0; i < s.numel; ++i) {
+          local[i] = keep * local[i] + (1.0f - keep) * x[s.offset + i];
+        }
+      }
+    }
+  }
+}
+
+std::vector<StateBuffer> OuterLoop::state() {
+  finish_outer_step();
+  std::vector<StateBuffer> out;
+  for (std::size_t b = 0; b < plan_.size(); ++b) {
+    const std::string prefix = "outer.bucket" + std::to_string(plan_[b].id) + ".";
+    out.push_back({prefix + "global", global_[b]});
+    if (outer_.has_momentum()) out.push_back({prefix + "momentum", momentum_[b]});
+  }
+  for (int f = 0; f < options_.fragments; ++f) {
+    for (StateBuffer& s : exchanger_->state(static_cast<std::uint64_t>(f))) {
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+void OuterLoop::resume_at(std::int64_t steps) {
+  pending_.reset();
+  if (options_.delay == 0 || steps < 1) return;
+  // The latest round started at or before `steps`; its merge is due if not done yet.
+  const std::int64_t spacing = options_.sync_every / options_.fragments;
+  const std::int64_t started = steps - steps % spacing;
+  if (started >= 1 && started + options_.delay > steps) {
+    pending_ = Pending{*fragment_due(started), started + options_.delay, true};
+  }
+}
+
+ReduceStats OuterLoop::take_stats() { return exchanger_->take_stats(); }
+
+double OuterLoop::take_wait_seconds() { return std::exchange(wait_seconds_, 0.0); }
+
+std::string OuterLoop::describe() const {
+  std::string out = outer_.spec() + " every " + std::to_string(options_.sync_every) +
+                    " steps over " + exchanger_->describe();
+  if (options_.fragments > 1) out += ", " + std::to_string(options_.fragments) + " fragments";
+  if (options_.delay > 0) out += ", delay " + std::to_string(options_.delay);
+  if (options_.mix > 0) out += ", mix " + std::to_string(options_.mix);
+  return out;
+}
+
+}  // namespace gradcomp::dist

@@ -1,0 +1,76 @@
+#include "gradcomp/torch/diloco.h"
+
+#include <utility>
+
+#include "gradcomp/dist/process_group.h"
+#include "gradcomp/error.h"
+
+namespace gradcomp {
+
+DiLoCo::DiLoCo(const NamedParameters& params, c10::intrusive_ptr<c10d::ProcessGroup> group,
+               DiLoCoOptions options)
+    : options_(std::move(options)) {
+  owned_comm_ = std::make_unique<dist::Communicator>(
+      dist::communicator_over(std::move(group), options_.timeout));
+  build(params, *owned_comm_);
+}
+
+DiLoCo::DiLoCo(const NamedParameters& params, dist::Communicator& comm, DiLoCoOptions options)
+    : options_(std::move(options)) {
+  build(params, comm);
+}
+
+DiLoCo::~DiLoCo() = default;
+
+void DiLoCo::build(const NamedParameters& params, dist::Communicator& comm) {
+  std::vector<std::span<float>> weights;
+  std::vector<ParamInfo> infos;
+  for (const auto& item : params) {
+    const torch::Tensor& p = item.value();
+    if (!p.requires_grad()) continue;
+    if (!p.device().is_cpu() || p.scalar_type() != torch::kFloat || !p.is_contiguous()) {
+      throw InvalidArgument("DiLoCo: parameter " + item.key() +
+                            " is not a contiguous CPU float32 tensor");
+    }
+    params_.push_back(p);
+    weights.emplace_back(p.data_ptr<float>(), static_cast<std::size_t>(p.numel()));
+    infos.push_back({item.key(), p.numel(), p.dim(), p.dim() > 0 ? p.size(0) : 0});
+  }
+  const Method method = Method::parse(options_.compressor, {.momentum = 0.0});
+  dist::OuterLoopOptions o;
+  o.sync_every = options_.sync_every;
+  o.outer = options_.outer;
+  o.fragments = options_.fragments;
+  o.delay = options_.delay;
+  o.mix = options_.mix;
+  o.layout = options_.layout;
+  o.seed = options_.seed;
+  torch::NoGradGuard no_grad;  // the broadcast writes into the parameters
+  loop_ = std::make_unique<dist::OuterLoop>(std::move(weights), infos, comm, method, o);
+}
+
+bool DiLoCo::step() {
+  torch::NoGradGuard no_grad;
+  const bool changed = loop_->after_inner_step(steps_ + 1);
+  ++steps_;
+  return changed;
+}
+
+void DiLoCo::set_inner_steps(std::int64_t steps) {
+  if (steps < 0) throw InvalidArgument("DiLoCo: negative inner step count");
+  steps_ = steps;
+  loop_->resume_at(steps);
+}
+
+std::vector<StateBuffer> DiLoCo::state() { return loop_->state(); }
+
+std::string DiLoCo::describe() const { return loop_->describe(); }
+
+ExchangeStats DiLoCo::take_stats() {
+  ExchangeStats s;
+  s.reduce = loop_->take_stats();
+  s.exposed_seconds = loop_->take_wait_seconds();
+  return s;
+}
+
+}  // namespace gradcomp

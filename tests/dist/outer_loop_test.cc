@@ -1,0 +1,271 @@
+// The outer loop (local steps + exchanged pseudo-gradients) on 2-3 ranks in one process:
+// against closed forms (averaging gives the mean of the replicas, Nesterov DiLoCo's rule),
+// its streaming schedule, delayed merges, resume bit for bit, and its refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dist_test_support.h"
+#include "gradcomp/dist/outer_loop.h"
+#include "gradcomp/error.h"
+
+namespace gradcomp::dist {
+namespace {
+
+using test::run_ranks;
+
+// A model of three tensors: a 40x40 matrix and a 33x65 one (compressed), a bias (dense).
+const std::vector<ParamInfo> kParams = {
+    {"a.weight", 40 * 40, 2, 40}, {"a.bias", 40, 1, 40}, {"b.weight", 33 * 65, 2, 33}};
+
+struct Replica {
+  std::vector<std::vector<float>> w;
+  explicit Replica(int rank) {
+    for (const ParamInfo& p : kParams) {
+      std::vector<float> t(static_cast<std::size_t>(p.numel));
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        t[i] = static_cast<float>((i * 37 + static_cast<std::size_t>(rank) * 11) % 97) / 97.0f;
+      }
+      w.push_back(std::move(t));
+    }
+  }
+  std::vector<std::span<float>> spans() {
+    std::vector<std::span<float>> out;
+    for (auto& t : w) out.emplace_back(t);
+    return out;
+  }
+  // One "inner step": a rank- and step-dependent move of every weight.
+  void inner_step(int rank, std::int64_t step) {
+    for (std::size_t p = 0; p < w.size(); ++p) {
+      for (std::size_t i = 0; i < w[p].size(); ++i) {
+        const auto x =
+            static_cast<int>((i * 2654435761u + p * 97 + static_cast<std::size_t>(step) * 13 +
+                              static_cast<std::size_t>(rank) * 7) %
+                             1001);
+        w[p][i] -= 0.001f * static_cast<float>(x - 500) / 64.0f;
+      }
+    }
+  }
+};
+
+OuterLoopOptions options(std::int64_t h, const std::string& outer, int fragments = 1,
+                         std::int64_t delay = 0) {
+  OuterLoopOptions o;
+  o.sync_every = h;
+  o.outer = outer;
+  o.fragments = fragments;
+  o.delay = delay;
+  o.seed = 7;
+  return o;
+}
+
+Method method(const std::string& spec) { return Method::parse(spec, {.momentum = 0.0}); }
+
+// Averaging with an exact exchange: after each round every replica holds the mean of the
+// replicas (up to fp32 summation), and between rounds they drift apart.
+TEST(OuterLoop, AveragingMakesEveryReplicaTheMean) {
+  constexpr int kWorld = 3;
+  std::vector<Replica> before_sync(kWorld, Replica(0));
+  std::vector<Replica> after(kWorld, Replica(0));
+  run_ranks(kWorld, [&](Communicator& comm) {
+    const int r = comm.rank();
+    Replica rep(r);
+    OuterLoop loop(rep.spans(), kParams, comm, method("none"), options(4, "average"));
+    for (std::int64_t s = 1; s <= 4; ++s) {
+      rep.inner_step(r, s);
+      if (s == 4) before_sync[static_cast<std::size_t>(r)] = rep;
+      EXPECT_EQ(loop.after_inner_step(s), s == 4);
+    }
+    after[static_cast<std::size_t>(r)] = rep;
+  });
+  for (std::size_t p = 0; p < kParams.size(); ++p) {
+    for (std::size_t i = 0; i < after[0].w[p].size(); ++i) {
+      double mean = 0;
+      for (const Replica& b : before_sync) mean += b.w[p][i];
+      mean /= kWorld;
+      for (int r = 0; r < kWorld; ++r) {
+        ASSERT_NEAR(after[static_cast<std::size_t>(r)].w[p][i], mean, 1e-6) << p << " " << i;
+      }
+    }
+  }
+}
+
+// DiLoCo's outer step: x <- x - lr (d + mu m), m <- mu m + d, with d the mean pseudo-
+// gradient, over three rounds, against the formula in double precision.
+TEST(OuterLoop, NesterovFollowsDiLoCosRule) {
+  constexpr int kWorld = 2;
+  constexpr double kLr = 0.7, kMu = 0.9;
+  std::vector<std::vector<Replica>> locals(3, std::vector<Replica>(kWorld, Replica(0)));
+  std::vector<Replica> result(kWorld, Replica(0));
+  run_ranks(kWorld, [&](Communicator& comm) {
+    const int r = comm.rank();
+    Replica rep(r);
+    OuterLoop loop(rep.spans(), kParams, comm, method("none"), options(3, "nesterov"));
+    for (std::int64_t s = 1; s <= 9; ++s) {
+      rep.inner_step(r, s);
+      if (s % 3 == 0)
+        locals[static_cast<std::size_t>(s / 3 - 1)][static_cast<std::size_t>(r)] = rep;
+      loop.after_inner_step(s);
+    }
+    result[static_cast<std::size_t>(r)] = rep;
+  });
+  const Replica start(0);  // rank 0's weights, broadcast to every rank
+  for (std::size_t p = 0; p < kParams.size(); ++p) {
+    for (std::size_t i = 0; i < start.w[p].size(); ++i) {
+      double x = start.w[p][i], m = 0;
+      for (int round = 0; round < 3; ++round) {
+        double d = 0;
+        for (const Replica& l : locals[static_cast<std::size_t>(round)]) d += x - l.w[p][i];
+        d /= kWorld;
+        m = kMu * m + d;
+        x -= kLr * (d + kMu * m);
+      }
+      for (int r = 0; r < kWorld; ++r) {
+        ASSERT_NEAR(result[static_cast<std::size_t>(r)].w[p][i], x, 1e-5) << p << " " << i;
+      }
+    }
+  }
+}
+
+// Streaming: with 2 fragments every H = 4 steps, one fragment's tensors change at steps
+// 2, 6, ... and the other's at 4, 8, ...; with a delay of 1 the change lands a step later.
+TEST(OuterLoop, FragmentsSyncOnAStaggeredScheduleAndMergeAfterTheirDelay) {
+  for (const std::int64_t delay : {0, 1}) {
+    run_ranks(2, [&](Communicator& comm) {
+      const int r = comm.rank();
+      Replica rep(r);
+      OuterLoop loop(rep.spans(), kParams, comm, method("fp16"), options(4, "average", 2, delay));
+      EXPECT_EQ(loop.sync_offset(0), 2);
+      EXPECT_EQ(loop.sync_offset(1), 4);
+      const std::vector<int>& frag = loop.fragment_of_bucket();
+      ASSERT_EQ(frag.size(), loop.buckets().size());
+      // Largest bucket (b.weight) alone in fragment 0; the others in fragment 1.
+      for (std::int64_t s = 1; s <= 9; ++s) {
+        rep.inner_step(r, s);
+        const Replica stepped = rep;
+        const bool changed = loop.after_inner_step(s);
+        const bool due = s > delay && (s - delay) % 2 == 0;
+        EXPECT_EQ(changed, due) << "step " << s << " delay " << delay;
+        if (!due) continue;
+        const int merged = ((s - delay) / 2 - 1) % 2;
+        for (std::size_t b = 0; b < frag.size(); ++b) {
+          for (const BucketPlan::Slot& slot : loop.buckets()[b].slots) {
+            const bool moved = rep.w[slot.param] != stepped.w[slot.param];
+            EXPECT_EQ(moved, frag[b] == merged) << "step " << s << " param " << slot.param;
+          }
+        }
+      }
+    });
+  }
+}
+
+// A checkpoint (state() copied out) in the middle of a delayed round, restored into a new
+// loop: the run continues bit for bit, error feedback and the outer momentum included.
+TEST(OuterLoop, ResumeContinuesBitForBit) {
+  constexpr int kWorld = 2;
+  const auto opts = options(4, "sparseloco:lr=0.9,decay=0.8", 2, 1);
+  const std::string spec = "ef(topk:ratio=0.05)";
+  for (const std::int64_t cut : {2, 3, 5}) {
+    std::vector<Replica> straight(kWorld, Replica(0)), resumed(kWorld, Replica(0));
+    std::vector<std::map<std::string, std::vector<float>>> saved(kWorld);
+    std::vector<Replica> at_cut(kWorld, Replica(0));
+    run_ranks(kWorld, [&](Communicator& comm) {
+      const int r = comm.rank();
+      Replica rep(r);
+      OuterLoop loop(rep.spans(), kParams, comm, method(spec), opts);
+      for (std::int64_t s = 1; s <= 12; ++s) {
+        rep.inner_step(r, s);
+        loop.after_inner_step(s);
+        if (s == cut) {
+          for (const StateBuffer& b : loop.state()) {
+            saved[static_cast<std::size_t>(r)][b.name].assign(b.data.begin(), b.data.end());
+          }
+          at_cut[static_cast<std::size_t>(r)] = rep;
+        }
+      }
+      straight[static_cast<std::size_t>(r)] = rep;
+    });
+    run_ranks(kWorld, [&](Communicator& comm) {
+      const int r = comm.rank();
+      Replica rep = at_cut[static_cast<std::size_t>(r)];
+      OuterLoop loop(rep.spans(), kParams, comm, method(spec), opts);
+      rep = at_cut[static_cast<std::size_t>(r)];  // the broadcast wrote rank 0's weights
+      const std::vector<StateBuffer> state = loop.state();
+      ASSERT_EQ(state.size(), saved[static_cast<std::size_t>(r)].size());
+      for (const StateBuffer& b : state) {
+        const std::vector<float>& v = saved[static_cast<std::size_t>(r)].at(b.name);
+        std::copy(v.begin(), v.end(), b.data.begin());
+      }
+      loop.resume_at(cut);
+      for (std::int64_t s = cut + 1; s <= 12; ++s) {
+        rep.inner_step(r, s);
+        loop.after_inner_step(s);
+      }
+      resumed[static_cast<std::size_t>(r)] = rep;
+    });
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_EQ(straight[static_cast<std::size_t>(r)].w, resumed[static_cast<std::size_t>(r)].w)
+          << "cut at " << cut << ", rank " << r;
+    }
+  }
+}
+
+TEST(OuterLoop, EveryReplicaStartsFromRankZerosWeights) {
+  std::vector<Replica> got(2, Replica(0));
+  run_ranks(2, [&](Communicator& comm) {
+    Replica rep(comm.rank());
+    OuterLoop loop(rep.spans(), kParams, comm, method("none"), options(2, "nesterov"));
+    got[static_cast<std::size_t>(comm.rank())] = rep;
+  });
+  EXPECT_EQ(got[0].w, Replica(0).w);
+  EXPECT_EQ(got[1].w, Replica(0).w);
+}
+
+TEST(OuterLoop, BadOptionsAreRefused) {
+  run_ranks(1, [&](Communicator& comm) {
+    Replica rep(0);
+    const auto refused = [&](const OuterLoopOptions& o, const std::string& spec = "none") {
+      EXPECT_THROW(OuterLoop(rep.spans(), kParams, comm, method(spec), o), InvalidArgument)
+          << o.sync_every << " " << o.outer << " " << o.fragments << " " << o.delay;
+    };
+    refused(options(0, "average"));
+    refused(options(4, "average", 3));     // fragments do not divide H
+    refused(options(4, "average", 2, 2));  // delay >= H / F
+    refused(options(4, "average", 1, -1));
+    refused(options(4, "adam"));
+    refused(options(4, "sparseloco"));          // no error feedback to decay
+    refused(options(4, "sparseloco"), "fp16");  // linear: no memory
+    auto o = options(4, "average");
+    o.mix = 1.0;
+    refused(o);
+    std::vector<std::span<float>> short_spans = rep.spans();
+    short_spans.pop_back();
+    EXPECT_THROW(OuterLoop(short_spans, kParams, comm, method("none"), options(4, "average")),
+                 InvalidArgument);
+  });
+}
+
+// A rank that leaves before the round: the others' round fails with CommError, and no
+// replica is touched by it.
+TEST(OuterLoop, ARoundWithoutAPeerFailsAndChangesNothing) {
+  run_ranks(3, [&](Communicator& comm) {
+    const int r = comm.rank();
+    Replica rep(r);
+    OuterLoop loop(rep.spans(), kParams, comm, method("ef(topk:ratio=0.1)"),
+                   options(2, "nesterov"));
+    if (r == 2) return;  // its communicator closes
+    rep.inner_step(r, 1);
+    loop.after_inner_step(1);
+    rep.inner_step(r, 2);
+    const Replica before = rep;
+    EXPECT_THROW(loop.after_inner_step(2), CommError);
+    EXPECT_EQ(rep.w, before.w);
+  });
+}
+
+}  // namespace
+}  // namespace gradcomp::dist
