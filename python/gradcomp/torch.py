@@ -36,8 +36,9 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from .diloco import DiLoCo
 
-__all__ = ["CompressionState", "hook", "SGD"]
+__all__ = ["CompressionState", "hook", "SGD", "DiLoCo"]
 
 _FORMAT = "gradcomp.torch.CompressionState/1"
 _THRESHOLD_CHECK_STEP = 10  # gradcomp/method.h Method::kThresholdCheckStep

@@ -68,4 +68,5 @@ PYBIND11_MODULE(_C, m) {
   py::register_exception_translator(&gradcomp::python::translate);
   gradcomp::python::bind_codecs(m);
   gradcomp::python::bind_exchanger(m);
+  gradcomp::python::bind_outer_loop(m);
 }

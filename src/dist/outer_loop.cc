@@ -6,7 +6,9 @@
 #include <numeric>
 #include <utility>
 
+#include "gradcomp/dist/config_check.h"
 #include "gradcomp/error.h"
+#include "gradcomp/json.h"
 
 namespace gradcomp::dist {
 
@@ -80,6 +82,21 @@ OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const Para
     fragment_buckets_[static_cast<std::size_t>(fragment_of_[b])].push_back(b);
   }
 
+  // Ranks configured differently would exchange buffers of different sizes (Gloo aborts)
+  // or silently train apart: every rank fails alike, naming the first difference.
+  ConfigFields fields = {{"outer loop sync_every", std::to_string(options_.sync_every)},
+                         {"outer loop optimizer", outer_.spec()},
+                         {"outer loop compressor", method.canonical()},
+                         {"outer loop fragments", std::to_string(options_.fragments)},
+                         {"outer loop delay", std::to_string(options_.delay)},
+                         {"outer loop mix", json_number(options_.mix)},
+                         {"outer loop seed", std::to_string(options_.seed)},
+                         {"parameters", std::to_string(params.size())}};
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    fields.push_back({"parameter " + std::to_string(i) + " (" + params[i].name + ") elements",
+                      std::to_string(params[i].numel)});
+  }
+  check_ranks_agree(comm, fields);
   // One starting point for every replica: rank 0's.
   for (const std::span<float> w : weights_) comm.broadcast_bytes(std::as_writable_bytes(w), 0);
 

@@ -61,7 +61,7 @@ def _context():
     if _CONTEXT is None:
         _CONTEXT = mp.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "gradcomp.torch",
-                                         "ddp_support", "workers"])
+                                         "ddp_support", "workers", "diloco_workers"])
     return _CONTEXT
 
 

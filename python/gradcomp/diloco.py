@@ -1,0 +1,162 @@
+"""Local steps with compressed pseudo-gradients (local SGD, DiLoCo, Streaming DiLoCo,
+SparseLoCo) for an ordinary PyTorch training loop, without DDP.
+
+Every worker trains its own replica with its own (inner) optimizer; every ``sync_every``
+steps the workers exchange their pseudo-gradients (global minus local weights) through
+any gradcomp compressor, with error feedback kept per worker, and take one outer step
+together::
+
+    import gradcomp.torch as gc
+    model = Net()
+    inner = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    diloco = gc.DiLoCo(model, inner, "nesterov:lr=0.7,momentum=0.9", sync_every=30,
+                       compressor="ef(chunktopk:chunk=4096,k=64)")
+    for x, y in shard:
+        inner.zero_grad()
+        loss_fn(model(x), y).backward()
+        inner.step()          # every 30th step also runs the round (a hook on the optimizer)
+
+The round is gradcomp's C++ outer loop (``gradcomp::dist::OuterLoop``), the object
+``gradcomp train --sync-every`` and LibTorch's ``gradcomp::DiLoCo`` run, on the process
+group's Gloo backend. Constructing it is collective: the ranks compare their settings and
+parameter shapes (all raise the same ValueError if they differ), and rank 0's weights are
+broadcast to every rank, as DDP does.
+"""
+import datetime
+from typing import Any, Dict, Optional, Union
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+__all__ = ["DiLoCo"]
+
+_FORMAT = "gradcomp.torch.DiLoCo/1"
+
+
+def _outer_spec(outer: Union[str, torch.optim.Optimizer]) -> str:
+    """A spec string as it is, or a torch.optim.SGD's settings as the same rule."""
+    if isinstance(outer, str):
+        return outer
+    if not isinstance(outer, torch.optim.SGD) or len(outer.param_groups) != 1:
+        raise TypeError("DiLoCo: outer_optimizer must be a spec string (e.g. "
+                        "'nesterov:lr=0.7,momentum=0.9') or a torch.optim.SGD with one "
+                        f"parameter group, got {type(outer).__name__}")
+    g = outer.param_groups[0]
+    if g.get("weight_decay", 0) or g.get("dampening", 0) or g.get("maximize", False):
+        raise ValueError("DiLoCo: an outer torch.optim.SGD with weight_decay, dampening or "
+                         "maximize has no outer rule here; use a spec string")
+    lr, momentum = float(g["lr"]), float(g.get("momentum", 0.0))
+    if g.get("nesterov", False):
+        return f"nesterov:lr={lr!r},momentum={momentum!r}"
+    return f"sgd:lr={lr!r},momentum={momentum!r}"
+
+
+class DiLoCo:
+    """The outer loop around ``model``'s parameters (see the module's documentation).
+
+    Args:
+        model: the replica; its parameters that require grad, in ``named_parameters``
+            order, must be contiguous CPU float32 tensors updated in place.
+        inner_optimizer: when given (torch >= 2.0), a post-step hook on it calls
+            :meth:`step` after each of its steps; otherwise call :meth:`step` yourself
+            after every optimizer step.
+        outer_optimizer: ``"nesterov:lr=0.7,momentum=0.9"`` (DiLoCo, the default),
+            ``"average"`` (local SGD), ``"sgd:lr=L,momentum=M"``,
+            ``"sparseloco:lr=1,decay=0.95"`` (SparseLoCo: each worker's error feedback
+            decays between rounds; needs an ``ef(...)`` compressor), or a
+            ``torch.optim.SGD`` whose settings are read as one of them.
+        sync_every: H, inner steps per round.
+        compressor: any spec ``gradcomp.list_codecs()`` names, applied to the
+            pseudo-gradients: ``"none"`` (fp32), ``"fp16"``, ``"ef(chunktopk)"``, ...
+        fragments: Streaming DiLoCo's fragments, exchanged on a staggered schedule
+            (must divide ``sync_every``).
+        delay: inner steps a fragment's exchange overlaps before it is merged
+            (``< sync_every / fragments``).
+        mix: share of the local weights kept when a round is merged, in [0, 1).
+        process_group: the group (default: the default group); its CPU backend must be
+            Gloo.
+        timeout: a round's deadline; a peer that misses it ends the round on every rank
+            with ``gradcomp.CommError`` and no weight changed.
+    """
+
+    def __init__(self, model: torch.nn.Module,
+                 inner_optimizer: Optional[torch.optim.Optimizer] = None,
+                 outer_optimizer: Union[str, torch.optim.Optimizer] = "nesterov:lr=0.7,momentum=0.9",
+                 *, sync_every: int, compressor: str = "none", fragments: int = 1,
+                 delay: int = 0, mix: float = 0.0,
+                 process_group: Optional[dist.ProcessGroup] = None, seed: int = 0,
+                 timeout: datetime.timedelta = datetime.timedelta(minutes=30),
+                 min_elements: int = 1024, dense_share: float = 0.0) -> None:
+        options = _C.OuterLoopOptions()
+        options.sync_every = int(sync_every)
+        options.outer = _outer_spec(outer_optimizer)
+        options.fragments = int(fragments)
+        options.delay = int(delay)
+        options.mix = float(mix)
+        options.seed = int(seed)
+        options.min_elements = int(min_elements)
+        options.dense_share = float(dense_share)
+        _C.check_outer_loop(compressor, options)  # before any collective
+        params = [(n, p.detach()) for n, p in model.named_parameters() if p.requires_grad]
+        group = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
+        self._settings = {"sync_every": options.sync_every, "outer": options.outer,
+                          "compressor": compressor, "fragments": options.fragments,
+                          "delay": options.delay, "mix": options.mix}
+        self._loop = _C.OuterLoop(group, params, compressor, options, timeout.total_seconds())
+        self._steps = 0
+        self._hook = None
+        if inner_optimizer is not None:
+            if not hasattr(inner_optimizer, "register_step_post_hook"):
+                raise TypeError("DiLoCo: this torch has no optimizer step hooks (torch < 2.0): "
+                                "pass no inner_optimizer and call diloco.step() after each "
+                                "optimizer step")
+            self._hook = inner_optimizer.register_step_post_hook(lambda *_: self.step())
+
+    def step(self) -> bool:
+        """After an inner optimizer step: runs the rounds due. True when the parameters
+        were changed (a round merged). Raises gradcomp.CommError when a round failed."""
+        changed = self._loop.after_inner_step(self._steps + 1)
+        self._steps += 1
+        return changed
+
+    @property
+    def inner_steps(self) -> int:
+        return self._steps
+
+    def describe(self) -> str:
+        """e.g. ``"nesterov:lr=0.7,momentum=0.9 every 30 steps over dense"``."""
+        return self._loop.describe()
+
+    def stats(self) -> Dict[str, Any]:
+        """Bytes and seconds of the rounds since the last call (``rounds`` counted)."""
+        return self._loop.take_stats()
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The outer state (global weights, outer momentum, every error-feedback memory)
+        and the step count; save it with the model and the inner optimizer."""
+        return {"format": _FORMAT, "inner_steps": self._steps, "settings": dict(self._settings),
+                "state": self._loop.state()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        if not isinstance(state, dict) or state.get("format") != _FORMAT:
+            raise ValueError(f"DiLoCo.load_state_dict: not a {_FORMAT} state")
+        if state.get("settings") != self._settings:
+            raise ValueError(f"DiLoCo.load_state_dict: saved with {state.get('settings')}, "
+                             f"this outer loop has {self._settings}")
+        steps = int(state["inner_steps"])
+        self._loop.load_state(state["state"], steps)
+        self._steps = steps
+
+    def close(self) -> None:
+        """Removes the hook on the inner optimizer."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def __enter__(self) -> "DiLoCo":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

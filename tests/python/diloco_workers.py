@@ -1,0 +1,117 @@
+"""What each rank runs in the DiLoCo tests (top-level functions: forked processes)."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+import gradcomp
+import gradcomp.torch as gc
+from workers import batch, raised, small_model
+
+
+def _inner_steps(model, opt, rank, first, last, diloco=None):
+    for step in range(first, last):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        if diloco is not None and not hasattr(opt, "register_step_post_hook"):
+            diloco.step()
+
+
+def matches_torch_reference(rank, world, sync_every, steps, outer_is_torch):
+    """DiLoCo with an exact exchange against the method written with torch's own pieces:
+    an all-reduced mean pseudo-gradient fed to torch.optim.SGD(nesterov=True) on a copy of
+    the global weights. The worst difference over every parameter."""
+    model = small_model(seed=rank)  # replicas start apart: rank 0's weights win
+    inner = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    outer = (torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)
+             if outer_is_torch else "nesterov:lr=0.7,momentum=0.9")
+    # torch < 2.0 has no optimizer step hooks: there _inner_steps calls step() itself.
+    hooked = inner if hasattr(inner, "register_step_post_hook") else None
+    diloco = gc.DiLoCo(model, hooked, outer, sync_every=sync_every)
+
+    ref = small_model(seed=0)
+    ref_inner = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    glob = [p.detach().clone().requires_grad_(True) for p in ref.parameters()]
+    ref_outer = torch.optim.SGD(glob, lr=0.7, momentum=0.9, nesterov=True)
+    for step in range(steps):
+        _inner_steps(model, inner, rank, step, step + 1, diloco)
+        _inner_steps(ref, ref_inner, rank, step, step + 1)
+        if (step + 1) % sync_every == 0:
+            with torch.no_grad():
+                for g, p in zip(glob, ref.parameters()):
+                    d = g - p
+                    dist.all_reduce(d)
+                    g.grad = d / world
+                ref_outer.step()
+                for g, p in zip(glob, ref.parameters()):
+                    p.copy_(g)
+    diloco.close()
+    worst = max((a - b).abs().max().item() for a, b in zip(model.parameters(), ref.parameters()))
+    return worst, diloco.describe(), diloco.inner_steps
+
+
+def resumes_bit_for_bit(rank, world, spec, outer):
+    """10 steps straight against 5, a state_dict round trip into new objects, 5 more."""
+    def fresh():
+        model = small_model(seed=0)
+        inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        d = gc.DiLoCo(model, None, outer, sync_every=4, compressor=spec, fragments=2, delay=1)
+        return model, inner, d
+
+    # The hook-less form: step() after each optimizer step.
+    model, inner, d = fresh()
+    for step in range(10):
+        _inner_steps(model, inner, rank, step, step + 1)
+        d.step()
+    straight = [p.detach().clone() for p in model.parameters()]
+
+    model, inner, d = fresh()
+    for step in range(5):
+        _inner_steps(model, inner, rank, step, step + 1)
+        d.step()
+    saved = (
+        {k: v.clone() for k, v in model.state_dict().items()},
+        inner.state_dict(),
+        d.state_dict(),
+    )
+    model, inner, d = fresh()
+    model.load_state_dict(saved[0])
+    inner.load_state_dict(saved[1])
+    d.load_state_dict(saved[2])
+    for step in range(5, 10):
+        _inner_steps(model, inner, rank, step, step + 1)
+        d.step()
+    return all(torch.equal(a, b) for a, b in zip(straight, model.parameters())), d.stats()
+
+
+def ranks_that_differ(rank, world):
+    model = small_model(seed=0)
+    return raised(lambda: gc.DiLoCo(model, None, sync_every=4 if rank == 0 else 8))
+
+
+def bad_settings(rank, world):
+    model = small_model(seed=0)
+    out = []
+    for kwargs in ({"sync_every": 0}, {"sync_every": 4, "fragments": 3},
+                   {"sync_every": 4, "compressor": "bogus"},
+                   {"sync_every": 4, "outer_optimizer": "sparseloco", "compressor": "fp16"},
+                   {"sync_every": 4, "outer_optimizer": torch.optim.Adam(model.parameters())}):
+        out.append(raised(lambda: gc.DiLoCo(model, **kwargs)))
+    return out
+
+
+def a_peer_that_leaves(rank, world):
+    model = small_model(seed=0)
+    inner = torch.optim.SGD(model.parameters(), lr=0.05)
+    d = gc.DiLoCo(model, None, sync_every=2, timeout=__import__("datetime").timedelta(seconds=20))
+    if rank == 1:
+        return None  # the process exits: its connections close
+    _inner_steps(model, inner, rank, 0, 1)
+    d.step()
+    _inner_steps(model, inner, rank, 1, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    error = raised(d.step)
+    unchanged = all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    return error, unchanged

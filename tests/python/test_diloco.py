@@ -1,0 +1,47 @@
+"""gradcomp.torch.DiLoCo (the outer loop) on real processes over Gloo (127.0.0.1)."""
+import pytest
+
+import ddp_support
+import diloco_workers
+
+
+@pytest.mark.parametrize("outer_is_torch", [False, True])
+def test_an_exact_exchange_is_diloco_written_with_torchs_own_sgd(outer_is_torch):
+    for worst, describe, steps in ddp_support.run(
+            diloco_workers.matches_torch_reference, 2, 3, 7, outer_is_torch):
+        assert worst <= 1e-5, worst
+        assert describe == "nesterov:lr=0.7,momentum=0.9 every 3 steps over dense", describe
+        assert steps == 7
+
+
+@pytest.mark.parametrize("spec,outer", [("ef(topk:ratio=0.05)", "sparseloco:lr=0.9,decay=0.8"),
+                                        ("fp16", "nesterov")])
+def test_a_resumed_run_continues_bit_for_bit(spec, outer):
+    for same, stats in ddp_support.run(diloco_workers.resumes_bit_for_bit, 2, spec, outer):
+        assert same
+        assert stats["rounds"] >= 1 and stats["bytes_sent"] > 0
+
+
+def test_ranks_configured_differently_all_raise_the_same_line():
+    results = ddp_support.run(diloco_workers.ranks_that_differ, 2)
+    assert results[0] == results[1]
+    kind, message = results[0]
+    assert kind == "ValueError"
+    assert "sync_every" in message and "4" in message and "8" in message
+
+
+def test_bad_settings_are_refused_before_any_collective():
+    (results,) = ddp_support.run(diloco_workers.bad_settings, 1)
+    kinds = [r[0] if r else None for r in results]
+    assert kinds == ["ValueError", "ValueError", "ValueError", "ValueError", "TypeError"], results
+    assert "sync_every" in results[0][1]
+    assert "divisor" in results[1][1] or "divide" in results[1][1]
+    assert "unknown codec 'bogus'" in results[2][1]
+    assert "keeps none" in results[3][1]
+
+
+def test_a_round_without_a_peer_raises_commerror_and_changes_nothing():
+    results = ddp_support.run(diloco_workers.a_peer_that_leaves, 2, timeout=60)
+    error, unchanged = results[0]
+    assert error is not None and error[0] == "CommError", error
+    assert unchanged
