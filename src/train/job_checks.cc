@@ -127,6 +127,7 @@ void check_run_length(const TrainConfig& t) {
   integer_at_least("--steps", t.max_steps, 0);
   integer_at_least("--batch-size", t.batch_size, 1);
   integer_at_least("--dense-steps", t.dense_steps, 0);
+  integer_at_least("--eval-every", t.eval_every, 0);
 }
 
 void check_optimizer(const SgdOptions& sgd) {

@@ -82,6 +82,25 @@ void Report::epoch(const EpochRecord& e) {
   metrics_->write(j);
 }
 
+void Report::evaluation(const EvalRecord& e) {
+  if (out_ != nullptr) {
+    char line[200];
+    std::snprintf(line, sizeof(line), "  step %lld  test loss %.4f  test acc %.4f  sent %s  %.1f s",
+                  static_cast<long long>(e.step), e.test_loss, e.test_accuracy,
+                  format_bytes(static_cast<double>(e.bytes_sent)).c_str(), e.train_seconds);
+    *out_ << line << std::endl;
+  }
+  if (!metrics_) return;
+  JsonObject j;
+  j.add("type", "eval")
+      .add("step", e.step)
+      .add("test_loss", e.test_loss)
+      .add("test_accuracy", e.test_accuracy)
+      .add("bytes_sent", static_cast<double>(e.bytes_sent))
+      .add("train_seconds", e.train_seconds);
+  metrics_->write(j);
+}
+
 void Report::summary(const TrainSummary& s) {
   if (metrics_) {
     JsonObject j;
@@ -98,6 +117,7 @@ void Report::summary(const TrainSummary& s) {
         .add("dense_bytes_per_step", s.dense_bytes_per_step)
         .add("compression_ratio", s.compression_ratio)
         .add("step_ms_median", s.step_ms_median)
+        .add("step_ms_mean", s.step_ms_mean)
         .add("compute_seconds", s.compute_seconds)
         .add("encode_seconds", s.encode_seconds)
         .add("comm_seconds", s.comm_seconds)
@@ -144,6 +164,7 @@ void Report::summary(const TrainSummary& s) {
                                                        : std::string("- (nothing was sent)"));
   }
   row("step time (median)", number("%.1f ms", s.step_ms_median));
+  row("step time (mean)", number("%.1f ms", s.step_ms_mean));
   row("time: compute", number("%.2f s", s.compute_seconds));
   row("time: encode", number("%.2f s", s.encode_seconds));
   row("time: communicate", number("%.2f s", s.comm_seconds));

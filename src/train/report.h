@@ -54,6 +54,15 @@ struct EpochRecord {
   double elapsed_seconds = 0;
 };
 
+// A test-set evaluation inside an epoch or at its end (TrainConfig::eval_every).
+struct EvalRecord {
+  std::int64_t step = 0;
+  double test_loss = 0;
+  double test_accuracy = 0;
+  std::uint64_t bytes_sent = 0;  // by this worker since the run (this process) started
+  double train_seconds = 0;      // since the start, evaluations excluded
+};
+
 struct TrainSummary {
   std::int64_t steps = 0;   // global step at the end
   std::int64_t epochs = 0;  // completed epochs
@@ -69,6 +78,9 @@ struct TrainSummary {
   double compression_ratio = 0;  // dense / sent
   // Steps after the dense warm-up, the first 2 steps of the process excluded.
   double step_ms_median = 0;
+  // The mean over the same steps: what an outer loop's steps cost on average (its median
+  // is a step without a round).
+  double step_ms_mean = 0;
   double compute_seconds = 0;  // forward, backward, bucket copies, optimizer
   // On the exchange's thread, alongside backward when it overlaps (allreduce topology).
   double encode_seconds = 0;
@@ -120,6 +132,7 @@ class Report {
   // from a checkpoint: it continues the run that wrote it) and prints the header.
   void begin(const RunHeader& header, bool resumed);
   void epoch(const EpochRecord& e);
+  void evaluation(const EvalRecord& e);
   // The summary line and the final table.
   void summary(const TrainSummary& s);
   void parameter_server(const ParameterServerRecord& ps);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <numeric>
 #include <optional>
 #include <set>
 
@@ -369,11 +370,32 @@ TrainSummary Trainer::run() {
     const std::uint64_t bytes_before = totals_.bytes_sent;
     const std::uint64_t received_before = totals_.bytes_received;
     const std::int64_t epoch_end = std::min((epoch + 1) * steps_per_epoch_, stop);
-    while (step_ < epoch_end) train_step();
+    while (step_ < epoch_end) {
+      train_step();
+      if (config_.eval_every > 0 && step_ % config_.eval_every == 0 && step_ < epoch_end) {
+        const auto t_eval = Clock::now();
+        const EvalResult r = evaluate();
+        report().evaluation({.step = step_,
+                             .test_loss = r.loss,
+                             .test_accuracy = r.accuracy,
+                             .bytes_sent = totals_.bytes_sent,
+                             .train_seconds = seconds(start, t_eval) - eval_seconds_});
+        eval_seconds_ += seconds(t_eval, Clock::now());
+      }
+    }
     const bool epoch_done = step_ % steps_per_epoch_ == 0;
     if (epoch_done) completed_epochs = step_ / steps_per_epoch_;
+    const auto t_eval = Clock::now();
     last_eval = evaluate();
     evaluated_at_stop = true;
+    if (config_.eval_every > 0) {
+      report().evaluation({.step = step_,
+                           .test_loss = last_eval.loss,
+                           .test_accuracy = last_eval.accuracy,
+                           .bytes_sent = totals_.bytes_sent,
+                           .train_seconds = seconds(start, t_eval) - eval_seconds_});
+    }
+    eval_seconds_ += seconds(t_eval, Clock::now());
     if (!config_.checkpoint_dir.empty()) save_checkpoint(checkpoint_file());
     const double elapsed = seconds(start, Clock::now());
     const double train_loss =
@@ -421,6 +443,9 @@ TrainSummary Trainer::run() {
   s.compression_ratio =
       s.bytes_sent_per_worker_per_step > 0 ? dense_bytes / s.bytes_sent_per_worker_per_step : 0.0;
   s.step_ms_median = median(step_ms_);
+  s.step_ms_mean = step_ms_.empty() ? 0.0
+                                    : std::accumulate(step_ms_.begin(), step_ms_.end(), 0.0) /
+                                          static_cast<double>(step_ms_.size());
   s.compute_seconds = compute_seconds_;
   s.encode_seconds = totals_.encode_seconds;
   s.comm_seconds = totals_.comm_seconds;

@@ -64,6 +64,10 @@ struct TrainConfig {
   // resume_agreement.h); empty: rank-R.ckpt.
   std::filesystem::path resume_file;
   std::int64_t eval_batch = 1000;
+  // Evaluate the test set every N steps as well as at every epoch's end (0: epoch ends
+  // only), reported as "eval" lines with the training time so far (evaluations excluded):
+  // the figure against wall-clock time.
+  std::int64_t eval_every = 0;
   // Where the run is reported (header, notes, one line per epoch, the summary, text and
   // JSON lines); null: nowhere.
   Report* report = nullptr;
@@ -136,6 +140,7 @@ class Trainer {
   // Accounting.
   double compute_seconds_ = 0;
   double exposed_seconds_ = 0;
+  double eval_seconds_ = 0;  // spent in evaluations (--eval-every), not training
   ReduceStats totals_;
   std::uint64_t compressed_steps_ = 0;
   std::uint64_t compressed_bytes_ = 0;

@@ -149,6 +149,10 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                 "continue from --checkpoint-dir, at the newest step every worker holds "
                 "(ps-async: each worker at its own newest)");
   cmd->add_option("--metrics", j.metrics_path, "JSON lines: one per epoch and a summary");
+  cmd->add_option("--eval-every", j.train.eval_every,
+                  "also evaluate the test set every N steps (reported with the training time "
+                  "so far; 0: at epoch ends only)")
+      ->capture_default_str();
   cmd->add_option("--synthetic-train", j.data.synthetic_train, "synthetic: train samples");
   cmd->add_option("--rank", flags->rank, "this process's rank (multi-machine)");
   cmd->add_option("--world-size", flags->world_size, "number of workers (multi-machine)");
