@@ -14,6 +14,7 @@
 #include "detail/bitstream.h"
 #include "gradcomp/error.h"
 #include "gradcomp/kernels/half.h"
+#include "gradcomp/method.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/rng.h"
 #include "gradcomp/wire.h"
@@ -279,6 +280,20 @@ TEST(ChunkTopk, TraitsAndDefaults) {
   for (const char* spec : {"chunktopk", "ef(chunktopk:chunk=4096,k=64)", "efm(chunktopk)"}) {
     EXPECT_NO_THROW(builtin_registry().make_memory(spec, 10000)) << spec;
   }
+}
+
+// As a --compressor: error feedback by the optimizer's rule, the allgather reducer (it is
+// not linear), and refused by the allreduce reducer.
+TEST(ChunkTopk, RunsAsAMethodUnderAllgather) {
+  EXPECT_EQ(Method::parse("chunktopk", {.momentum = 0.9}).spec(), "efm(chunktopk)");
+  EXPECT_EQ(Method::parse("chunktopk", {.momentum = 0.0}).spec(), "ef(chunktopk)");
+  const Method m = Method::parse("chunktopk:chunk=4096,k=64", {.momentum = 0.9});
+  EXPECT_EQ(m.reducer(), ReducerKind::kAllgather);
+  EXPECT_FALSE(m.linear());
+  EXPECT_TRUE(Method::parse("ef(chunktopk)", {.reducer = ReducerKind::kAllgather}).codec() !=
+              nullptr);
+  EXPECT_THROW((void)Method::parse("chunktopk", {.reducer = ReducerKind::kAllreduce}),
+               InvalidArgument);
 }
 
 }  // namespace
