@@ -79,9 +79,9 @@ std::vector<std::uint32_t> sent_indices(const std::vector<std::byte>& msg, std::
 }
 
 // Gaussian-ish, heavy integer ties, all zero, a constant magnitude (all ties), signed
-// zeros / subnormals / huge values, and large values on exactly the positions the
-// threshold sample reads (every 16th), so that the sampled floor is too high and the
-// selection must fall back to the whole chunk.
+// zeros / subnormals / huge values, and large values on every 16th element, a superset of
+// the positions the threshold sample reads (every 32nd), so that the sampled floor lets
+// fewer than k through and the selection must fall back to the whole chunk.
 std::vector<float> make_input(int kind, std::size_t n, std::uint64_t seed) {
   switch (kind) {
     case 0:
