@@ -12,13 +12,13 @@
 //   padded to 32-bit words), chunk by chunk, strictly increasing within a chunk |
 //   K values in the same order (fp32, or fp16/bf16 u16 patterns).
 //   8 + 4*ceil(K*w/32) + 4K (or + 2K) bytes.
-// The header repeats what the config tag already pins: a message stays readable on its own
-// (gradcomp codec inspect, a hex dump) and each field is checked against the decoder.
+// The 8-byte header repeats what the config tag already pins, so that a message (a file
+// from `gradcomp codec encode`, a hex dump) says how to read it, and each field is checked
+// against the decoder.
 // Not linear: ranks allgather messages and scatter-add each (decode_add), then divide by W.
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 #include <string>
 
