@@ -15,6 +15,7 @@ void register_builtin_codecs(CodecRegistry& registry) {
   register_topk(registry);       // wire id 3
   register_randomk(registry);    // wire id 4
   register_threshold(registry);  // wire ids 5 (threshold), 6 (mask)
+  register_chunktopk(registry);  // wire id 15 (ids are appended, never renumbered)
   // quantizers
   register_threshold_2bit(registry);  // wire id 7
   register_onebit(registry);          // wire id 8

@@ -1,4 +1,4 @@
-// Payload attacks on the sparse (index, value) codecs and on fp16: each hand-built
+// Payload attacks on the sparse (index, value) codecs, chunktopk and fp16: each hand-built
 // message has a valid header, so only the codec's own payload validation stands between
 // it and the destination. Every one must throw CorruptMessage naming the codec and leave
 // the destination untouched.
@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "detail/bitstream.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/wire.h"
@@ -153,6 +154,92 @@ INSTANTIATE_TEST_SUITE_P(
                       SparseCase{"topk:ratio=0.01,select=exact,values=fp16", 10, true},
                       SparseCase{"threshold", 10, false}, SparseCase{"mask", 6, false}),
     [](const auto& p) { return test::spec_test_name(p.param.spec); });
+
+// chunktopk (chunk 60, k 5, n 1000: 16 full chunks of 5 entries and a last chunk of 40
+// elements with ceil(5*40/60) = 4; K = 84 six-bit indices in 16 words, 8 padding bits).
+// A chunk that is not a power of two, so that indices past a full chunk fit the 6 bits.
+// Each attack edits one field of a valid message behind a correct checksum.
+class ChunkTopkCorrupt : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ChunkTopkCorrupt, PayloadAttacksAreRejected) {
+  auto c = builtin_registry().make_codec(GetParam());
+  const bool fp32 = c->spec().ends_with("fp32");
+  constexpr std::size_t kCount = 84;
+  constexpr unsigned kBits = 6;
+  constexpr std::size_t kStream = 8;
+  constexpr std::size_t kValues = kStream + 4 * ((kCount * kBits + 31) / 32);
+  const auto valid = test::payload_of(test::encode(*c, test::random_gradient(kN, 8), {}));
+  ASSERT_EQ(valid.size(), kValues + (fp32 ? 4 : 2) * kCount);
+  std::vector<std::uint32_t> codes(kCount);
+  detail::unpack_codes(valid.data() + kStream, kCount, kBits, codes.data());
+  const auto with_codes = [&](auto edit) {
+    auto p = valid;
+    auto c2 = codes;
+    edit(c2);
+    detail::pack_codes(c2.data(), kCount, kBits, p.data() + kStream);
+    return message(*c, kN, p);
+  };
+  const auto with_bytes = [&](auto edit) {
+    auto p = valid;
+    edit(p);
+    return message(*c, kN, p);
+  };
+  {
+    auto out = std::vector<float>(kN, 0.0f);
+    EXPECT_NO_THROW(c->decode_add(with_codes([](auto&) {}), out)) << "the unedited message";
+  }
+  // The payload header against the decoder's configuration.
+  expect_rejected(*c, with_bytes([](auto& p) { p[0] = std::byte{64}; }), "chunk", "chunk 64");
+  expect_rejected(*c, with_bytes([](auto& p) { p[4] = std::byte{6}; }), "k", "k 6");
+  expect_rejected(*c, with_bytes([](auto& p) { p[6] = std::byte{7}; }), "index bits",
+                  "index bits 7");
+  expect_rejected(*c, with_bytes([](auto& p) { p[7] = std::byte{3}; }), "value format",
+                  "value format 3");
+  expect_rejected(*c, with_bytes([&](auto& p) { p[7] = fp32 ? std::byte{1} : std::byte{0}; }),
+                  "other value format", "value format");
+  // Lengths: each one off, short of the header, empty.
+  for (const std::size_t len : {valid.size() - 1, valid.size() + 1, valid.size() + 4,
+                                valid.size() - 4, std::size_t{7}, std::size_t{0}}) {
+    auto p = valid;
+    p.resize(len);
+    expect_rejected(*c, message(*c, kN, p), "length " + std::to_string(len), "payload of");
+  }
+  // Indices: past a full chunk, past the short last chunk (still < 2^w), repeated,
+  // decreasing. (A chunk's first index below the previous chunk's last is valid: the
+  // unedited message above has them.)
+  expect_rejected(*c, with_codes([](auto& v) { v[4] = 60; }), "index == chunk",
+                  "index 60 at position 4 >= chunk length 60");
+  expect_rejected(*c, with_codes([](auto& v) { v[9] = 63; }), "index 2^w - 1",
+                  ">= chunk length 60");
+  expect_rejected(*c, with_codes([](auto& v) { v[kCount - 1] = 40; }),
+                  "index == last chunk's length", ">= chunk length 40");
+  expect_rejected(*c, with_codes([](auto& v) { v[kCount - 1] = 63; }), "index past the last chunk",
+                  ">= chunk length 40");
+  expect_rejected(*c, with_codes([](auto& v) { v[11] = v[10]; }), "duplicate index", "not above");
+  expect_rejected(*c, with_codes([](auto& v) { std::swap(v[11], v[12]); }), "decreasing indices",
+                  "not above");
+  // Padding bits after the last index.
+  expect_rejected(*c, with_bytes([](auto& p) { p[kValues - 1] |= std::byte{0x80}; }), "padding bit",
+                  "padding");
+  // Non-finite values, first, middle and last entry.
+  for (const std::size_t at : {std::size_t{0}, std::size_t{40}, kCount - 1}) {
+    expect_rejected(*c, with_bytes([&](auto& p) {
+      if (fp32) {
+        store_le<std::uint32_t>(p.data() + kValues + 4 * at, 0x7FC00000u);
+      } else {
+        store_le<std::uint16_t>(p.data() + kValues + 2 * at, 0xFFFFu);
+      }
+    }),
+                    "non-finite value at " + std::to_string(at),
+                    "non-finite value at position " + std::to_string(at));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ChunkTopk, ChunkTopkCorrupt,
+                         ::testing::Values("chunktopk:chunk=60,k=5",
+                                           "chunktopk:chunk=60,k=5,values=fp16",
+                                           "chunktopk:chunk=60,k=5,values=bf16"),
+                         [](const auto& p) { return test::spec_test_name(p.param); });
 
 TEST(HalfCorrupt, NonFinitePatternsAreRejected) {
   for (const char* spec : {"fp16", "fp16:format=bf16"}) {

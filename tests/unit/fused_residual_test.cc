@@ -2,7 +2,7 @@
 // unfused form it replaced: p = e + g (or momentum correction's u, p) in a separate loop,
 // then encode_feedback(p). Messages, residuals and momenta must be identical bit for bit
 // over several steps, for the codecs with a fused kernel (2bit fixed and adaptive, 1bit,
-// signsgd, top-k sampled / exact / fp16 values) and for ones on the default hook.
+// signsgd, top-k sampled / exact / fp16 values, chunktopk) and for ones on the default hook.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,7 +31,10 @@ const std::vector<std::string> kSpecs = {"2bit",
                                          "topk:ratio=0.02,select=sampled,values=fp16",
                                          "topk:ratio=0.3,select=sampled",
                                          "randomk:ratio=0.01",
-                                         "threshold"};
+                                         "threshold",
+                                         "chunktopk",
+                                         "chunktopk:chunk=1000,k=7,values=fp16",
+                                         "chunktopk:chunk=2,k=1,values=bf16"};
 
 // 0, 1, odd, and a size past every chunk/block boundary that is not a multiple of 16.
 const std::vector<std::size_t> kSizes = {0, 1, 17, 1001, (std::size_t{1} << 20) + 3};
