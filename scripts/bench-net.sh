@@ -29,7 +29,9 @@
 #   --methods "SPEC ..."           gradcomp compressors, space-separated  [METHODS]
 #                                  (default: none ef(topk:ratio=0.01) dgc:density=0.001 2bit
 #                                  powersgd:rank=2 fetchsgd); a spec the binary does not
-#                                  know is reported "not available"
+#                                  know is reported "not available". SPEC+--flag=value+...
+#                                  adds train flags, e.g. an outer loop:
+#                                  "fp16+--sync-every=30+--outer=nesterov"
 #   --ddp "dense powersgd"         DDP baselines ("" for none); gradcomp:SPEC is DDP with
 #                                  gradcomp.torch's hook, e.g. gradcomp:powersgd:rank=2  [DDP_METHODS]
 #   --hidden "1536,1536"           the MLP's hidden layers (784-H-10)      [HIDDEN]
@@ -183,7 +185,10 @@ run_one() {
   case $system in
     gradcomp)
       summary="$logs/metrics.jsonl"
-      cmd=("$GRADCOMP" train --compressor "$method" "${COMMON[@]}" --metrics "$summary")
+      # SPEC+--flag=value+...: the compressor and flags of its own (an outer loop).
+      local spec=${method%%+*} extra=()
+      [ "$spec" != "$method" ] && IFS=+ read -r -a extra <<< "${method#*+}"
+      cmd=("$GRADCOMP" train --compressor "$spec" "${extra[@]}" "${COMMON[@]}" --metrics "$summary")
       ;;
     floor)
       summary="$logs/metrics-0.jsonl"
@@ -261,7 +266,7 @@ EOF
 # Which gradcomp methods this binary has (no lab needed for that).
 available=()
 for m in $METHODS; do
-  if spec_available "$m"; then
+  if spec_available "${m%%+*}"; then
     available+=("$m")
   else
     log "$m: not available in this build ($NOT_AVAILABLE)"

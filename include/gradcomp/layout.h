@@ -75,6 +75,13 @@ std::vector<std::size_t> hand_over_order(std::span<const BucketPlan> plan);
 std::vector<std::vector<std::size_t>> exchange_groups(std::span<const BucketPlan> plan,
                                                       double min_group_mb);
 
+// Streaming outer loops (gradcomp/dist/outer_loop.h): the fragment of each bucket (plan
+// order), fragments 0..F-1 of whole buckets balanced by elements: largest bucket first,
+// each to the fragment with the fewest elements so far (the lowest index on ties), so
+// that every round sends about as much. A pure function of the plan. InvalidArgument
+// for fragments < 1.
+std::vector<int> fragment_of_buckets(std::span<const BucketPlan> plan, int fragments);
+
 // The group size GradientExchange uses when none is given. A dense exchange keeps small
 // groups: its allreduces are large enough to pay for themselves, and each one starts while
 // backward still runs. A compressed exchange sends messages 10-1000x smaller than the

@@ -2,11 +2,13 @@
 #include "gradcomp/advise/messages.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <utility>
 
 #include "gradcomp/error.h"
@@ -171,8 +173,61 @@ std::size_t encoded_bytes(const CodecRegistry& registry, std::string_view spec, 
   return bytes;
 }
 
-MethodPlan plan_method(std::string_view spec, std::span<const ParamInfo> params,
+namespace {
+
+// "+--sync-every=30+--fragments=2" -> the outer loop's shape; InvalidArgument naming
+// what is wrong.
+OuterPlan parse_outer_flags(std::string_view flags) {
+  OuterPlan o;
+  o.flags = std::string(flags);
+  auto integer = [](std::string_view key, std::string_view text) {
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+      throw InvalidArgument(std::string(key) + "=" + std::string(text) + ": not an integer");
+    }
+    return v;
+  };
+  std::string_view rest = flags;
+  while (!rest.empty()) {
+    rest.remove_prefix(1);  // '+'
+    const std::size_t next = rest.find('+');
+    const std::string_view flag = rest.substr(0, next);
+    rest = next == std::string_view::npos ? std::string_view() : rest.substr(next);
+    const std::size_t eq = flag.find('=');
+    const std::string_view key = flag.substr(0, eq);
+    const std::string_view value = eq == std::string_view::npos ? "" : flag.substr(eq + 1);
+    if (key == "--sync-every") {
+      o.sync_every = integer(key, value);
+    } else if (key == "--fragments") {
+      o.fragments = static_cast<int>(integer(key, value));
+    } else if (key == "--delay") {
+      o.delay = integer(key, value);
+    } else if (key != "--outer" && key != "--mix") {  // no cost of their own
+      throw InvalidArgument("'" + std::string(flag) +
+                            "': an outer loop takes --sync-every=H, --fragments=F, --delay=D, "
+                            "--outer=RULE, --mix=A");
+    }
+  }
+  if (o.sync_every < 1) throw InvalidArgument("an outer loop needs --sync-every=H with H >= 1");
+  if (o.fragments < 1 || o.sync_every % o.fragments != 0) {
+    throw InvalidArgument(
+        "--fragments=" + std::to_string(o.fragments) +
+        " must be at least 1 and divide --sync-every=" + std::to_string(o.sync_every));
+  }
+  if (o.delay < 0 || o.delay >= o.sync_every / o.fragments) {
+    throw InvalidArgument("--delay=" + std::to_string(o.delay) + " must be in [0, " +
+                          std::to_string(o.sync_every / o.fragments) + ")");
+  }
+  return o;
+}
+
+}  // namespace
+
+MethodPlan plan_method(std::string_view method, std::span<const ParamInfo> params,
                        const PlanOptions& options, const CodecRegistry& registry) {
+  const std::size_t plus = method.find('+');
+  const std::string_view spec = method.substr(0, plus);
   const std::vector<BucketPlan> buckets = plan_buckets(params, options.layout);
   const SpecNode node = spec == "dense" ? SpecNode{} : parse_spec(spec);
   const bool dense = is_dense(spec, node, registry);
@@ -203,6 +258,29 @@ MethodPlan plan_method(std::string_view spec, std::span<const ParamInfo> params,
       r.what = tag + r.what;
       m.dense_rounds.push_back(std::move(r));
     }
+  }
+  if (plus == std::string_view::npos) return m;
+  // An outer loop: one exchange job per fragment (dist::OuterLoop), its buckets together.
+  m.outer = parse_outer_flags(method.substr(plus));
+  const std::vector<int> fragment_of = fragment_of_buckets(buckets, m.outer.fragments);
+  m.rounds.clear();
+  for (int f = 0; f < m.outer.fragments; ++f) {
+    std::vector<BucketPlan> members;
+    FragmentPlan fp;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      if (fragment_of[b] != f) continue;
+      members.push_back(buckets[b]);
+      if (buckets[b].compressible) fp.compressed_elements += buckets[b].numel;
+    }
+    if (members.empty()) continue;
+    const std::string tag = "fragment " + std::to_string(f) + " (" + describe(members) + "): ";
+    const bool compressed = fp.compressed_elements > 0;
+    for (Round r : (compressed ? plan_of(members) : plan_dense(spec, members)).rounds) {
+      r.what = tag + r.what;
+      fp.rounds.push_back(r);
+      m.rounds.push_back(std::move(r));
+    }
+    m.fragments.push_back(std::move(fp));
   }
   return m;
 }

@@ -20,6 +20,55 @@ double round_bytes(const Round& r, int workers) {
                                           : allgather_bytes(r.bytes, workers);
 }
 
+// An outer loop: every H / F inner steps one fragment is exchanged, its encode, rounds
+// and decode one after the other on the exchange thread; with a delay of D steps the
+// worker computes meanwhile, so only what outlasts D steps' compute is waited for.
+// Per inner step: compute + (the F fragments' waits) / H.
+void predict_outer_loop(const MethodPlan& plan, const Scenario& s, const Link& link,
+                        const CodecSpeed& speed, Prediction& p) {
+  if (s.topology == Topology::kPsSync) {
+    p.available = false;
+    p.note = "outer loops run on allreduce";
+    return;
+  }
+  const double h = static_cast<double>(plan.outer.sync_every);
+  const double decodes = plan.traits.decode_per_peer ? static_cast<double>(s.workers) : 1.0;
+  const double f = oversubscription(s);
+  double encode = 0, decode = 0, comm = 0, waited = 0;
+  for (const FragmentPlan& fp : plan.fragments) {
+    const double elems = static_cast<double>(fp.compressed_elements);
+    const double enc = f * speed.encode * elems;
+    const double dec = f * speed.decode * elems * decodes;
+    double t = 0;
+    for (const Round& r : fp.rounds) {
+      const double rt = round_seconds(r, s, link);
+      p.rounds.push_back(
+          {r.what, r.kind == Collective::kAllreduce ? "allreduce" : "allgather", r.bytes, rt});
+      t += rt;
+      p.bytes_sent += round_bytes(r, s.workers) / h;
+      if (rt > 0) ++p.collectives;
+    }
+    encode += enc;
+    decode += dec;
+    comm += t;
+    const double round = enc + t + dec;
+    waited += plan.outer.delay > 0
+                  ? std::max(0.0, round - static_cast<double>(plan.outer.delay) * p.compute_s)
+                  : round;
+  }
+  p.comm_s = comm / h;
+  if (plan.outer.delay > 0) {
+    // Encode and decode are in the wait: all of it runs on the exchange thread.
+    p.encode_s = 0;
+    p.decode_s = 0;
+    p.exposed_s = waited / h;
+  } else {
+    p.encode_s = encode / h;
+    p.decode_s = decode / h;
+    p.exposed_s = comm / h;
+  }
+}
+
 }  // namespace
 
 double oversubscription(const Scenario& s) {
@@ -31,10 +80,10 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
   if (s.workers < 1) throw InvalidArgument("workers must be >= 1");
   if (!(s.link.bandwidth > 0)) throw InvalidArgument("bandwidth must be > 0");
   Prediction p;
-  p.spec = plan.spec;
+  p.spec = plan.spec + plan.outer.flags;
   p.family = plan.family;
   p.traits = plan.traits;
-  p.accuracy_points = accuracy_cost(plan.spec);
+  p.accuracy_points = accuracy_cost(p.spec);
   const double f = oversubscription(s);
   Link link = s.link;
   link.collective_overhead *= f;
@@ -50,7 +99,10 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
   const double elems = static_cast<double>(plan.compressed_elements);
   p.encode_s = f * speed.encode * elems;
 
-  if (s.topology == Topology::kPsSync) {
+  if (plan.outer.sync_every > 0) {
+    predict_outer_loop(plan, s, link, speed, p);
+    if (!p.available) return p;
+  } else if (s.topology == Topology::kPsSync) {
     if (plan.ps_rounds.empty()) {
       p.available = false;
       p.note = plan.ps_note;

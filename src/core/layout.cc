@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "gradcomp/error.h"
@@ -128,6 +129,24 @@ std::vector<std::vector<std::size_t>> exchange_groups(std::span<const BucketPlan
     groups.back().insert(groups.back().end(), last.begin(), last.end());
   }
   return groups;
+}
+
+std::vector<int> fragment_of_buckets(std::span<const BucketPlan> plan, int fragments) {
+  if (fragments < 1)
+    throw InvalidArgument("fragments must be >= 1, got " + std::to_string(fragments));
+  std::vector<std::size_t> order(plan.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return plan[a].numel > plan[b].numel; });
+  std::vector<std::size_t> load(static_cast<std::size_t>(fragments), 0);
+  std::vector<int> out(plan.size(), 0);
+  for (const std::size_t b : order) {
+    const auto lightest =
+        static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    out[b] = lightest;
+    load[static_cast<std::size_t>(lightest)] += plan[b].numel;
+  }
+  return out;
 }
 
 }  // namespace gradcomp

@@ -37,24 +37,6 @@ void check_options(const OuterLoopOptions& o) {
   }
 }
 
-// Buckets to fragments: largest first, each to the fragment with the fewest elements so
-// far (the lowest index on ties), so that every round sends about as much.
-std::vector<int> assign_fragments(const std::vector<BucketPlan>& plan, int fragments) {
-  std::vector<std::size_t> order(plan.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return plan[a].numel > plan[b].numel; });
-  std::vector<std::size_t> load(static_cast<std::size_t>(fragments), 0);
-  std::vector<int> out(plan.size(), 0);
-  for (const std::size_t b : order) {
-    const auto lightest =
-        static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    out[b] = lightest;
-    load[static_cast<std::size_t>(lightest)] += plan[b].numel;
-  }
-  return out;
-}
-
 }  // namespace
 
 OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const ParamInfo> params,
@@ -76,7 +58,7 @@ OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const Para
   }
   plan_ = plan_buckets(params, options_.layout);
   shapes_ = bucket_shapes(plan_);
-  fragment_of_ = assign_fragments(plan_, options_.fragments);
+  fragment_of_ = fragment_of_buckets(plan_, options_.fragments);
   fragment_buckets_.resize(static_cast<std::size_t>(options_.fragments));
   for (std::size_t b = 0; b < plan_.size(); ++b) {
     fragment_buckets_[static_cast<std::size_t>(fragment_of_[b])].push_back(b);

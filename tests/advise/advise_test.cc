@@ -379,6 +379,42 @@ TEST(AdviseStepModel, OversubscriptionOverlapAndPs) {
   EXPECT_FALSE(predict(ps[2], s, speeds()).available);  // powersgd: allreduce only
 }
 
+// An outer loop pays one exchange of the whole model every H steps: (step - compute) * H
+// is the per-step method's exchange when that is one group too; a delay of D steps hides
+// what D steps of compute cover; fragments spread the same bytes over the H steps.
+TEST(AdviseStepModel, OuterLoopsPayTheirExchangeOnceEveryHSteps) {
+  const ModelSizes m = builtin_model("mlp");
+  const Scenario s = scenario(12.5e6);
+  const Prediction per_step = predict(plan_method("topk:ratio=0.01", m.params), s, speeds());
+  const MethodPlan plan = plan_method("topk:ratio=0.01+--sync-every=30", m.params);
+  EXPECT_EQ(plan.spec, "topk:ratio=0.01");
+  EXPECT_EQ(plan.outer.sync_every, 30);
+  ASSERT_EQ(plan.fragments.size(), 1u);
+  const Prediction outer = predict(plan, s, speeds());
+  EXPECT_EQ(outer.spec, "topk:ratio=0.01+--sync-every=30");
+  EXPECT_NEAR((outer.step_s - outer.compute_s) * 30, per_step.step_s - per_step.compute_s, 1e-9);
+  EXPECT_NEAR(outer.bytes_sent * 30, per_step.bytes_sent, 1e-6);
+  // A delay longer than the exchange hides it all.
+  const Prediction hidden =
+      predict(plan_method("none+--sync-every=30+--delay=29", m.params), scenario(1e13), speeds());
+  EXPECT_DOUBLE_EQ(hidden.step_s, hidden.compute_s);
+  // Two fragments: about the same bytes per step, each fragment one job.
+  const MethodPlan two =
+      plan_method("none+--sync-every=30+--fragments=2+--outer=average", m.params);
+  EXPECT_EQ(two.fragments.size(), 2u);
+  const Prediction dense_outer =
+      predict(plan_method("none+--sync-every=30", m.params), s, speeds());
+  EXPECT_NEAR(predict(two, s, speeds()).bytes_sent, dense_outer.bytes_sent, 1e-6);
+  Scenario ps = s;
+  ps.topology = Topology::kPsSync;
+  EXPECT_FALSE(predict(plan, ps, speeds()).available);
+  for (const char* bad :
+       {"none+--sync-every=0", "none+--sync-every=30+--fragments=7",
+        "none+--sync-every=30+--delay=30", "none+--sync-every=x", "none+--workers=3"}) {
+    EXPECT_THROW((void)plan_method(bad, m.params), InvalidArgument) << bad;
+  }
+}
+
 TEST(AdviseSweep, AllgatherFallsBehindAllreduceAsWGrows) {
   SweepGrid g;
   g.workers = {2, 8, 64, 512};

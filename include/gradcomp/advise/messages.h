@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -49,6 +50,23 @@ struct PlanTraits {
 inline constexpr PlanTraits kDenseTraits{
     .dense = true, .all_allreduce = true, .overlappable = true};
 
+// A method run as an outer loop's exchange (gradcomp train --sync-every): written
+// SPEC+--sync-every=H[+--fragments=F][+--delay=D][+--outer=RULE][+--mix=A], the flags of
+// gradcomp train. Every H / F inner steps one fragment's pseudo-gradient is exchanged by
+// SPEC; with D > 0 that exchange overlaps the next D steps.
+struct OuterPlan {
+  std::int64_t sync_every = 0;  // H; 0: a per-step method
+  int fragments = 1;            // F
+  std::int64_t delay = 0;       // D
+  std::string flags;            // "+--sync-every=30+...", as written
+};
+
+// One fragment's exchange: its collectives and the elements its codec encodes.
+struct FragmentPlan {
+  std::vector<CollectiveRound> rounds;
+  std::size_t compressed_elements = 0;
+};
+
 struct MethodPlan {
   std::string spec;       // as given
   std::string canonical;  // the memory's or scheme's canonical spec
@@ -69,6 +87,10 @@ struct MethodPlan {
   // constants). Empty for codecs, which are measured themselves.
   std::string speed_spec;
   ElementCost fallback = {};
+  // An outer loop (outer.sync_every > 0): `spec` is the exchange's compressor, and each
+  // fragment's collectives replace `rounds` (one exchange job per fragment).
+  OuterPlan outer = {};
+  std::vector<FragmentPlan> fragments;
 };
 
 struct PlanOptions {
@@ -83,8 +105,8 @@ struct PlanOptions {
 // a warm-up schedule (steady state). InvalidArgument for an unknown spec.
 std::size_t encoded_bytes(const CodecRegistry& registry, std::string_view spec, std::size_t n);
 
-// The plan of one spec ("none" is dense) over the model's parameters. InvalidArgument
-// for an unknown or malformed spec.
+// The plan of one spec ("none" is dense, SPEC+--sync-every=H... an outer loop: OuterPlan)
+// over the model's parameters. InvalidArgument for an unknown or malformed spec.
 MethodPlan plan_method(std::string_view spec, std::span<const ParamInfo> params,
                        const PlanOptions& options = {},
                        const CodecRegistry& registry = builtin_registry());
