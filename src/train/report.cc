@@ -175,7 +175,7 @@ void Report::summary(const TrainSummary& s) {
   std::string exposed = number("%.2f s", s.exposed_seconds);
   if (exchange > 0.0) {
     const double hidden = std::clamp(1.0 - s.exposed_seconds / exchange, 0.0, 1.0);
-    exposed += number(" (%.0f%% of the exchange hidden behind backward)", 100.0 * hidden);
+    exposed += number(" (%.0f%% of the exchange hidden behind compute)", 100.0 * hidden);
   }
   row("time: waited for exchange", exposed);
   if (s.dense_fallbacks > 0) {
