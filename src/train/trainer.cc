@@ -96,7 +96,7 @@ Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
   config_.model.seed = config_.seed;
   model_ = make_model(config_.model);
   params_ = model_->parameters();
-  optimizer_ = std::make_unique<Sgd>(params_, config_.sgd);
+  optimizer_ = make_optimizer(config_.optimizer, params_, config_.sgd, config_.adamw);
 
   steps_per_epoch_ = train_.n / config_.batch_size;
   LrScheduleOptions lr;

@@ -260,6 +260,24 @@ train_err "--momentum: 1 is not a number in [0, 1)" --momentum 1
 train_err "--momentum: -0.5 is not a number in [0, 1)" --momentum -0.5
 train_err "--nesterov needs --momentum > 0" --momentum 0 --nesterov
 train_err "--weight-decay: -0.001 is not a number >= 0" --weight-decay -0.001
+train_err "--optimizer: adam is not one of sgd, adamw" --optimizer adam
+train_err "--momentum applies to --optimizer sgd only" --optimizer adamw --momentum 0.5
+train_err "--nesterov applies to --optimizer sgd only" --optimizer adamw --nesterov
+train_err "--adam-beta1, --adam-beta2 and --adam-eps apply to --optimizer adamw only" --adam-beta2 0.99
+train_err "--adam-beta1: 1 is not a number in [0, 1)" --optimizer adamw --adam-beta1 1
+train_err "--adam-beta2: -0.1 is not a number in [0, 1)" --optimizer adamw --adam-beta2 -0.1
+train_err "--adam-eps: 0 is not a number > 0" --optimizer adamw --adam-eps 0
+train_err "--weight-decay: -1 is not a number >= 0" --optimizer adamw --weight-decay -1
+train_err "--optimizer adamw cannot run on --topology ps-async" --optimizer adamw --topology ps-async
+# Momentum kept in a compressor's memory has no meaning under AdamW.
+train_err "--compressor dgc keeps SGD's momentum in its memory and cannot run under --optimizer adamw" \
+  --optimizer adamw --compressor dgc
+train_err "--compressor efm(topk:ratio=0.01) keeps SGD's momentum in its memory" \
+  --optimizer adamw --compressor "efm(topk:ratio=0.01)"
+train_err "--compressor sketched-sgd keeps SGD's momentum in its memory" \
+  --optimizer adamw --compressor sketched-sgd
+train_err "--compressor fetchsgd keeps SGD's momentum in its memory" \
+  --optimizer adamw --compressor fetchsgd
 train_err "--warmup-steps: -1 is not an integer >= 0" --warmup-steps -1
 train_err "--lr-decay linear: unknown (known: constant, step, cosine)" --lr-decay linear
 train_err "--milestones: 3,2 is not in increasing order" --lr-decay step --milestones 3,2

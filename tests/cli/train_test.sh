@@ -55,6 +55,37 @@ else
   fail "bare topk's default memory"; grep -h compressor bare.txt bare0.txt
 fi
 
+# AdamW (--optimizer adamw) learns; a bare biased codec gets plain error feedback under it
+# (AdamW has no momentum for a memory to carry); its checkpoint resumes under adamw and
+# an SGD run's is refused in one line.
+rm -rf "$WORK/adamw-ckpt"
+if "$GRADCOMP" train --workers 2 --optimizer adamw --lr 3e-3 --weight-decay 0.01 \
+     --compressor "topk:ratio=0.05" "${small[@]}" --epochs 1 --checkpoint-dir "$WORK/adamw-ckpt" \
+     > adamw.txt 2> adamw.err &&
+   grep -qE '^  compressor +ef\(topk:ratio=0.05\)$' adamw.txt &&
+   awk -v a="$(sed -n 's/^  test accuracy *//p' adamw.txt)" 'BEGIN { exit !(a > 0.5) }'; then
+  pass "adamw learns, ef(topk): $(grep -E '^  test accuracy' adamw.txt | tr -s ' ')"
+else
+  fail "adamw"; cat adamw.err adamw.txt
+fi
+if "$GRADCOMP" train --workers 2 --optimizer adamw --lr 3e-3 --weight-decay 0.01 \
+     --compressor "topk:ratio=0.05" "${small[@]}" --epochs 2 --steps 60 \
+     --checkpoint-dir "$WORK/adamw-ckpt" --resume > adamw2.txt 2> adamw2.err &&
+   grep -q "resumed from" adamw2.txt; then
+  pass "adamw resumes from its checkpoint"
+else
+  fail "adamw resume"; cat adamw2.err adamw2.txt
+fi
+"$GRADCOMP" train --workers 2 --compressor "topk:ratio=0.05" "${small[@]}" --epochs 2 \
+  --checkpoint-dir "$WORK/adamw-ckpt" --resume > sgd-on-adamw.txt 2> sgd-on-adamw.err
+rc=$?
+if [ "$rc" -eq 1 ] && [ "$(wc -l < sgd-on-adamw.err)" -eq 1 ] && [ ! -s sgd-on-adamw.txt ] &&
+   grep -q "written by an --optimizer adamw run, this run's is sgd" sgd-on-adamw.err; then
+  pass "an adamw checkpoint under sgd is refused: $(grep -m1 'optimizer adamw run' sgd-on-adamw.err)"
+else
+  fail "adamw checkpoint under sgd (exit $rc)"; cat sgd-on-adamw.err
+fi
+
 # Without --compressor each --reducer gets a codec it can run: allreduce the linear fp16,
 # allgather top-k, dense none; auto PowerSGD.
 ok=1
