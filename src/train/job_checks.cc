@@ -75,8 +75,16 @@ void check_counts(const JobOptions& o) {
   integer_at_least("--blas-threads", o.train.blas_threads, 0);
 }
 
-void check_model(const ModelConfig& m) {
+// The language model reads text and only text: an image model on byte windows would
+// learn to classify a window's last byte, and the transformer cannot read images.
+void check_model(const ModelConfig& m, const DataOptions& d) {
   if (!is_known_model(m.name)) refuse("--model", m.name, "one of " + known_models());
+  const bool text = is_text_dataset(d.dataset);
+  if ((m.name == "transformer") != text) {
+    throw InvalidArgument(text ? "--dataset " + d.dataset + " is text: it needs --model transformer"
+                               : "--model transformer needs a text --dataset (fortunes), not " +
+                                     d.dataset);
+  }
 }
 
 // The data set's name and directory, here rather than in every worker's loader. Only
@@ -86,8 +94,29 @@ void check_data_source(const DataOptions& d) {
     integer_at_least("--synthetic-train", d.synthetic_train, 1);
     return;
   }
+  if (is_text_dataset(d.dataset)) {
+    integer_in("--context", d.context, 1, data::kMaxContext);
+    std::error_code ec;
+    if (!d.data_dir.empty()) {
+      if (!std::filesystem::is_directory(d.data_dir, ec)) {
+        refuse("--data-dir", d.data_dir.string(), "a directory");
+      }
+    } else if (!std::filesystem::is_directory(data::kFortunesDefaultDir, ec)) {
+      throw InvalidArgument("--dataset fortunes: " + std::string(data::kFortunesDefaultDir) +
+                            " is not a directory (install the Debian package fortunes "
+                            "(scripts/install-deps.sh), or pass --data-dir)");
+    }
+    // 2.6 MB, read in milliseconds: a missing or empty file is then one line here rather
+    // than one per worker.
+    try {
+      (void)data::read_fortunes(d.data_dir);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("--dataset fortunes: " + std::string(e.what()));
+    }
+    return;
+  }
   if (d.dataset != "fashion-mnist" && d.dataset != "mnist" && d.dataset != "cifar10") {
-    refuse("--dataset", d.dataset, "one of fashion-mnist, mnist, cifar10, synthetic");
+    refuse("--dataset", d.dataset, "one of fashion-mnist, mnist, cifar10, synthetic, fortunes");
   }
   std::error_code ec;
   if (!d.data_dir.empty()) {
@@ -258,7 +287,7 @@ void check_topology_options(const JobOptions& o) {
 Method validate_job_options(const JobOptions& o) {
   // Each flag's own range first, then what the flags must agree on.
   check_counts(o);
-  check_model(o.train.model);
+  check_model(o.train.model, o.data);
   check_data_source(o.data);
   check_run_length(o.train);
   check_optimizer(o);

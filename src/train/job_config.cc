@@ -73,6 +73,8 @@ ConfigFields job_config_fields(const JobOptions& o, const Method& method, int wo
       {"--dataset", o.data.dataset},
       {"--synthetic-train",
        o.data.dataset == "synthetic" ? std::to_string(o.data.synthetic_train) : std::string("-")},
+      {"--context",
+       is_text_dataset(o.data.dataset) ? std::to_string(o.data.context) : std::string("-")},
       {"--batch-size", std::to_string(t.batch_size)},
       {"--epochs", std::to_string(t.epochs)},
       {"--steps", std::to_string(t.max_steps)},

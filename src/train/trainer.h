@@ -83,6 +83,7 @@ inline bool train_nesterov(const TrainConfig& c) {
   return c.optimizer == OptimizerKind::kSgd && c.sgd.nesterov;
 }
 
+// Per prediction: a sample's class, or each next token of a language model's windows.
 struct EvalResult {
   double loss = 0;      // mean cross-entropy
   double accuracy = 0;  // fraction correct

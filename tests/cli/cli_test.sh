@@ -294,9 +294,14 @@ train_err "--blas-threads: -1 is not an integer >= 0" --blas-threads -1
 train_err "--seed: -1 is not an integer >= 0" --seed -1
 train_err "--synthetic-train: 0 is not an integer >= 1" --synthetic-train 0
 train_err "--mlp-hidden: '0' in '16,0' is not a positive integer" --mlp-hidden 16,0
-train_err "--model: vgg is not one of lenet5, mlp, resnet20" --model vgg
-train_err "--dataset: imagenet is not one of fashion-mnist, mnist, cifar10, synthetic" --dataset imagenet
+train_err "--model: vgg is not one of lenet5, mlp, resnet20, transformer" --model vgg
+train_err "--dataset: imagenet is not one of fashion-mnist, mnist, cifar10, synthetic, fortunes" --dataset imagenet
 train_err "--dataset mnist needs --data-dir" --dataset mnist
+train_err "--model transformer needs a text --dataset (fortunes), not synthetic" --model transformer
+train_err "--dataset fortunes is text: it needs --model transformer" --dataset fortunes
+train_err "--context: 0 is not an integer in [1, 4096]" --model transformer --dataset fortunes --context 0
+train_err "--data-dir: $WORK/none is not a directory" --model transformer --dataset fortunes --data-dir "$WORK/none"
+train_err "--dataset fortunes: $WORK/art:" --model transformer --dataset fortunes --data-dir "$WORK"
 train_err "--data-dir: $WORK/none is not a directory" --dataset fashion-mnist --data-dir "$WORK/none"
 train_err "--servers: 0 is not an integer in [1, 65535]" --topology ps-sync --servers 0
 train_err "--max-staleness: -5 is not -1 (never) or an integer >= 0" --topology ps-async --max-staleness -5

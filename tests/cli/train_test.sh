@@ -86,6 +86,31 @@ else
   fail "adamw checkpoint under sgd (exit $rc)"; cat sgd-on-adamw.err
 fi
 
+# The byte-level language model on Debian's fortunes: within 80 steps (~15 s) its test
+# perplexity drops below the unigram baseline's (28.33), and the report and the metrics
+# say the figure is perplexity.
+if [ -d /usr/share/games/fortunes ]; then
+  if "$GRADCOMP" train --workers 1 --threads 1 --model transformer --dataset fortunes \
+       --optimizer adamw --lr 5e-3 --lr-decay constant --warmup-steps 5 --batch-size 32 \
+       --steps 80 --compressor none --metrics "$WORK/lm.jsonl" > lm.txt 2> lm.err; then
+    summary=$(grep '"type":"summary"' lm.jsonl)
+    ppl=$(echo "$summary" | grep -o '"test_perplexity":[0-9.e+-]*' | cut -d: -f2)
+    unigram=$(echo "$summary" | grep -o '"unigram_perplexity":[0-9.e+-]*' | cut -d: -f2)
+    if echo "$summary" | grep -q '"figure":"perplexity"' && grep -q '^  test perplexity' lm.txt &&
+       grep -q '^  unigram baseline' lm.txt && ! grep -q '^  test accuracy' lm.txt &&
+       grep -q 'test ppl' lm.txt && awk -v p="$ppl" -v u="$unigram" 'BEGIN { exit !(p > 0 && p < u) }'
+    then
+      pass "transformer on fortunes: test perplexity $ppl < unigram $unigram after 80 steps"
+    else
+      fail "transformer on fortunes: perplexity '$ppl', unigram '$unigram'"; cat lm.txt
+    fi
+  else
+    fail "transformer on fortunes"; cat lm.err lm.txt
+  fi
+else
+  echo "skip transformer on fortunes: /usr/share/games/fortunes absent (scripts/install-deps.sh)"
+fi
+
 # Without --compressor each --reducer gets a codec it can run: allreduce the linear fp16,
 # allgather top-k, dense none; auto PowerSGD.
 ok=1

@@ -84,9 +84,17 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                   "parameter server: buckets larger than this are split across the servers")
       ->capture_default_str()
       ->check(unsigned_integer());
-  cmd->add_option("--model", flags->model, "mlp | lenet5 | resnet20")->capture_default_str();
+  cmd->add_option("--model", flags->model,
+                  "mlp | lenet5 | resnet20 | transformer (a byte-level language model: 4 "
+                  "layers, d_model 128, 4 heads; --dataset fortunes)")
+      ->capture_default_str();
   cmd->add_option("--mlp-hidden", flags->mlp_hidden, "MLP hidden widths")->capture_default_str();
-  cmd->add_option("--dataset", j.data.dataset, "fashion-mnist | mnist | cifar10 | synthetic")
+  cmd->add_option("--dataset", j.data.dataset,
+                  "fashion-mnist | mnist | cifar10 | synthetic | fortunes (text: Debian's "
+                  "fortunes, bytes as tokens, the last 10% for test)")
+      ->capture_default_str();
+  cmd->add_option("--context", j.data.context,
+                  "text: bytes the model reads per window (windows of context + 1 bytes)")
       ->capture_default_str();
   cmd->add_option("--data-dir", j.data.data_dir, "data directory (default: the dataset's own)");
   cmd->add_option("--epochs", j.train.epochs, "epochs")->capture_default_str();
