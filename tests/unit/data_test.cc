@@ -711,7 +711,9 @@ TEST(Text, ShardsAreContiguousRunsOfTheText) {
     // Each rank reads its own stretch of the text, in order.
     for (std::int64_t i = 0; i < s.n; ++i, ++next) {
       EXPECT_EQ(s.image(i)[0], d.image(next)[0]) << rank << " " << i;
-      if (i > 0) EXPECT_EQ(s.image(i)[0], s.image(i - 1)[16]);
+      if (i > 0) {
+        EXPECT_EQ(s.image(i)[0], s.image(i - 1)[16]);
+      }
     }
   }
   EXPECT_EQ(next, d.n);
