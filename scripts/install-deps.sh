@@ -39,8 +39,9 @@ packages=(
   # dense linear algebra for ATOMO's SVD, kept out of LibTorch: Eigen for the range
   # finder, LAPACK's sgesdd for the SVD itself (src/core/detail/lapack_svd.h)
   libeigen3-dev liblapack-dev
-  # data: zlib reads the gzipped IDX files; Fashion-MNIST itself
-  zlib1g-dev dataset-fashion-mnist
+  # data: zlib reads the gzipped IDX files; Fashion-MNIST itself; the fortunes text
+  # (2.6 MB of English, /usr/share/games/fortunes) for the language model (--dataset fortunes)
+  zlib1g-dev dataset-fashion-mnist fortunes
   # the Python package (gradcomp.torch, a DDP communication hook) and its tests: the
   # same LibTorch for /usr/bin/python3, pybind11 to bind it, numpy and pytest
   python3-torch python3-dev python3-numpy pybind11-dev python3-pytest python3-venv

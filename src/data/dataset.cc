@@ -68,6 +68,7 @@ Dataset slice(const Dataset& d, std::int64_t begin, std::int64_t end) {
   out.w = d.w;
   out.num_classes = d.num_classes;
   out.stats = d.stats;
+  out.text = d.text;
   const std::size_t per = d.sample_elements();
   out.images.assign(d.images.begin() + static_cast<std::ptrdiff_t>(begin * per),
                     d.images.begin() + static_cast<std::ptrdiff_t>(end * per));

@@ -22,7 +22,7 @@ CheckpointMeta load_model_from_checkpoint(const std::filesystem::path& file,
   return read_checkpoint_subset(file, arrays);
 }
 
-std::vector<ArrayView> training_arrays(torch::nn::Module& model, Sgd& optimizer,
+std::vector<ArrayView> training_arrays(torch::nn::Module& model, Optimizer& optimizer,
                                        std::span<const StateBuffer> memory_state) {
   std::vector<ArrayView> out;
   auto add_tensor = [&out](const std::string& name, const torch::Tensor& t) {
@@ -40,14 +40,15 @@ std::vector<ArrayView> training_arrays(torch::nn::Module& model, Sgd& optimizer,
   const auto params = model.named_parameters();
   for (const auto& p : params) add_tensor("param/" + p.key(), p.value());
   for (const auto& b : model.named_buffers()) add_tensor("buffer/" + b.key(), b.value());
-  const auto& momentum = optimizer.momentum_buffers();
-  if (momentum.size() != params.size()) {
-    throw InvalidArgument("checkpoint: optimizer holds " + std::to_string(momentum.size()) +
-                          " momentum buffers for " + std::to_string(params.size()) + " parameters");
+  if (optimizer.params().size() != params.size()) {
+    throw InvalidArgument("checkpoint: the optimizer holds " +
+                          std::to_string(optimizer.params().size()) + " parameters, the model " +
+                          std::to_string(params.size()));
   }
-  for (std::size_t i = 0; i < momentum.size(); ++i) {
-    add_tensor("momentum/" + params[i].key(), momentum[i]);
-  }
+  std::vector<std::string> names;
+  names.reserve(params.size());
+  for (const auto& p : params) names.push_back(p.key());
+  for (const OptimizerState& s : optimizer.state(names)) add_tensor(s.name, s.tensor);
   for (const StateBuffer& s : memory_state) {
     out.push_back({"memory/" + s.name, ArrayType::kFloat32, s.data.data(), s.data.size()});
   }
@@ -55,14 +56,14 @@ std::vector<ArrayView> training_arrays(torch::nn::Module& model, Sgd& optimizer,
 }
 
 void save_checkpoint(const std::filesystem::path& file, const CheckpointMeta& meta,
-                     torch::nn::Module& model, Sgd& optimizer,
+                     torch::nn::Module& model, Optimizer& optimizer,
                      std::span<const StateBuffer> memory_state) {
   const std::vector<ArrayView> arrays = training_arrays(model, optimizer, memory_state);
   write_checkpoint(file, meta, arrays);
 }
 
 CheckpointMeta load_checkpoint(const std::filesystem::path& file, torch::nn::Module& model,
-                               Sgd& optimizer, std::span<const StateBuffer> memory_state) {
+                               Optimizer& optimizer, std::span<const StateBuffer> memory_state) {
   torch::NoGradGuard no_grad;
   const std::vector<ArrayView> arrays = training_arrays(model, optimizer, memory_state);
   return read_checkpoint(file, arrays);

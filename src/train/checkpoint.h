@@ -18,16 +18,17 @@ namespace gradcomp::train {
 CheckpointMeta load_model_from_checkpoint(const std::filesystem::path& file,
                                           torch::nn::Module& model);
 
-// The arrays of a training state, named "param/<name>", "buffer/<name>",
-// "momentum/<param name>", "memory/<state name>". Parameters and buffers must be
+// The arrays of a training state, named "param/<name>", "buffer/<name>", the optimizer's
+// (Optimizer::state: "momentum/<param name>" for SGD, "adamw.exp_avg/<param name>", ...
+// for AdamW), "memory/<state name>". Parameters and buffers must be
 // contiguous CPU float32 (buffers may also be int64, e.g. BatchNorm's batch counter).
-std::vector<ArrayView> training_arrays(torch::nn::Module& model, Sgd& optimizer,
+std::vector<ArrayView> training_arrays(torch::nn::Module& model, Optimizer& optimizer,
                                        std::span<const StateBuffer> memory_state);
 
 void save_checkpoint(const std::filesystem::path& file, const CheckpointMeta& meta,
-                     torch::nn::Module& model, Sgd& optimizer,
+                     torch::nn::Module& model, Optimizer& optimizer,
                      std::span<const StateBuffer> memory_state);
 CheckpointMeta load_checkpoint(const std::filesystem::path& file, torch::nn::Module& model,
-                               Sgd& optimizer, std::span<const StateBuffer> memory_state);
+                               Optimizer& optimizer, std::span<const StateBuffer> memory_state);
 
 }  // namespace gradcomp::train

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 #include "gradcomp/error.h"
@@ -117,6 +118,35 @@ std::string first_difference(Cursor c, std::uint32_t count, std::span<const Arra
   if (i < count) return ": the file has '" + file_name + "' beyond this run's arrays" + hint;
   if (i < arrays.size()) return ": the file ends before this run's '" + arrays[i].name + "'" + hint;
   return "";
+}
+
+// The optimizer an array's state belongs to, from the names Optimizer::state gives
+// (optimizer.h): "momentum/..." is SGD's, "adamw...." AdamW's; null for anything else.
+const char* optimizer_of(std::string_view name) {
+  if (name.starts_with("momentum/")) return "sgd";
+  if (name.starts_with("adamw.")) return "adamw";
+  return nullptr;
+}
+
+// The optimizer whose state the file holds (its first optimizer array's), null if none or
+// the arrays do not parse (the caller's own checks then say what is wrong). c stands at
+// the first array.
+const char* file_optimizer(Cursor c, std::uint32_t count) {
+  try {
+    for (std::uint32_t i = 0; i < count; ++i) {
+      const auto name_len = c.get<std::uint32_t>("array name length");
+      const std::byte* name_p = c.take(name_len, "array name");
+      const std::string_view name(reinterpret_cast<const char*>(name_p), name_len);
+      if (const char* o = optimizer_of(name)) return o;
+      const auto type = c.get<std::uint8_t>("array type");
+      const auto n = c.get<std::uint64_t>("array size");
+      const std::uint64_t width = type == 2 ? 8 : 4;
+      if (n > c.remaining() / width) return nullptr;
+      (void)c.take(static_cast<std::size_t>(n * width), "array data");
+    }
+  } catch (const InvalidArgument&) {
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -229,6 +259,18 @@ CheckpointMeta parse_checkpoint(std::span<const std::byte> buf, const std::files
   meta.rank = c.get<std::uint32_t>("meta");
   meta.world = c.get<std::uint32_t>("meta");
   const auto count = c.get<std::uint32_t>("meta");
+  if (!subset) {
+    // A run resumed with another --optimizer: said in those words rather than as the
+    // first array name that differs.
+    const char* ours = nullptr;
+    for (const ArrayView& a : arrays) {
+      if ((ours = optimizer_of(a.name)) != nullptr) break;
+    }
+    const char* theirs = file_optimizer(c, count);
+    if (ours != nullptr && theirs != nullptr && std::string_view(ours) != theirs) {
+      throw InvalidArgument(optimizer_mismatch(file, theirs, ours));
+    }
+  }
   if (subset ? count < arrays.size() : count != arrays.size()) {
     fail(file, std::to_string(count) + " arrays, the model and optimizer expect " +
                    std::to_string(arrays.size()) + first_difference(c, count, arrays));
@@ -290,6 +332,39 @@ CheckpointMeta read_checkpoint(const std::filesystem::path& file,
 CheckpointMeta read_checkpoint_subset(const std::filesystem::path& file,
                                       std::span<const ArrayView> arrays) {
   return read_arrays(file, arrays, true);
+}
+
+std::string optimizer_mismatch(const std::filesystem::path& file, std::string_view theirs,
+                               std::string_view ours) {
+  return "checkpoint " + file.string() + ": written by an --optimizer " + std::string(theirs) +
+         " run, this run's is " + std::string(ours) +
+         " (the optimizer's state cannot carry over: resume with --optimizer " +
+         std::string(theirs) + ", or start afresh in another --checkpoint-dir)";
+}
+
+std::optional<std::string> checkpoint_optimizer(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  char header[kHeaderBytes + 36];  // the header, then the meta up to the array count
+  if (!in.read(header, sizeof header) || std::memcmp(header, kMagic, 8) != 0) return std::nullopt;
+  std::uint32_t count = 0;
+  std::memcpy(&count, header + kHeaderBytes + 32, 4);
+  std::string name;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    std::uint32_t len = 0;
+    if (!in.read(reinterpret_cast<char*>(&len), 4) || len > 4096) return std::nullopt;
+    name.resize(len);
+    if (!in.read(name.data(), len)) return std::nullopt;
+    if (const char* o = optimizer_of(name)) return std::string(o);
+    std::uint8_t type = 0;
+    std::uint64_t n = 0;
+    if (!in.read(reinterpret_cast<char*>(&type), 1) || !in.read(reinterpret_cast<char*>(&n), 8) ||
+        n > (std::uint64_t{1} << 40)) {
+      return std::nullopt;
+    }
+    in.seekg(static_cast<std::streamoff>(n * (type == 2 ? 8 : 4)), std::ios::cur);
+    if (!in) return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 std::filesystem::path rank_checkpoint_file(const std::filesystem::path& dir, int rank) {

@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace gradcomp::train {
 
@@ -61,6 +62,15 @@ CheckpointMeta read_checkpoint_subset(const std::filesystem::path& file,
 // read_checkpoint and read_checkpoint_subset (subset = true) read the file and call this.
 CheckpointMeta parse_checkpoint(std::span<const std::byte> buf, const std::filesystem::path& file,
                                 std::span<const ArrayView> arrays, bool subset);
+
+// The optimizer whose state a checkpoint holds, from its array names alone ("sgd" for
+// "momentum/...", "adamw" for "adamw...."; Optimizer::state in optimizer.h): nullopt for a
+// file that is unreadable, not a checkpoint, or holds no optimizer state. Reads the names
+// and skips the data; nothing else is validated (loading does that).
+std::optional<std::string> checkpoint_optimizer(const std::filesystem::path& file);
+// The one line that refuses a checkpoint of the optimizer `theirs` in a run of `ours`.
+std::string optimizer_mismatch(const std::filesystem::path& file, std::string_view theirs,
+                               std::string_view ours);
 
 // Where rank R of a run keeps its checkpoint (DIR/rank-R.ckpt), and where the one before
 // it is kept (FILE.prev) so that ranks can agree on a step all of them hold.

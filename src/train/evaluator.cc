@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -95,8 +96,14 @@ std::int64_t run_eval(const EvalOptions& o, std::ostream& out) {
           .add("step", meta.step)
           .add("epoch", meta.epoch)
           .add("test_accuracy", r.accuracy)
-          .add("test_loss", r.loss)
-          .add("eval_seconds", std::chrono::duration<double>(Clock::now() - t0).count());
+          .add("test_loss", r.loss);
+      if (model->language_model()) {
+        // Per byte: the accuracy above is next-byte accuracy.
+        j.add("figure", "perplexity")
+            .add("test_perplexity", std::exp(r.loss))
+            .add("test_bits_per_byte", r.loss / std::log(2.0));
+      }
+      j.add("eval_seconds", std::chrono::duration<double>(Clock::now() - t0).count());
       lines << j.str() << std::endl;
     }
     if (!o.follow) break;

@@ -72,8 +72,8 @@ class ReducerSync final : public GradientSync {
     ctx_.world = static_cast<std::uint32_t>(config_.world);
     ctx_.steps_per_epoch = static_cast<std::uint64_t>(setup.steps_per_epoch);
     ctx_.total_steps = run_total_steps(setup);
-    ctx_.momentum = static_cast<float>(config_.sgd.momentum);
-    ctx_.nesterov = config_.sgd.nesterov;
+    ctx_.momentum = static_cast<float>(train_momentum(config_));
+    ctx_.nesterov = train_nesterov(config_);
     RunShape run;
     run.steps_per_epoch = ctx_.steps_per_epoch;
     run.total_steps = ctx_.total_steps;
@@ -208,8 +208,8 @@ SyncFactory exchange_sync(dist::Communicator& comm, std::string compressor, Redu
     o.seed = c.seed;
     o.steps_per_epoch = static_cast<std::uint64_t>(setup.steps_per_epoch);
     o.total_steps = run_total_steps(setup);
-    o.momentum = static_cast<float>(c.sgd.momentum);
-    o.nesterov = c.sgd.nesterov;
+    o.momentum = static_cast<float>(train_momentum(c));
+    o.nesterov = train_nesterov(c);
     return std::make_unique<ExchangeSync>(setup, comm, std::move(o));
   };
 }

@@ -13,6 +13,7 @@
 #include "gradcomp/json.h"
 #include "gradcomp/outer_optimizer.h"
 #include "gradcomp/registry.h"
+#include "train/checkpoint_file.h"
 #include "train/models.h"
 #include "train/role.h"
 
@@ -75,8 +76,16 @@ void check_counts(const JobOptions& o) {
   integer_at_least("--blas-threads", o.train.blas_threads, 0);
 }
 
-void check_model(const ModelConfig& m) {
+// The language model reads text and only text: an image model on byte windows would
+// learn to classify a window's last byte, and the transformer cannot read images.
+void check_model(const ModelConfig& m, const DataOptions& d) {
   if (!is_known_model(m.name)) refuse("--model", m.name, "one of " + known_models());
+  const bool text = is_text_dataset(d.dataset);
+  if ((m.name == "transformer") != text) {
+    throw InvalidArgument(text ? "--dataset " + d.dataset + " is text: it needs --model transformer"
+                               : "--model transformer needs a text --dataset (fortunes), not " +
+                                     d.dataset);
+  }
 }
 
 // The data set's name and directory, here rather than in every worker's loader. Only
@@ -86,8 +95,29 @@ void check_data_source(const DataOptions& d) {
     integer_at_least("--synthetic-train", d.synthetic_train, 1);
     return;
   }
+  if (is_text_dataset(d.dataset)) {
+    integer_in("--context", d.context, 1, data::kMaxContext);
+    std::error_code ec;
+    if (!d.data_dir.empty()) {
+      if (!std::filesystem::is_directory(d.data_dir, ec)) {
+        refuse("--data-dir", d.data_dir.string(), "a directory");
+      }
+    } else if (!std::filesystem::is_directory(data::kFortunesDefaultDir, ec)) {
+      throw InvalidArgument("--dataset fortunes: " + std::string(data::kFortunesDefaultDir) +
+                            " is not a directory (install the Debian package fortunes "
+                            "(scripts/install-deps.sh), or pass --data-dir)");
+    }
+    // 2.6 MB, read in milliseconds: a missing or empty file is then one line here rather
+    // than one per worker.
+    try {
+      (void)data::read_fortunes(d.data_dir);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("--dataset fortunes: " + std::string(e.what()));
+    }
+    return;
+  }
   if (d.dataset != "fashion-mnist" && d.dataset != "mnist" && d.dataset != "cifar10") {
-    refuse("--dataset", d.dataset, "one of fashion-mnist, mnist, cifar10, synthetic");
+    refuse("--dataset", d.dataset, "one of fashion-mnist, mnist, cifar10, synthetic, fortunes");
   }
   std::error_code ec;
   if (!d.data_dir.empty()) {
@@ -130,14 +160,63 @@ void check_run_length(const TrainConfig& t) {
   integer_at_least("--eval-every", t.eval_every, 0);
 }
 
-void check_optimizer(const SgdOptions& sgd) {
-  if (!(sgd.momentum >= 0.0 && sgd.momentum < 1.0)) {
-    refuse("--momentum", number(sgd.momentum), "a number in [0, 1)");
+// Each optimizer's own flags, and what the other one's would silently not do.
+void check_optimizer(const JobOptions& o) {
+  const TrainConfig& t = o.train;
+  number_at_least_zero("--weight-decay", t.sgd.weight_decay);
+  if (t.optimizer == OptimizerKind::kSgd) {
+    if (!(t.sgd.momentum >= 0.0 && t.sgd.momentum < 1.0)) {
+      refuse("--momentum", number(t.sgd.momentum), "a number in [0, 1)");
+    }
+    if (t.sgd.nesterov && t.sgd.momentum == 0.0) {
+      throw InvalidArgument("--nesterov needs --momentum > 0");
+    }
+    // AdamW's flags differ from their defaults only when given.
+    const AdamWOptions defaults;
+    if (t.adamw.beta1 != defaults.beta1 || t.adamw.beta2 != defaults.beta2 ||
+        t.adamw.eps != defaults.eps) {
+      throw InvalidArgument(
+          "--adam-beta1, --adam-beta2 and --adam-eps apply to --optimizer "
+          "adamw only (this run's is sgd)");
+    }
+    return;
   }
-  if (sgd.nesterov && sgd.momentum == 0.0) {
-    throw InvalidArgument("--nesterov needs --momentum > 0");
+  // AdamW.
+  if (o.momentum_given || t.sgd.nesterov) {
+    throw InvalidArgument(std::string(o.momentum_given ? "--momentum" : "--nesterov") +
+                          " applies to --optimizer sgd only (AdamW's moments are "
+                          "--adam-beta1 and --adam-beta2)");
   }
-  number_at_least_zero("--weight-decay", sgd.weight_decay);
+  if (!(t.adamw.beta1 >= 0.0 && t.adamw.beta1 < 1.0)) {
+    refuse("--adam-beta1", number(t.adamw.beta1), "a number in [0, 1)");
+  }
+  if (!(t.adamw.beta2 >= 0.0 && t.adamw.beta2 < 1.0)) {
+    refuse("--adam-beta2", number(t.adamw.beta2), "a number in [0, 1)");
+  }
+  positive_number("--adam-eps", t.adamw.eps);
+  number_at_least_zero("--weight-decay", t.adamw.weight_decay);
+  if (o.topology == dist::Topology::kPsAsync) {
+    throw InvalidArgument(
+        "--optimizer adamw cannot run on --topology ps-async: its servers "
+        "apply the updates with SGD (use allreduce or ps-sync)");
+  }
+}
+
+// Under AdamW there is no SGD momentum for a compressor to keep: one that keeps it in its
+// memory (efm, dgc, sketched-sgd, fetchsgd) is refused rather than run with a momentum
+// nobody asked for; a bare biased codec gets plain error feedback (the method is parsed
+// with momentum 0: MethodContext::momentum).
+void check_compressor_under_adamw(const JobOptions& o) {
+  if (o.train.optimizer != OptimizerKind::kAdamW) return;
+  // Parsed as written (no momentum known): does the spec itself keep momentum?
+  const Method as_written = Method::parse(
+      o.compressor, {.reducer = o.reducer, .topology = o.topology, .downlink = o.downlink});
+  if (as_written.momentum_in_memory()) {
+    throw InvalidArgument("--compressor " + o.compressor +
+                          " keeps SGD's momentum in its memory and cannot run under "
+                          "--optimizer adamw (use --optimizer sgd, or plain error feedback, "
+                          "e.g. ef(topk:ratio=0.01))");
+  }
 }
 
 void check_lr_schedule(const TrainConfig& t) {
@@ -163,10 +242,18 @@ void check_layout(const TrainConfig& t) {
   if (t.min_group_mb) number_at_least_zero("--min-group-mb", *t.min_group_mb);
 }
 
-// --resume reads --checkpoint-dir; without one it would silently start afresh.
+// --resume reads --checkpoint-dir; without one it would silently start afresh. A
+// checkpoint of the other --optimizer is refused here, once, rather than by every worker
+// as it loads its own (rank 0's file speaks for the run: every rank runs one optimizer).
 void check_checkpoints(const TrainConfig& t) {
   if (t.resume && t.checkpoint_dir.empty()) {
     throw InvalidArgument("--resume needs --checkpoint-dir");
+  }
+  if (!t.resume) return;
+  const std::filesystem::path file = rank_checkpoint_file(t.checkpoint_dir, 0);
+  const std::optional<std::string> theirs = checkpoint_optimizer(file);
+  if (theirs && *theirs != to_string(t.optimizer)) {
+    throw InvalidArgument(optimizer_mismatch(file, *theirs, to_string(t.optimizer)));
   }
 }
 
@@ -239,16 +326,17 @@ void check_outer_loop(const JobOptions& o) {
 Method validate_job_options(const JobOptions& o) {
   // Each flag's own range first, then what the flags must agree on.
   check_counts(o);
-  check_model(o.train.model);
+  check_model(o.train.model, o.data);
   check_data_source(o.data);
   check_run_length(o.train);
-  check_optimizer(o.train.sgd);
+  check_optimizer(o);
   check_lr_schedule(o.train);
   check_layout(o.train);
   check_checkpoints(o.train);
   check_rendezvous_flags(o.rendezvous);
   check_batch_fits_shards(o);
   check_topology_options(o);
+  check_compressor_under_adamw(o);
   check_outer_loop(o);
   // The outer loop's compressor works on pseudo-gradients: the inner optimizer's momentum
   // is not its own (a bare biased codec gets plain error feedback).
@@ -260,8 +348,8 @@ Method validate_job_options(const JobOptions& o) {
   return Method::parse(o.compressor, {.reducer = o.reducer,
                                       .topology = o.topology,
                                       .downlink = o.downlink,
-                                      .momentum = o.train.sgd.momentum,
-                                      .nesterov = o.train.sgd.nesterov});
+                                      .momentum = train_momentum(o.train),
+                                      .nesterov = train_nesterov(o.train)});
 }
 
 }  // namespace gradcomp::train

@@ -54,6 +54,9 @@ ConfigFields job_config_fields(const JobOptions& o, const Method& method, int wo
   const bool ps = o.topology != dist::Topology::kAllreduce;
   auto yes_no = [](bool b) { return std::string(b ? "on" : "off"); };
   auto ps_only = [ps](const std::string& v) { return ps ? v : std::string("-"); };
+  const bool adamw = t.optimizer == OptimizerKind::kAdamW;
+  auto sgd_only = [adamw](const std::string& v) { return adamw ? std::string("-") : v; };
+  auto adamw_only = [adamw](const std::string& v) { return adamw ? v : std::string("-"); };
   ConfigFields f = {
       {"wire format version", std::to_string(kWireVersion)},
       {"world size", std::to_string(world_size)},
@@ -70,6 +73,8 @@ ConfigFields job_config_fields(const JobOptions& o, const Method& method, int wo
       {"--dataset", o.data.dataset},
       {"--synthetic-train",
        o.data.dataset == "synthetic" ? std::to_string(o.data.synthetic_train) : std::string("-")},
+      {"--context",
+       is_text_dataset(o.data.dataset) ? std::to_string(o.data.context) : std::string("-")},
       {"--batch-size", std::to_string(t.batch_size)},
       {"--epochs", std::to_string(t.epochs)},
       {"--steps", std::to_string(t.max_steps)},
@@ -84,9 +89,13 @@ ConfigFields job_config_fields(const JobOptions& o, const Method& method, int wo
       {"--lr-decay", decay_name(t.decay)},
       {"--milestones", list_of(t.milestone_epochs)},
       {"--gamma", json_number(t.gamma)},
-      {"--momentum", json_number(t.sgd.momentum)},
-      {"--nesterov", yes_no(t.sgd.nesterov)},
-      {"--weight-decay", json_number(t.sgd.weight_decay)},
+      {"--optimizer", to_string(t.optimizer)},
+      {"--momentum", sgd_only(json_number(t.sgd.momentum))},
+      {"--nesterov", sgd_only(yes_no(t.sgd.nesterov))},
+      {"--adam-beta1", adamw_only(json_number(t.adamw.beta1))},
+      {"--adam-beta2", adamw_only(json_number(t.adamw.beta2))},
+      {"--adam-eps", adamw_only(json_number(t.adamw.eps))},
+      {"--weight-decay", json_number(adamw ? t.adamw.weight_decay : t.sgd.weight_decay)},
       {"--bucket-mb", json_number(t.layout.bucket_mb)},
       {"--min-elements", std::to_string(t.layout.min_elements)},
       {"--dense-share", json_number(t.layout.dense_share)},

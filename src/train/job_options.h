@@ -39,6 +39,7 @@ struct JobOptions {
   std::optional<int> workers;          // --workers: a local launch of that many (given: >= 1)
   int default_workers = 1;             // local workers when neither --workers nor a rendezvous
   bool threads_given = false;          // --threads was set (else cores / local workers)
+  bool momentum_given = false;         // --momentum was set (refused under --optimizer adamw)
   dist::RendezvousFlags rendezvous;    // --rank --world-size --master-addr --master-port ...
   std::vector<std::string> argv;       // this program's own argv, to start local workers
 };

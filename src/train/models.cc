@@ -1,6 +1,8 @@
 #include "train/models.h"
 
 #include <charconv>
+#include <cmath>
+#include <limits>
 
 #include "gradcomp/error.h"
 
@@ -136,12 +138,128 @@ class ResNet20 final : public Model {
   nn::Linear fc_{nullptr};
 };
 
+// A small decoder-only transformer over bytes (GPT-2's layout at a toy size): learned
+// token and position embeddings, `layers` pre-LayerNorm blocks of causal multi-head
+// self-attention and a 4x GELU MLP, a final LayerNorm, and the output projection tied to
+// the token embedding (it saves vocab x d parameters, a tenth of the model here).
+class CausalSelfAttentionImpl : public nn::Module {
+ public:
+  CausalSelfAttentionImpl(std::int64_t d, std::int64_t heads)
+      : qkv_(register_module("qkv", nn::Linear(d, 3 * d))),
+        proj_(register_module("proj", nn::Linear(d, d))),
+        heads_(heads) {}
+
+  // x: B x T x d; mask: T x T, true above the diagonal (the future).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask) {
+    const std::int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads_;
+    // B x T x 3 x H x hd -> 3 x B x H x T x hd
+    const torch::Tensor qkv = qkv_->forward(x).view({b, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
+    const torch::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
+    torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
+    att = torch::softmax(att.masked_fill(mask, -std::numeric_limits<float>::infinity()), -1);
+    const torch::Tensor y = torch::matmul(att, v).transpose(1, 2).reshape({b, t, d});
+    return proj_->forward(y);
+  }
+
+  nn::Linear& proj() { return proj_; }
+
+ private:
+  nn::Linear qkv_;
+  nn::Linear proj_;
+  std::int64_t heads_;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class DecoderBlockImpl : public nn::Module {
+ public:
+  DecoderBlockImpl(std::int64_t d, std::int64_t heads)
+      : ln1_(register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({d})))),
+        attn_(register_module("attn", CausalSelfAttention(d, heads))),
+        ln2_(register_module("ln2", nn::LayerNorm(nn::LayerNormOptions({d})))),
+        fc_(register_module("fc", nn::Linear(d, 4 * d))),
+        out_(register_module("out", nn::Linear(4 * d, d))) {}
+
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& mask) {
+    x = x + attn_->forward(ln1_->forward(x), mask);
+    return x + out_->forward(torch::gelu(fc_->forward(ln2_->forward(x))));
+  }
+
+  // The projections that write into the residual stream (GPT-2 scales their init).
+  std::vector<torch::Tensor> residual_weights() { return {attn_->proj()->weight, out_->weight}; }
+
+ private:
+  nn::LayerNorm ln1_;
+  CausalSelfAttention attn_;
+  nn::LayerNorm ln2_;
+  nn::Linear fc_;
+  nn::Linear out_;
+};
+TORCH_MODULE(DecoderBlock);
+
+class Transformer final : public Model {
+ public:
+  // context: the window the model reads (the data set's width - 1); vocab: its classes.
+  Transformer(std::int64_t context, std::int64_t vocab, const TransformerShape& s)
+      : context_(context),
+        tok_(register_module("tok", nn::Embedding(vocab, s.d_model))),
+        pos_(register_module("pos", nn::Embedding(context, s.d_model))),
+        mask_(torch::ones({context, context}, torch::kBool).triu(1)) {
+    // Registered in the order they run: parameters (and gradient buckets) follow it.
+    for (std::int64_t i = 0; i < s.layers; ++i) {
+      blocks_.push_back(
+          register_module("block" + std::to_string(i), DecoderBlock(s.d_model, s.heads)));
+    }
+    ln_f_ = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({s.d_model})));
+    // GPT-2: N(0, 0.02) weights, zero biases, LayerNorm at (1, 0), and the projections
+    // into the residual stream at 0.02 / sqrt(2 * layers) so that its variance does not
+    // grow with depth.
+    torch::NoGradGuard no_grad;
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* l = m->as<nn::Linear>()) {
+        l->weight.normal_(0.0, 0.02);
+        if (l->bias.defined()) l->bias.zero_();
+      } else if (auto* e = m->as<nn::Embedding>()) {
+        e->weight.normal_(0.0, 0.02);
+      }
+    }
+    const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(s.layers));
+    for (auto& b : blocks_) {
+      for (torch::Tensor& w : b->residual_weights()) w.normal_(0.0, residual_std);
+    }
+  }
+
+  // x: B x 1 x 1 x (context + 1) byte values as floats; reads the first `context` and
+  // returns (B * context) x vocab logits, one row per next byte (targets()).
+  torch::Tensor forward(torch::Tensor x) override {
+    const torch::Tensor tokens = x.flatten(1).slice(1, 0, context_).to(torch::kLong);
+    const std::int64_t b = tokens.size(0);
+    torch::Tensor h = tok_->forward(tokens) + pos_->weight.unsqueeze(0);
+    for (auto& block : blocks_) h = block->forward(h, mask_);
+    h = ln_f_->forward(h);
+    // Tied output: logits against the token embedding.
+    return torch::matmul(h, tok_->weight.t()).reshape({b * context_, -1});
+  }
+
+  torch::Tensor targets(const torch::Tensor& x, const torch::Tensor&) override {
+    return x.flatten(1).slice(1, 1, context_ + 1).to(torch::kLong).reshape({-1});
+  }
+  bool language_model() const override { return true; }
+
+ private:
+  std::int64_t context_;
+  nn::Embedding tok_;
+  nn::Embedding pos_;
+  std::vector<DecoderBlock> blocks_;
+  nn::LayerNorm ln_f_{nullptr};
+  torch::Tensor mask_;  // not a buffer: it is rebuilt from the shape, not checkpointed
+};
+
 }  // namespace
 
-std::string known_models() { return "lenet5, mlp, resnet20"; }
+std::string known_models() { return "lenet5, mlp, resnet20, transformer"; }
 
 bool is_known_model(std::string_view name) {
-  return name == "lenet5" || name == "mlp" || name == "resnet20";
+  return name == "lenet5" || name == "mlp" || name == "resnet20" || name == "transformer";
 }
 
 std::vector<std::int64_t> parse_widths(std::string_view s, std::string_view what) {
@@ -189,6 +307,21 @@ std::shared_ptr<Model> make_model(const ModelConfig& config) {
       throw InvalidArgument("make_model: resnet20 needs inputs of at least 4x4");
     }
     return std::make_shared<ResNet20>(config.in_c, config.num_classes);
+  }
+  if (config.name == "transformer") {
+    // Text windows: 1 x 1 x (context + 1) byte values (data::text_windows).
+    const TransformerShape& t = config.transformer;
+    if (config.in_c != 1 || config.in_h != 1 || config.in_w < 2) {
+      throw InvalidArgument("make_model: transformer needs text windows (1x1xW, W >= 2), got " +
+                            std::to_string(config.in_c) + "x" + std::to_string(config.in_h) + "x" +
+                            std::to_string(config.in_w));
+    }
+    if (t.layers < 1 || t.d_model < 1 || t.heads < 1 || t.d_model % t.heads != 0) {
+      throw InvalidArgument("make_model: transformer with " + std::to_string(t.layers) +
+                            " layers, d_model " + std::to_string(t.d_model) + ", " +
+                            std::to_string(t.heads) + " heads (heads must divide d_model)");
+    }
+    return std::make_shared<Transformer>(config.in_w - 1, config.num_classes, t);
   }
   throw InvalidArgument("make_model: unknown model '" + config.name +
                         "' (known: " + known_models() + ")");

@@ -25,8 +25,8 @@ dist::PsConfig ps_config(const JobOptions& o, int world) {
   c.max_staleness = o.max_staleness;
   c.split_elements = o.split_elements;
   c.seed = o.train.seed;
-  c.momentum = o.train.sgd.momentum;
-  c.nesterov = o.train.sgd.nesterov;
+  c.momentum = train_momentum(o.train);
+  c.nesterov = train_nesterov(o.train);
   c.weight_decay = o.train.sgd.weight_decay;
   if (c.workers < 1) {
     throw InvalidArgument("--servers " + std::to_string(o.servers) +

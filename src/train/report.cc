@@ -1,6 +1,7 @@
 #include "train/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <utility>
 
@@ -14,6 +15,17 @@ std::string number(const char* format, double v) {
   char b[64];
   std::snprintf(b, sizeof b, format, v);
   return b;
+}
+
+// A language model's figures, from its mean cross-entropy in nats per token (byte).
+void add_lm_figures(JsonObject& j, double test_nats, double unigram_nats) {
+  j.add("figure", "perplexity")
+      .add("test_perplexity", std::exp(test_nats))
+      .add("test_bits_per_byte", test_nats / std::log(2.0));
+  if (unigram_nats > 0.0) {
+    j.add("unigram_perplexity", std::exp(unigram_nats))
+        .add("unigram_bits_per_byte", unigram_nats / std::log(2.0));
+  }
 }
 
 }  // namespace
@@ -46,6 +58,7 @@ void Report::failure(std::string_view text) {
 
 void Report::begin(const RunHeader& h, bool resumed) {
   if (!metrics_file_.empty()) metrics_ = std::make_unique<MetricsWriter>(metrics_file_, resumed);
+  language_model_ = h.language_model;
   if (out_ == nullptr) return;
   *out_ << "model " << h.model << " (" << h.tensors << " tensors), " << h.buckets
         << " buckets, reducer " << h.reducer << ", " << h.threads << " thread(s), BLAS " << h.blas
@@ -54,6 +67,10 @@ void Report::begin(const RunHeader& h, bool resumed) {
 }
 
 void Report::epoch(const EpochRecord& e) {
+  if (language_model_) {
+    lm_epoch(e);
+    return;
+  }
   if (out_ != nullptr) {
     char line[320];
     std::snprintf(line, sizeof(line),
@@ -84,10 +101,18 @@ void Report::epoch(const EpochRecord& e) {
 
 void Report::evaluation(const EvalRecord& e) {
   if (out_ != nullptr) {
-    char line[200];
-    std::snprintf(line, sizeof(line), "  step %lld  test loss %.4f  test acc %.4f  sent %s  %.1f s",
-                  static_cast<long long>(e.step), e.test_loss, e.test_accuracy,
-                  format_bytes(static_cast<double>(e.bytes_sent)).c_str(), e.train_seconds);
+    char line[240];
+    if (language_model_) {
+      std::snprintf(line, sizeof(line),
+                    "  step %lld  test loss %.4f  test ppl %.3f  sent %s  %.1f s",
+                    static_cast<long long>(e.step), e.test_loss, std::exp(e.test_loss),
+                    format_bytes(static_cast<double>(e.bytes_sent)).c_str(), e.train_seconds);
+    } else {
+      std::snprintf(line, sizeof(line),
+                    "  step %lld  test loss %.4f  test acc %.4f  sent %s  %.1f s",
+                    static_cast<long long>(e.step), e.test_loss, e.test_accuracy,
+                    format_bytes(static_cast<double>(e.bytes_sent)).c_str(), e.train_seconds);
+    }
     *out_ << line << std::endl;
   }
   if (!metrics_) return;
@@ -95,9 +120,44 @@ void Report::evaluation(const EvalRecord& e) {
   j.add("type", "eval")
       .add("step", e.step)
       .add("test_loss", e.test_loss)
-      .add("test_accuracy", e.test_accuracy)
-      .add("bytes_sent", static_cast<double>(e.bytes_sent))
-      .add("train_seconds", e.train_seconds);
+      .add("test_accuracy", e.test_accuracy);
+  if (language_model_) add_lm_figures(j, e.test_loss, labels_.unigram_nats);
+  j.add("bytes_sent", static_cast<double>(e.bytes_sent)).add("train_seconds", e.train_seconds);
+  metrics_->write(j);
+}
+
+// A language model's epoch: perplexity and bits per byte where a classifier's line has
+// accuracy (the accuracy kept is next-byte accuracy).
+void Report::lm_epoch(const EpochRecord& e) {
+  if (out_ != nullptr) {
+    char line[360];
+    std::snprintf(line, sizeof(line),
+                  "epoch %lld%s step %lld  loss %.4f  train ppl %.3f  test loss %.4f  test ppl "
+                  "%.3f  test bits/byte %.4f  next-byte acc %.4f  lr %.4g  sent/step %s (dense "
+                  "%s)  %.1f s",
+                  static_cast<long long>(e.epoch), e.complete ? "" : " (partial)",
+                  static_cast<long long>(e.step), e.train_loss, std::exp(e.train_loss), e.test_loss,
+                  std::exp(e.test_loss), e.test_loss / std::log(2.0), e.test_accuracy, e.lr,
+                  format_bytes(e.bytes_sent_per_step).c_str(),
+                  format_bytes(e.dense_bytes_per_step).c_str(), e.elapsed_seconds);
+    *out_ << line << std::endl;
+  }
+  if (!metrics_) return;
+  JsonObject j;
+  j.add("type", "epoch")
+      .add("epoch", e.epoch)
+      .add("complete", e.complete)
+      .add("step", e.step)
+      .add("train_loss", e.train_loss)
+      .add("train_accuracy", e.train_accuracy)
+      .add("test_loss", e.test_loss)
+      .add("test_accuracy", e.test_accuracy);
+  add_lm_figures(j, e.test_loss, labels_.unigram_nats);
+  j.add("train_perplexity", std::exp(e.train_loss))
+      .add("lr", e.lr)
+      .add("bytes_sent_per_worker_per_step", e.bytes_sent_per_step)
+      .add("bytes_received_per_worker_per_step", e.bytes_received_per_step)
+      .add("elapsed_seconds", e.elapsed_seconds);
   metrics_->write(j);
 }
 
@@ -111,8 +171,9 @@ void Report::summary(const TrainSummary& s) {
         .add("epochs", s.epochs)
         .add("test_accuracy", s.test_accuracy)
         .add("test_loss", s.test_loss)
-        .add("train_loss", s.train_loss)
-        .add("bytes_sent_per_worker_per_step", s.bytes_sent_per_worker_per_step)
+        .add("train_loss", s.train_loss);
+    if (language_model_) add_lm_figures(j, s.test_loss, labels_.unigram_nats);
+    j.add("bytes_sent_per_worker_per_step", s.bytes_sent_per_worker_per_step)
         .add("bytes_received_per_worker_per_step", s.bytes_received_per_worker_per_step)
         .add("dense_bytes_per_step", s.dense_bytes_per_step)
         .add("compression_ratio", s.compression_ratio)
@@ -149,7 +210,17 @@ void Report::summary(const TrainSummary& s) {
   row("compressor", l.compressor);
   row("reducer", s.reducer);
   row("steps (epochs)", std::to_string(s.steps) + " (" + std::to_string(s.epochs) + ")");
-  row("test accuracy", number("%.4f", s.test_accuracy));
+  if (language_model_) {
+    row("test perplexity", number("%.3f", std::exp(s.test_loss)) +
+                               number(" (%.4f bits per byte)", s.test_loss / std::log(2.0)));
+    if (l.unigram_nats > 0.0) {
+      row("unigram baseline", number("%.3f", std::exp(l.unigram_nats)) +
+                                  number(" (%.4f bits per byte)", l.unigram_nats / std::log(2.0)));
+    }
+    row("next-byte accuracy", number("%.4f", s.test_accuracy));
+  } else {
+    row("test accuracy", number("%.4f", s.test_accuracy));
+  }
   row("test loss", number("%.4f", s.test_loss));
   if (s.world == 1 && l.topology == Topology::kAllreduce) {
     // A world of one has no peers: nothing goes on a wire, and a ratio against zero bytes

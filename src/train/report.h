@@ -26,6 +26,9 @@ struct RunLabels {
   std::string model;
   std::string dataset;
   std::string compressor;
+  // Text: the unigram baseline's cross-entropy in nats per byte on the test windows
+  // (data::unigram_cross_entropy), printed beside the model's; 0: none.
+  double unigram_nats = {};
 };
 
 // The start of the training loop, printed once.
@@ -37,6 +40,10 @@ struct RunHeader {
   int threads = 1;
   std::string blas;
   std::string isa;
+  // A language model: the test figure is perplexity (exp of the mean cross-entropy per
+  // token) and bits per byte, not accuracy; the epoch lines, the table and the JSON lines
+  // ("figure": "perplexity") say so.
+  bool language_model = {};
 };
 
 struct EpochRecord {
@@ -138,11 +145,14 @@ class Report {
   void parameter_server(const ParameterServerRecord& ps);
 
  private:
+  void lm_epoch(const EpochRecord& e);
+
   std::ostream* out_ = nullptr;
   std::ostream* err_ = nullptr;
   std::filesystem::path metrics_file_;
   std::unique_ptr<MetricsWriter> metrics_;
   RunLabels labels_;
+  bool language_model_ = false;
 };
 
 // "1.23 MB", "4.5 kB", "12 B".

@@ -97,7 +97,7 @@ Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
   config_.model.seed = config_.seed;
   model_ = make_model(config_.model);
   params_ = model_->parameters();
-  optimizer_ = std::make_unique<Sgd>(params_, config_.sgd);
+  optimizer_ = make_optimizer(config_.optimizer, params_, config_.sgd, config_.adamw);
 
   steps_per_epoch_ = train_.n / config_.batch_size;
   LrScheduleOptions lr;
@@ -165,7 +165,9 @@ double Trainer::train_step() {
   }
   sync_->begin_step({step_, static_cast<float>(schedule_->lr(step_)), compress});
   const torch::Tensor logits = model_->forward(batch_x_);
-  const torch::Tensor loss = at::cross_entropy_loss(logits, batch_y_);
+  // A classifier's targets are the labels; a language model's the batch's next tokens.
+  const torch::Tensor targets = model_->targets(batch_x_, batch_y_);
+  const torch::Tensor loss = at::cross_entropy_loss(logits, targets);
   const double loss_value = loss.item<double>();
   // A diverged run stops here, before backward hands its gradient to the exchange: a
   // dense sum would silently turn every replica into NaN, a selecting codec would fail
@@ -177,7 +179,7 @@ double Trainer::train_step() {
   }
   {
     torch::NoGradGuard no_grad;
-    epoch_correct_ += logits.argmax(1).eq(batch_y_).sum().item<std::int64_t>();
+    epoch_correct_ += logits.argmax(1).eq(targets).sum().item<std::int64_t>();
   }
   try {
     // The exchange of each bucket starts inside backward, as its gradients are complete
@@ -216,7 +218,7 @@ double Trainer::train_step() {
   ++steps_this_process_;
   ++step_;
   epoch_loss_sum_ += loss_value;
-  epoch_seen_ += config_.batch_size;
+  epoch_seen_ += targets.numel();  // predictions: batch_size, or tokens of a language model
   ++epoch_steps_;
   return loss_value;
 }
@@ -226,6 +228,7 @@ EvalResult evaluate_model(Model& model, const data::Dataset& test, std::int64_t 
   model.eval();
   double loss_sum = 0;
   std::int64_t correct = 0;
+  std::int64_t predictions = 0;  // test.n, or the tokens a language model predicts
   const std::size_t sample = test.sample_elements();
   for (std::int64_t begin = 0; begin < test.n; begin += eval_batch) {
     const std::int64_t n = std::min(eval_batch, test.n - begin);
@@ -236,11 +239,13 @@ EvalResult evaluate_model(Model& model, const data::Dataset& test, std::int64_t 
     const torch::Tensor y =
         torch::from_blob(const_cast<std::int64_t*>(test.labels.data()) + begin, {n}, torch::kLong);
     const torch::Tensor logits = model.forward(x);
-    loss_sum += at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
-    correct += logits.argmax(1).eq(y).sum().item<std::int64_t>();
+    const torch::Tensor t = model.targets(x, y);
+    loss_sum += at::cross_entropy_loss(logits, t, {}, at::Reduction::Sum).item<double>();
+    correct += logits.argmax(1).eq(t).sum().item<std::int64_t>();
+    predictions += t.numel();
   }
   model.train();
-  const double n = static_cast<double>(std::max<std::int64_t>(test.n, 1));
+  const double n = static_cast<double>(std::max<std::int64_t>(predictions, 1));
   return {loss_sum / n, static_cast<double>(correct) / n};
 }
 
@@ -334,7 +339,8 @@ TrainSummary Trainer::run() {
                   .reducer = sync_->describe(),
                   .threads = config_.threads,
                   .blas = blas,
-                  .isa = isa_summary()},
+                  .isa = isa_summary(),
+                  .language_model = model_->language_model()},
                  config_.resume && step_ > 0);
   for (const std::string& w : sync_->take_warnings()) report().line(w);
   const int blas_threads = config_.blas_threads == 0 ? config_.threads : config_.blas_threads;

@@ -46,7 +46,11 @@ struct TrainConfig {
   LrDecay decay = LrDecay::kConstant;
   std::vector<std::int64_t> milestone_epochs;
   double gamma = 0.1;
+  // --optimizer: sgd (SgdOptions) or adamw (AdamWOptions; sgd.momentum and sgd.nesterov
+  // are then not used: see train_momentum).
+  OptimizerKind optimizer = OptimizerKind::kSgd;
   SgdOptions sgd;
+  AdamWOptions adamw = {};
   std::int64_t dense_steps = 0;  // the first N steps exchange every bucket dense
   LayoutOptions layout;
   // Allreduce topology: buckets go to the wire in groups of at least this many MiB, one
@@ -73,6 +77,17 @@ struct TrainConfig {
   Report* report = nullptr;
 };
 
+// The momentum the optimizer runs with, which a compressor keeping it in its memory (efm,
+// dgc, ...) must share, and by which a bare biased codec gets efm or plain ef: SGD's, and
+// 0 under AdamW (which has no such momentum).
+inline double train_momentum(const TrainConfig& c) {
+  return c.optimizer == OptimizerKind::kSgd ? c.sgd.momentum : 0.0;
+}
+inline bool train_nesterov(const TrainConfig& c) {
+  return c.optimizer == OptimizerKind::kSgd && c.sgd.nesterov;
+}
+
+// Per prediction: a sample's class, or each next token of a language model's windows.
 struct EvalResult {
   double loss = 0;      // mean cross-entropy
   double accuracy = 0;  // fraction correct
@@ -103,7 +118,7 @@ class Trainer {
   std::int64_t global_step() const { return step_; }
   std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
   Model& model() { return *model_; }
-  Sgd& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return *optimizer_; }
   GradientSync& sync() { return *sync_; }
   const TrainConfig& config() const { return config_; }
 
@@ -124,7 +139,7 @@ class Trainer {
   data::Dataset test_;
   std::shared_ptr<Model> model_;
   std::vector<torch::Tensor> params_;
-  std::unique_ptr<Sgd> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<GradientSync> sync_;
   // Parameters whose momentum the reducer's memories carry when their bucket is

@@ -44,18 +44,21 @@ int WorkerRank::run() {
   const JobOptions& o = options_;
   const int rank = rendezvous_.rank;
   TrainConfig cfg = trainer_config();
+  data::Dataset all_train = load_dataset(o.data, data::Split::kTrain, cfg.seed);
+  data::Dataset test_set = load_dataset(o.data, data::Split::kTest, cfg.seed);
   if (rank == 0) {
     report_.set_metrics_file(o.metrics_path);  // one metrics file, written by rank 0
-    report_.set_labels({.topology = o.topology,
-                        .servers = o.servers,
-                        .model = o.train.model.name,
-                        .dataset = o.data.dataset,
-                        .compressor = o.compressor});
+    report_.set_labels(
+        {.topology = o.topology,
+         .servers = o.servers,
+         .model = o.train.model.name,
+         .dataset = o.data.dataset,
+         .compressor = o.compressor,
+         // What a language model must beat, from the whole train split (not a shard).
+         .unigram_nats = all_train.text ? data::unigram_cross_entropy(all_train, test_set) : 0.0});
   }
-
-  data::Dataset train_set =
-      data::shard(load_dataset(o.data, data::Split::kTrain, cfg.seed), rank, workers_);
-  data::Dataset test_set = load_dataset(o.data, data::Split::kTest, cfg.seed);
+  data::Dataset train_set = data::shard(all_train, rank, workers_);
+  all_train = {};
 
   // The fields of the start-up check need the model's shapes and buckets before the
   // trainer builds its own (from the same options, so the same ones).

@@ -260,6 +260,24 @@ train_err "--momentum: 1 is not a number in [0, 1)" --momentum 1
 train_err "--momentum: -0.5 is not a number in [0, 1)" --momentum -0.5
 train_err "--nesterov needs --momentum > 0" --momentum 0 --nesterov
 train_err "--weight-decay: -0.001 is not a number >= 0" --weight-decay -0.001
+train_err "--optimizer: adam is not one of sgd, adamw" --optimizer adam
+train_err "--momentum applies to --optimizer sgd only" --optimizer adamw --momentum 0.5
+train_err "--nesterov applies to --optimizer sgd only" --optimizer adamw --nesterov
+train_err "--adam-beta1, --adam-beta2 and --adam-eps apply to --optimizer adamw only" --adam-beta2 0.99
+train_err "--adam-beta1: 1 is not a number in [0, 1)" --optimizer adamw --adam-beta1 1
+train_err "--adam-beta2: -0.1 is not a number in [0, 1)" --optimizer adamw --adam-beta2 -0.1
+train_err "--adam-eps: 0 is not a number > 0" --optimizer adamw --adam-eps 0
+train_err "--weight-decay: -1 is not a number >= 0" --optimizer adamw --weight-decay -1
+train_err "--optimizer adamw cannot run on --topology ps-async" --optimizer adamw --topology ps-async
+# Momentum kept in a compressor's memory has no meaning under AdamW.
+train_err "--compressor dgc keeps SGD's momentum in its memory and cannot run under --optimizer adamw" \
+  --optimizer adamw --compressor dgc
+train_err "--compressor efm(topk:ratio=0.01) keeps SGD's momentum in its memory" \
+  --optimizer adamw --compressor "efm(topk:ratio=0.01)"
+train_err "--compressor sketched-sgd keeps SGD's momentum in its memory" \
+  --optimizer adamw --compressor sketched-sgd
+train_err "--compressor fetchsgd keeps SGD's momentum in its memory" \
+  --optimizer adamw --compressor fetchsgd
 train_err "--warmup-steps: -1 is not an integer >= 0" --warmup-steps -1
 train_err "--lr-decay linear: unknown (known: constant, step, cosine)" --lr-decay linear
 train_err "--milestones: 3,2 is not in increasing order" --lr-decay step --milestones 3,2
@@ -287,9 +305,14 @@ train_err "decays error feedback, but fp16 keeps none" --sync-every 4 --outer sp
 train_err "--seed: -1 is not an integer >= 0" --seed -1
 train_err "--synthetic-train: 0 is not an integer >= 1" --synthetic-train 0
 train_err "--mlp-hidden: '0' in '16,0' is not a positive integer" --mlp-hidden 16,0
-train_err "--model: vgg is not one of lenet5, mlp, resnet20" --model vgg
-train_err "--dataset: imagenet is not one of fashion-mnist, mnist, cifar10, synthetic" --dataset imagenet
+train_err "--model: vgg is not one of lenet5, mlp, resnet20, transformer" --model vgg
+train_err "--dataset: imagenet is not one of fashion-mnist, mnist, cifar10, synthetic, fortunes" --dataset imagenet
 train_err "--dataset mnist needs --data-dir" --dataset mnist
+train_err "--model transformer needs a text --dataset (fortunes), not synthetic" --model transformer
+train_err "--dataset fortunes is text: it needs --model transformer" --dataset fortunes
+train_err "--context: 0 is not an integer in [1, 4096]" --model transformer --dataset fortunes --context 0
+train_err "--data-dir: $WORK/none is not a directory" --model transformer --dataset fortunes --data-dir "$WORK/none"
+train_err "--dataset fortunes: $WORK/art:" --model transformer --dataset fortunes --data-dir "$WORK"
 train_err "--data-dir: $WORK/none is not a directory" --dataset fashion-mnist --data-dir "$WORK/none"
 train_err "--servers: 0 is not an integer in [1, 65535]" --topology ps-sync --servers 0
 train_err "--max-staleness: -5 is not -1 (never) or an integer >= 0" --topology ps-async --max-staleness -5

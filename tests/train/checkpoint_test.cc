@@ -105,6 +105,60 @@ TEST_F(CheckpointTest, RoundTripRestoresEverything) {
   }
 }
 
+TEST_F(CheckpointTest, AdamWStateRoundTripsAndAnSgdCheckpointIsRefused) {
+  auto m = model("mlp");
+  AdamW opt(m->parameters(), AdamWOptions{});
+  for (auto& v : opt.exp_avg()) v.copy_(torch::randn_like(v));
+  for (auto& v : opt.exp_avg_sq()) v.copy_(torch::rand_like(v));
+  opt.steps().fill_(17);
+  const auto m_before = opt.exp_avg()[1].clone();
+  const auto v_before = opt.exp_avg_sq()[0].clone();
+  const auto params_before = snapshot(*m);
+  const fs::path file = dir_ / "adamw.ckpt";
+  save_checkpoint(file, CheckpointMeta{17, 0, 1, 0, 1}, *m, opt, {});
+  for (auto& v : opt.exp_avg()) v.zero_();
+  for (auto& v : opt.exp_avg_sq()) v.zero_();
+  opt.steps().zero_();
+  {
+    torch::NoGradGuard g;
+    for (auto& p : m->parameters()) p.zero_();
+  }
+  EXPECT_EQ(load_checkpoint(file, *m, opt, {}).step, 17u);
+  EXPECT_TRUE(torch::equal(opt.exp_avg()[1], m_before));
+  EXPECT_TRUE(torch::equal(opt.exp_avg_sq()[0], v_before));
+  EXPECT_TRUE(torch::equal(opt.steps(), torch::full_like(opt.steps(), 17)));
+  EXPECT_TRUE(same(snapshot(*m), params_before));
+  // The evaluator reads the model out of an AdamW checkpoint too.
+  auto fresh = model("mlp");
+  EXPECT_NO_THROW(load_model_from_checkpoint(file, *fresh));
+
+  // An SGD run's checkpoint under AdamW, and the other way round: one line naming both
+  // optimizers, and nothing restored.
+  const fs::path sgd_file = dir_ / "sgd.ckpt";
+  Sgd sgd(m->parameters(), SgdOptions{});
+  save_checkpoint(sgd_file, CheckpointMeta{}, *m, sgd, {});
+  opt.steps().fill_(3);
+  try {
+    load_checkpoint(sgd_file, *m, opt, {});
+    FAIL() << "an sgd checkpoint loaded into adamw";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("written by an --optimizer sgd run, this run's is adamw"),
+              std::string::npos)
+        << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+  EXPECT_TRUE(torch::equal(opt.steps(), torch::full_like(opt.steps(), 3)));
+  try {
+    load_checkpoint(file, *m, sgd, {});
+    FAIL() << "an adamw checkpoint loaded into sgd";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--optimizer adamw run, this run's is sgd"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(CheckpointTest, RejectsCorruptTruncatedAndMismatchedFiles) {
   auto m = model("mlp");
   Sgd opt(m->parameters(), SgdOptions{});

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "gradcomp/advise/models.h"
 #include "gradcomp/error.h"
 #include "train/models.h"
@@ -67,6 +69,66 @@ TEST(Models, AdvisorsCopiesMatch) {
       EXPECT_EQ(p.value().dim() > 0 ? p.value().size(0) : 0, c.rows) << name << " " << p.key();
     }
   }
+}
+
+// The byte-level language model: one row of logits per predicted byte, targets the next
+// bytes, causal (a later byte changes no earlier prediction), deterministic from the seed.
+TEST(Models, TransformerIsACausalByteLanguageModel) {
+  ModelConfig cfg;
+  cfg.name = "transformer";
+  cfg.in_c = 1;
+  cfg.in_h = 1;
+  cfg.in_w = 65;  // context 64
+  cfg.num_classes = 256;
+  cfg.seed = 3;
+  auto m = make_model(cfg);
+  EXPECT_TRUE(m->language_model());
+  std::int64_t count = 0;
+  for (const auto& p : m->parameters()) count += p.numel();
+  // Embeddings 256x128 + 64x128, 4 blocks of 198,272, the final LayerNorm; output tied.
+  EXPECT_EQ(count, 834304);
+  EXPECT_EQ(m->named_parameters().begin()->key(), "tok.weight");
+  EXPECT_EQ((m->named_parameters().end() - 1)->key(), "ln_f.bias");
+
+  const torch::Tensor x = torch::randint(0, 256, {3, 1, 1, 65}).to(torch::kFloat);
+  m->eval();
+  const torch::Tensor logits = m->forward(x);
+  EXPECT_EQ(logits.sizes(), (std::vector<std::int64_t>{3 * 64, 256}));
+  const torch::Tensor t = m->targets(x, torch::zeros({3}, torch::kLong));
+  EXPECT_EQ(t.sizes(), (std::vector<std::int64_t>{3 * 64}));
+  EXPECT_EQ(t[0].item<std::int64_t>(), x[0][0][0][1].item<std::int64_t>());
+  EXPECT_EQ(t[64].item<std::int64_t>(), x[1][0][0][1].item<std::int64_t>());
+  EXPECT_EQ(t[3 * 64 - 1].item<std::int64_t>(), x[2][0][0][64].item<std::int64_t>());
+
+  // Changing byte 40 of the first window leaves the predictions at positions 0..39.
+  torch::Tensor y = x.clone();
+  y[0][0][0][40] = static_cast<float>((x[0][0][0][40].item<std::int64_t>() + 1) % 256);
+  const torch::Tensor changed = m->forward(y);
+  using torch::indexing::Slice;
+  EXPECT_TRUE(torch::equal(changed.index({Slice(0, 40)}), logits.index({Slice(0, 40)})));
+  EXPECT_FALSE(torch::allclose(changed.index({Slice(40, 64)}), logits.index({Slice(40, 64)})));
+  // The input's 65th byte is only ever a target.
+  y = x.clone();
+  y[0][0][0][64] = static_cast<float>((x[0][0][0][64].item<std::int64_t>() + 1) % 256);
+  EXPECT_TRUE(torch::equal(m->forward(y), logits));
+
+  auto same = make_model(cfg);
+  EXPECT_TRUE(torch::equal(same->parameters()[3], m->parameters()[3]));
+  // The untrained model guesses close to uniformly: loss near ln 256.
+  const double loss = at::cross_entropy_loss(logits, t).item<double>();
+  EXPECT_NEAR(loss, std::log(256.0), 0.1);
+}
+
+TEST(Models, TransformerRejectsImagesAndBadShapes) {
+  ModelConfig cfg;
+  cfg.name = "transformer";  // the defaults are 1 x 28 x 28 images
+  EXPECT_THROW(make_model(cfg), InvalidArgument);
+  cfg.in_h = 1;
+  cfg.in_w = 33;
+  cfg.num_classes = 256;
+  EXPECT_NO_THROW(make_model(cfg));
+  cfg.transformer.heads = 3;  // does not divide 128
+  EXPECT_THROW(make_model(cfg), InvalidArgument);
 }
 
 TEST(Models, RejectsBadConfigs) {

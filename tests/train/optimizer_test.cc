@@ -69,6 +69,74 @@ TEST(Sgd, RejectsBadOptions) {
   EXPECT_THROW(Sgd({torch::zeros({2}, torch::kDouble)}, SgdOptions{}), InvalidArgument);
 }
 
+// AdamW against LibTorch's torch::optim::AdamW on the same parameters and gradients:
+// 20 steps with weight decay and a changing learning rate, shapes from a 0-d scalar and
+// a 1-element tensor up to a matrix. The two run the same float operations in the same
+// order, so they agree to rounding.
+TEST(AdamW, MatchesLibTorchAdamWOver20Steps) {
+  torch::manual_seed(5);
+  const std::vector<std::vector<std::int64_t>> shapes = {{}, {1}, {7}, {5, 3}, {2, 3, 4}};
+  std::vector<torch::Tensor> ours, theirs;
+  for (const auto& shape : shapes) {
+    const torch::Tensor init = torch::randn(shape);
+    ours.push_back(init.clone().set_requires_grad(true));
+    theirs.push_back(init.clone().set_requires_grad(true));
+  }
+  const AdamWOptions o{.beta1 = 0.85, .beta2 = 0.995, .eps = 1e-6, .weight_decay = 0.05};
+  AdamW mine(ours, o);
+  torch::optim::AdamW ref(theirs, torch::optim::AdamWOptions(1e-2)
+                                      .betas({o.beta1, o.beta2})
+                                      .eps(o.eps)
+                                      .weight_decay(o.weight_decay));
+  for (int step = 0; step < 20; ++step) {
+    const double lr = 1e-2 * (1.0 + 0.1 * step);  // the trainer's schedule changes it
+    for (auto& group : ref.param_groups()) group.options().set_lr(lr);
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+      // Gradients of mixed scale, some exactly 0 (v stays 0 there: eps carries it).
+      torch::Tensor g = torch::randn(shapes[i]) * std::pow(10.0, static_cast<double>(i) - 2);
+      if (step % 7 == 3) g.zero_();
+      ours[i].mutable_grad() = g.clone();
+      theirs[i].mutable_grad() = g.clone();
+    }
+    mine.step(lr);
+    ref.step();
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+      const double diff = (ours[i] - theirs[i]).abs().max().item<double>();
+      ASSERT_LT(diff, 1e-6) << "step " << step << ", parameter " << i;
+    }
+  }
+  // Every parameter took 20 steps (the bias correction's t).
+  EXPECT_TRUE(torch::equal(mine.steps(), torch::full({5}, 20, torch::kLong)));
+}
+
+TEST(AdamW, SkipsParametersWithoutGradientAndCountsStepsPerParameter) {
+  torch::Tensor a = torch::ones({3}).set_requires_grad(true);
+  torch::Tensor b = torch::ones({2}).set_requires_grad(true);
+  AdamW opt({a, b}, AdamWOptions{});
+  a.mutable_grad() = torch::ones({3});
+  opt.step(0.1);
+  EXPECT_TRUE(torch::equal(b, torch::ones({2})));
+  EXPECT_EQ(opt.steps()[0].item<std::int64_t>(), 1);
+  EXPECT_EQ(opt.steps()[1].item<std::int64_t>(), 0);
+  // The first step of Adam moves by lr * g / (|g| + eps'): 0.1 here.
+  EXPECT_NEAR(a[0].item<float>(), 0.9f, 1e-6);
+}
+
+TEST(AdamW, RejectsBadOptionsAndSkippedMomentum) {
+  torch::Tensor p = torch::zeros({2});
+  EXPECT_THROW(AdamW({p}, AdamWOptions{.beta1 = 1.0}), InvalidArgument);
+  EXPECT_THROW(AdamW({p}, AdamWOptions{.beta2 = -0.1}), InvalidArgument);
+  EXPECT_THROW(AdamW({p}, AdamWOptions{.eps = 0.0}), InvalidArgument);
+  EXPECT_THROW(AdamW({p}, AdamWOptions{.weight_decay = std::nan("")}), InvalidArgument);
+  EXPECT_THROW(AdamW({torch::zeros({2}, torch::kDouble)}, AdamWOptions{}), InvalidArgument);
+  AdamW opt({p}, AdamWOptions{});
+  EXPECT_THROW(opt.set_skip_momentum(0, true), InvalidArgument);
+  EXPECT_NO_THROW(opt.set_skip_momentum(0, false));
+  EXPECT_EQ(parse_optimizer_kind("adamw"), OptimizerKind::kAdamW);
+  EXPECT_EQ(parse_optimizer_kind("sgd"), OptimizerKind::kSgd);
+  EXPECT_THROW(parse_optimizer_kind("adam"), InvalidArgument);
+}
+
 TEST(LrSchedule, WarmupThenStepDecay) {
   LrScheduleOptions o;
   o.base_lr = 0.1;

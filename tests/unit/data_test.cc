@@ -646,5 +646,117 @@ TEST(FashionMnist, RealFilesLoadWithExpectedShapeBalanceAndStats) {
   }
 }
 
+// ---- text ----------------------------------------------------------------------
+
+// 0, 1, ..., n-1 (mod 256) as a stand-in text.
+Bytes counting(std::size_t n) {
+  Bytes b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::uint8_t>(i % 256);
+  return b;
+}
+
+TEST(Text, SplitIsTheFirstNinetyAndTheLastTenPercent) {
+  EXPECT_EQ(text_split(1000, Split::kTrain).begin, 0u);
+  EXPECT_EQ(text_split(1000, Split::kTrain).end, 900u);
+  EXPECT_EQ(text_split(1000, Split::kTest).begin, 900u);
+  EXPECT_EQ(text_split(1000, Split::kTest).end, 1000u);
+  // Rounded towards train; the two always meet.
+  EXPECT_EQ(text_split(1009, Split::kTrain).end, 909u);
+  EXPECT_EQ(text_split(1009, Split::kTest).begin, 909u);
+}
+
+TEST(Text, WindowsShareOneByteAndCoverEveryTargetOnce) {
+  const Bytes text = counting(1001);
+  const Dataset d = text_windows(text, 10, 0, "t");
+  EXPECT_TRUE(d.text);
+  EXPECT_EQ(d.n, 100);  // (1001 - 1) / 10
+  EXPECT_EQ(d.c, 1);
+  EXPECT_EQ(d.h, 1);
+  EXPECT_EQ(d.w, 11);
+  EXPECT_EQ(d.num_classes, 256);
+  ASSERT_EQ(d.images.size(), 100u * 11u);
+  std::vector<int> targeted(text.size(), 0);
+  for (std::int64_t i = 0; i < d.n; ++i) {
+    const auto win = d.image(i);
+    for (std::size_t j = 0; j < 11; ++j) {
+      EXPECT_EQ(win[j], static_cast<float>(text[static_cast<std::size_t>(i) * 10 + j]));
+    }
+    EXPECT_EQ(d.labels[static_cast<std::size_t>(i)], static_cast<std::int64_t>(win[10]));
+    for (std::size_t j = 1; j < 11; ++j) ++targeted[static_cast<std::size_t>(i) * 10 + j];
+  }
+  EXPECT_EQ(targeted[0], 0);
+  for (std::size_t b = 1; b < text.size(); ++b) EXPECT_EQ(targeted[b], 1) << b;
+
+  // A fixed subset spreads over the windows: window i * 100 / 7.
+  const Dataset sub = text_windows(text, 10, 7, "t");
+  ASSERT_EQ(sub.n, 7);
+  for (std::int64_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(sub.image(i)[0], d.image(i * 100 / 7)[0]) << i;
+  }
+  EXPECT_EQ(text_windows(text, 10, 500, "t").n, 100);  // more than there are: all
+
+  EXPECT_THROW(text_windows(text, 0, 0, "t"), InvalidArgument);
+  EXPECT_THROW(text_windows(text, kMaxContext + 1, 0, "t"), InvalidArgument);
+  EXPECT_THROW(text_windows(counting(10), 10, 0, "t"), InvalidArgument);  // no full window
+}
+
+TEST(Text, ShardsAreContiguousRunsOfTheText) {
+  const Bytes text = counting(4097);
+  const Dataset d = text_windows(text, 16, 0, "t");  // 256 windows
+  std::int64_t next = 0;
+  for (int rank = 0; rank < 3; ++rank) {
+    const Dataset s = shard(d, rank, 3);
+    EXPECT_TRUE(s.text);
+    EXPECT_EQ(s.w, 17);
+    // Each rank reads its own stretch of the text, in order.
+    for (std::int64_t i = 0; i < s.n; ++i, ++next) {
+      EXPECT_EQ(s.image(i)[0], d.image(next)[0]) << rank << " " << i;
+      if (i > 0) {
+        EXPECT_EQ(s.image(i)[0], s.image(i - 1)[16]);
+      }
+    }
+  }
+  EXPECT_EQ(next, d.n);
+}
+
+TEST(Text, UnigramCrossEntropyIsTheSmoothedByteDistributions) {
+  // Train targets: 3 x 'a' and 1 x 'b' (window "xaaab" minus its first byte), test targets
+  // "ab": -(ln((3+1)/(4+256)) + ln((1+1)/(4+256))) / 2.
+  const Bytes train = {'x', 'a', 'a', 'a', 'b'};
+  const Bytes test = {'y', 'a', 'b'};
+  const double want = -(std::log(4.0 / 260.0) + std::log(2.0 / 260.0)) / 2.0;
+  EXPECT_NEAR(unigram_cross_entropy(text_windows(train, 4, 0, "a"), text_windows(test, 2, 0, "b")),
+              want, 1e-12);
+  EXPECT_THROW(
+      unigram_cross_entropy(make_synthetic(4, 2, 1, 2, 2, 1), text_windows(test, 2, 0, "b")),
+      InvalidArgument);
+}
+
+TEST(Text, MissingFortunesFileIsNamed) {
+  TempDir dir;
+  write_plain(dir / "art", counting(100));
+  try {
+    (void)read_fortunes(dir.path());
+    FAIL() << "read an incomplete fortunes directory";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("ascii-art"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Text, RealFortunesCorpus) {
+  if (!fs::is_directory(std::string(kFortunesDefaultDir))) {
+    GTEST_SKIP() << kFortunesDefaultDir << " absent (Debian package fortunes)";
+  }
+  const Bytes text = read_fortunes({});
+  EXPECT_EQ(text.size(), 2576674u);  // fortunes + fortunes-min 1:1.99.1-7.3
+  // Plain English: printable ASCII, tabs and newlines make up almost all of it.
+  const auto plain = std::count_if(text.begin(), text.end(), [](std::uint8_t c) {
+    return (c >= 32 && c < 127) || c == '\n' || c == '\t';
+  });
+  EXPECT_GT(static_cast<double>(plain) / static_cast<double>(text.size()), 0.999);
+  const TextRange test = text_split(text.size(), Split::kTest);
+  EXPECT_EQ(test.end - test.begin, 257667u);
+}
+
 }  // namespace
 }  // namespace gradcomp::data

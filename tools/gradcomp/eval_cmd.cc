@@ -28,11 +28,16 @@ void add_eval_command(CLI::App& app) {
       ->capture_default_str()
       ->check(integer_at_least(1));
   cmd->add_option("--output", e.output, "append the JSON lines to this file (default: stdout)");
-  cmd->add_option("--model", flags->model, "the trained model: mlp | lenet5 | resnet20")
+  cmd->add_option("--model", flags->model,
+                  "the trained model: mlp | lenet5 | resnet20 | transformer")
       ->capture_default_str();
   cmd->add_option("--mlp-hidden", flags->mlp_hidden, "MLP hidden widths")->capture_default_str();
-  cmd->add_option("--dataset", e.data.dataset, "fashion-mnist | mnist | cifar10 | synthetic")
+  cmd->add_option("--dataset", e.data.dataset,
+                  "fashion-mnist | mnist | cifar10 | synthetic | fortunes")
       ->capture_default_str();
+  cmd->add_option("--context", e.data.context, "text: the run's --context")
+      ->capture_default_str()
+      ->check(integer_at_least(1));
   cmd->add_option("--data-dir", e.data.data_dir, "data directory (default: the dataset's own)");
   cmd->add_option("--synthetic-train", e.data.synthetic_train,
                   "synthetic: train samples (as the run had them)");

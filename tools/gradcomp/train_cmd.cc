@@ -22,6 +22,7 @@ struct TrainFlags {
   std::string topology = "allreduce";
   std::string downlink = "dense";
   std::string lr_decay = "cosine";
+  std::string optimizer = "sgd";
   std::string milestones;
   std::string rank, world_size, master_addr, master_port, timeout_ms, interface;
   std::optional<int> workers;  // unset: the default, or the rendezvous decides
@@ -83,18 +84,37 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                   "parameter server: buckets larger than this are split across the servers")
       ->capture_default_str()
       ->check(unsigned_integer());
-  cmd->add_option("--model", flags->model, "mlp | lenet5 | resnet20")->capture_default_str();
+  cmd->add_option("--model", flags->model,
+                  "mlp | lenet5 | resnet20 | transformer (a byte-level language model: 4 "
+                  "layers, d_model 128, 4 heads; --dataset fortunes)")
+      ->capture_default_str();
   cmd->add_option("--mlp-hidden", flags->mlp_hidden, "MLP hidden widths")->capture_default_str();
-  cmd->add_option("--dataset", j.data.dataset, "fashion-mnist | mnist | cifar10 | synthetic")
+  cmd->add_option("--dataset", j.data.dataset,
+                  "fashion-mnist | mnist | cifar10 | synthetic | fortunes (text: Debian's "
+                  "fortunes, bytes as tokens, the last 10% for test)")
+      ->capture_default_str();
+  cmd->add_option("--context", j.data.context,
+                  "text: bytes the model reads per window (windows of context + 1 bytes)")
       ->capture_default_str();
   cmd->add_option("--data-dir", j.data.data_dir, "data directory (default: the dataset's own)");
   cmd->add_option("--epochs", j.train.epochs, "epochs")->capture_default_str();
   cmd->add_option("--steps", j.train.max_steps, "stop after this many steps (then evaluate)");
   cmd->add_option("--batch-size", j.train.batch_size, "batch per worker")->capture_default_str();
   cmd->add_option("--lr", j.train.lr, "learning rate")->capture_default_str();
-  cmd->add_option("--momentum", j.train.sgd.momentum, "SGD momentum")->capture_default_str();
+  cmd->add_option("--optimizer", flags->optimizer,
+                  "sgd | adamw (torch.optim.AdamW; --momentum and --nesterov are SGD's)")
+      ->capture_default_str();
+  CLI::Option* momentum_flag =
+      cmd->add_option("--momentum", j.train.sgd.momentum, "SGD momentum")->capture_default_str();
   cmd->add_flag("--nesterov", j.train.sgd.nesterov, "Nesterov momentum");
-  cmd->add_option("--weight-decay", j.train.sgd.weight_decay, "L2 weight decay")
+  cmd->add_option("--adam-beta1", j.train.adamw.beta1, "AdamW's first-moment decay")
+      ->capture_default_str();
+  cmd->add_option("--adam-beta2", j.train.adamw.beta2, "AdamW's second-moment decay")
+      ->capture_default_str();
+  cmd->add_option("--adam-eps", j.train.adamw.eps, "AdamW's epsilon (outside the square root)")
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", j.train.sgd.weight_decay,
+                  "weight decay: SGD's L2 term, AdamW's decoupled decay (p -= lr * wd * p)")
       ->capture_default_str();
   cmd->add_option("--warmup-steps", j.train.warmup_steps, "linear learning-rate warm-up")
       ->capture_default_str();
@@ -163,7 +183,7 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
 
   // The values themselves are judged by train::run (validate_job_options), once, before
   // any worker starts; here they are only turned into options.
-  cmd->callback([flags, compressor_flag, threads_flag] {
+  cmd->callback([flags, compressor_flag, threads_flag, momentum_flag] {
     train::JobOptions job = flags->job;
     job.train.model.name = flags->model;
     job.train.model.mlp_hidden = train::parse_widths(flags->mlp_hidden, "--mlp-hidden");
@@ -176,6 +196,10 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
     }
     job.downlink = dist::parse_downlink(flags->downlink);
     job.train.decay = train::parse_lr_decay(flags->lr_decay);
+    job.train.optimizer = train::parse_optimizer_kind(flags->optimizer);
+    job.momentum_given = momentum_flag->count() > 0;
+    // --weight-decay is both optimizers' (the options structs are each self-contained).
+    job.train.adamw.weight_decay = job.train.sgd.weight_decay;
     if (!flags->milestones.empty())
       job.train.milestone_epochs = train::parse_widths(flags->milestones, "--milestones");
     // Given, --threads is taken as it is (0 is refused, not read as "the default").

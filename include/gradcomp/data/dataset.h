@@ -47,6 +47,10 @@ struct Dataset {
   std::vector<float> images;         // n x c x h x w, row-major, normalised (see `stats`)
   std::vector<std::int64_t> labels;  // n
   std::vector<ChannelStats> stats;   // per channel, what was subtracted / divided (c entries)
+  // Text (text_windows): a sample is a window of w = context + 1 byte values held as
+  // floats (exact), c = h = 1, num_classes = 256; a language model reads the first
+  // `context` and predicts each next byte. The label is the window's last byte.
+  bool text = false;
 
   std::size_t sample_elements() const { return static_cast<std::size_t>(c * h * w); }
   std::span<const float> image(std::int64_t i) const {
@@ -144,5 +148,41 @@ Dataset load_cifar10(const std::filesystem::path& dir, Split split);
 // (`stats` are {0, 1}). Deterministic in (n, classes, c, h, w, seed); sample i does not
 // depend on n, so make_synthetic(n1) is a prefix of make_synthetic(n2 > n1).
 Dataset make_synthetic(std::int64_t n, int classes, int c, int h, int w, std::uint64_t seed);
+
+// ---- text (byte-level language modelling) ---------------------------------------
+
+// Where the Debian packages fortunes and fortunes-min install their text.
+inline constexpr std::string_view kFortunesDefaultDir = "/usr/share/games/fortunes";
+// The longest window text_windows cuts (a bound on memory, not on any model).
+inline constexpr std::int64_t kMaxContext = 4096;
+
+// The fortunes corpus: the 43 plain-text files of Debian's fortunes and fortunes-min
+// packages (1:1.99.1-7.3; listed by name, so files other packages put in the same
+// directory do not change it), read in sorted name order and concatenated as they are:
+// 2,576,674 bytes of English quotations, jokes and verse, with the "%" lines that
+// separate the fortunes. An empty `dir` means kFortunesDefaultDir. InvalidArgument naming
+// the file when one is missing or empty.
+std::vector<std::uint8_t> read_fortunes(const std::filesystem::path& dir);
+
+// Byte range [begin, end) of a split of `bytes` of text: train is the first
+// bytes - bytes / 10, test the last bytes / 10 (by byte, wherever that cuts).
+struct TextRange {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+TextRange text_split(std::size_t bytes, Split split);
+
+// Windows of context + 1 bytes, starting every `context` bytes (consecutive windows share
+// one byte, so every byte but the first is a target exactly once): (size - 1) / context
+// of them. max_windows > 0 keeps that many, spread evenly over them (window
+// i * all / max_windows), a fixed subset (the test set's, so that evaluating is cheap).
+// InvalidArgument for a context outside [1, kMaxContext] or text too short for a window.
+Dataset text_windows(std::span<const std::uint8_t> text, std::int64_t context,
+                     std::int64_t max_windows, std::string name);
+
+// The cross-entropy in nats per byte, on test's targets (every byte of each window but the
+// first), of the unigram byte distribution of train's targets with add-one smoothing: the
+// figure a language model has to beat. InvalidArgument unless both are text.
+double unigram_cross_entropy(const Dataset& train, const Dataset& test);
 
 }  // namespace gradcomp::data

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Time to accuracy on a shaped network: a method's accuracy curve against the wall clock.
+
+What a method computes does not depend on the network; only how long each step takes does.
+So each row joins two measurements of the same job:
+  - its accuracy every N steps, from an unshaped run with `gradcomp train --eval-every N
+    --metrics FILE` ("eval" records: step, test accuracy);
+  - its step time in the network lab (scripts/bench-net.sh's results: the median step of a
+    per-step method, the mean step of an outer loop, whose rounds land on some steps only).
+A step's wall-clock time is then step x step time. The table gives, per row: the step
+time and its ratio to the compute floor; the bytes per step; the final figure; the first
+evaluated step within --within of the target (dense's final figure by default); and the
+wall-clock time to it, with the speedup over the --baseline rows.
+
+    usage: scripts/outer_loop_report.py --lab DIR --row 'LABEL|CURVE.jsonl|LAB METHOD' ...
+           [--target-row LABEL] [--within 0.005] [--baseline LABEL ...] [--svg OUT.svg]
+           [--title TEXT] [--final-step N]
+
+LAB METHOD is the method as bench-net records it ("none", "ddp dense",
+"fp16+--sync-every=30"); the compute floor is taken from the same results.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+COLOURS = ["#222222", "#7f7f7f", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+           "#8c564b", "#17becf", "#e377c2"]
+
+
+def lab_rows(lab_dir):
+    rows = {}
+    for path in glob.glob(os.path.join(lab_dir, "runs", "*.json")):
+        with open(path) as f:
+            run = json.load(f)
+        s = run.get("summary") or {}
+        if run.get("status") != "ok" or not s:
+            continue
+        outer = "--sync-every" in run["method"]
+        ms = s.get("step_ms_mean") if outer else s.get("step_ms_median")
+        if run["system"] == "ddp":
+            ms = s.get("step_ms_median") or s.get("step_ms")
+        rows.setdefault(run["method"], []).append(
+            {"step_ms": ms, "bytes": s.get("bytes_sent_per_worker_per_step"),
+             "bandwidth": run["bandwidth"]})
+    return rows
+
+
+def curve(path, final_step):
+    points = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            rec = json.loads(line)
+            if rec.get("type") == "eval" and (final_step is None or rec["step"] <= final_step):
+                points.append((rec["step"], rec["test_accuracy"], rec.get("bytes_sent")))
+    if not points:
+        raise SystemExit(f"outer_loop_report: {path} has no eval records (--eval-every)")
+    return sorted(points)
+
+
+def fmt_s(v):
+    return "—" if v is None else (f"{v:.1f} s" if v < 600 else f"{v / 60:.1f} min")
+
+
+def svg(rows, target, title, out):
+    W, H, L, R, T, B = 760, 440, 64, 250, 40, 48
+    tmax = max(p[0] * r["step_ms"] / 1e3 for r in rows for p in r["curve"])
+    accs = [p[1] for r in rows for p in r["curve"]]
+    lo, hi = max(min(accs), target - 0.06), max(max(accs), target) + 0.005
+    x = lambda t: L + (W - L - R) * t / tmax
+    y = lambda a: T + (H - T - B) * (1 - (min(max(a, lo), hi) - lo) / (hi - lo))
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+             f'font-family="sans-serif" font-size="12">',
+             f'<rect width="{W}" height="{H}" fill="white"/>',
+             f'<text x="{L}" y="22" font-size="14">{title}</text>',
+             f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
+             f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>',
+             f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">wall-clock '
+             f'seconds (log scale would hide the outer loops; linear)</text>',
+             f'<line x1="{L}" y1="{y(target):.1f}" x2="{W - R}" y2="{y(target):.1f}" '
+             f'stroke="#999" stroke-dasharray="4 3"/>',
+             f'<text x="{W - R + 4}" y="{y(target) + 4:.1f}" fill="#666">dense final</text>']
+    for i in range(6):
+        t = tmax * i / 5
+        parts.append(f'<text x="{x(t):.1f}" y="{H - B + 16}" text-anchor="middle">{t:.0f}</text>')
+        a = lo + (hi - lo) * i / 5
+        parts.append(f'<text x="{L - 6}" y="{y(a) + 4:.1f}" text-anchor="end">{a:.3f}</text>')
+    for k, r in enumerate(rows):
+        c = COLOURS[k % len(COLOURS)]
+        pts = " ".join(f"{x(p[0] * r['step_ms'] / 1e3):.1f},{y(p[1]):.1f}" for p in r["curve"])
+        parts.append(f'<polyline fill="none" stroke="{c}" stroke-width="1.6" points="{pts}"/>')
+        parts.append(f'<text x="{W - R + 4}" y="{T + 16 * k + 24}" fill="{c}">{r["label"]}</text>')
+    parts.append("</svg>")
+    with open(out, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lab", required=True)
+    ap.add_argument("--row", action="append", required=True)
+    ap.add_argument("--target-row", default=None, help="its final figure is the target")
+    ap.add_argument("--within", type=float, default=0.005)
+    ap.add_argument("--baseline", action="append", default=[])
+    ap.add_argument("--final-step", type=int, default=None, help="curves end here")
+    ap.add_argument("--svg", default=None)
+    ap.add_argument("--title", default="test accuracy against wall-clock time")
+    a = ap.parse_args()
+
+    lab = lab_rows(a.lab)
+    floor = (lab.get("compute floor") or [{}])[0].get("step_ms")
+    rows = []
+    for spec in a.row:
+        try:
+            label, path, method = spec.split("|")
+        except ValueError:
+            sys.exit(f"outer_loop_report: --row '{spec}': expected LABEL|CURVE.jsonl|LAB METHOD")
+        if method not in lab:
+            sys.exit(f"outer_loop_report: no lab run of '{method}' in {a.lab}")
+        runs = lab[method]
+        step_ms = sorted(r["step_ms"] for r in runs)[len(runs) // 2]
+        rows.append({"label": label, "method": method, "step_ms": step_ms,
+                     "bytes": runs[0]["bytes"], "curve": curve(path, a.final_step)})
+    target_row = next((r for r in rows if r["label"] == a.target_row), rows[0])
+    target = target_row["curve"][-1][1]
+    for r in rows:
+        r["final"] = r["curve"][-1][1]
+        hit = next((p for p in r["curve"] if p[1] >= target - a.within), None)
+        r["steps_to"] = hit[0] if hit else None
+        r["time_to"] = hit[0] * r["step_ms"] / 1e3 if hit else None
+    print(f"target: {target:.4f} ({target_row['label']}'s final figure), reached within "
+          f"{a.within * 100:.1f} point; compute floor {floor:.1f} ms/step" if floor else "")
+    head = ["method", "step (lab)", "× floor", "sent/worker/step", "final", "steps to target",
+            "time to target"] + [f"vs {b}" for b in a.baseline]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in rows:
+        cells = [r["label"], f"{r['step_ms']:.1f} ms",
+                 f"{r['step_ms'] / floor:.2f}" if floor else "—",
+                 f"{r['bytes'] / 1e3:.1f} kB" if r["bytes"] is not None else "—",
+                 f"{r['final']:.4f}", str(r["steps_to"] or "not reached"), fmt_s(r["time_to"])]
+        for b in a.baseline:
+            base = next((x for x in rows if x["label"] == b), None)
+            ok = base and base["time_to"] and r["time_to"]
+            cells.append(f"{base['time_to'] / r['time_to']:.1f}×" if ok else "—")
+        print("| " + " | ".join(cells) + " |")
+    if a.svg:
+        svg(rows, target, a.title, a.svg)
+
+
+if __name__ == "__main__":
+    main()
