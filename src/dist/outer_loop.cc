@@ -85,6 +85,7 @@ OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const Para
   global_.resize(plan_.size());
   delta_.resize(plan_.size());
   momentum_.resize(plan_.size());
+  round_start_.resize(plan_.size());
   for (std::size_t b = 0; b < plan_.size(); ++b) {
     global_[b].resize(plan_[b].numel);
     for (const BucketPlan::Slot& s : plan_[b].slots) {
@@ -93,6 +94,7 @@ OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const Para
     }
     delta_[b].assign(plan_[b].numel, 0.0f);
     if (outer_.has_momentum()) momentum_[b].assign(plan_[b].numel, 0.0f);
+    if (options_.delay > 0) round_start_[b].assign(plan_[b].numel, 0.0f);
   }
 
   exchanger_ = std::make_unique<Exchanger>(comm, std::move(method));
@@ -186,6 +188,10 @@ void OuterLoop::start_round(int fragment, std::int64_t steps) {
     for (const BucketPlan::Slot& s : plan_[b].slots) {
       const std::span<const float> local = weights_[s.param];
       for (std::size_t i = 0; i < s.numel; ++i) d[s.offset + i] = x[s.offset + i] - local[i];
+      if (options_.delay > 0) {
+        std::copy(local.begin(), local.end(),
+                  round_start_[b].begin() + static_cast<std::ptrdiff_t>(s.offset));
+      }
     }
     shapes.push_back(shapes_[b]);
     refs.push_back({.id = plan_[b].id, .grad = d, .compressed = plan_[b].compressible});
@@ -218,7 +224,13 @@ void OuterLoop::merge(int fragment) {
     const std::vector<float>& x = global_[b];
     for (const BucketPlan::Slot& s : plan_[b].slots) {
       const std::span<float> local = weights_[s.param];
-      if (keep == 0.0f) {
+      if (options_.delay > 0) {
+        // The replica moved on during the delay: add the round's correction to it.
+        const float* start = round_start_[b].data() + s.offset;
+        for (std::size_t i = 0; i < s.numel; ++i) {
+          local[i] += (1.0f - keep) * (x[s.offset + i] - start[i]);
+        }
+      } else if (keep == 0.0f) {
         std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(s.offset), s.numel, local.begin());
       } else {
         for (std::size_t i = 0; i < s.numel; ++i) {
@@ -236,6 +248,7 @@ std::vector<StateBuffer> OuterLoop::state() {
     const std::string prefix = "outer.bucket" + std::to_string(plan_[b].id) + ".";
     out.push_back({prefix + "global", global_[b]});
     if (outer_.has_momentum()) out.push_back({prefix + "momentum", momentum_[b]});
+    if (options_.delay > 0) out.push_back({prefix + "round_start", round_start_[b]});
   }
   for (int f = 0; f < options_.fragments; ++f) {
     for (StateBuffer& s : exchanger_->state(static_cast<std::uint64_t>(f))) {

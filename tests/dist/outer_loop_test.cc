@@ -163,6 +163,35 @@ TEST(OuterLoop, FragmentsSyncOnAStaggeredScheduleAndMergeAfterTheirDelay) {
   }
 }
 
+// With a delay, the merge keeps what the replica did meanwhile: averaging, an exact
+// exchange, H = 4, D = 2: at step 6 each replica becomes its step-6 weights plus the
+// round's correction, mean(s) - s_r, with s_r its weights at step 4.
+TEST(OuterLoop, ADelayedMergeKeepsTheStepsTakenMeanwhile) {
+  constexpr int kWorld = 2;
+  std::vector<Replica> at4(kWorld, Replica(0)), at6(kWorld, Replica(0)), merged(kWorld, Replica(0));
+  run_ranks(kWorld, [&](Communicator& comm) {
+    const int r = comm.rank();
+    Replica rep(r);
+    OuterLoop loop(rep.spans(), kParams, comm, method("none"), options(4, "average", 1, 2));
+    for (std::int64_t s = 1; s <= 6; ++s) {
+      rep.inner_step(r, s);
+      if (s == 6) at6[static_cast<std::size_t>(r)] = rep;
+      EXPECT_EQ(loop.after_inner_step(s), s == 6) << s;
+      if (s == 4) at4[static_cast<std::size_t>(r)] = rep;
+    }
+    merged[static_cast<std::size_t>(r)] = rep;
+  });
+  for (std::size_t p = 0; p < kParams.size(); ++p) {
+    for (std::size_t i = 0; i < at4[0].w[p].size(); ++i) {
+      const double mean = (static_cast<double>(at4[0].w[p][i]) + at4[1].w[p][i]) / 2;
+      for (std::size_t r = 0; r < kWorld; ++r) {
+        ASSERT_NEAR(merged[r].w[p][i], at6[r].w[p][i] + (mean - at4[r].w[p][i]), 1e-5)
+            << p << " " << i;
+      }
+    }
+  }
+}
+
 // A checkpoint (state() copied out) in the middle of a delayed round, restored into a new
 // loop: the run continues bit for bit, error feedback and the outer momentum included.
 TEST(OuterLoop, ResumeContinuesBitForBit) {

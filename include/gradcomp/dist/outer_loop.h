@@ -10,6 +10,12 @@
 //   x    = outer(x, mean)              gradcomp/outer_optimizer.h (Nesterov, averaging, ...)
 //   x_local = mix * x_local + (1 - mix) * x
 // Nothing else crosses the network: between rounds the workers do not communicate.
+// With a delay (below), the replica has moved on by the time x arrives: the merge adds
+// the round's correction instead, x_local += (1 - mix) * (x - x_local at the round's
+// start), which keeps the D steps taken meanwhile (they go into the next round's d).
+// Replacing the replica by x, as without a delay, would throw those steps away: on the
+// default MLP with H = 30 and D = 29 that trained only one step in 30 (0.63 against
+// 0.87 after two epochs).
 //
 // Streaming (Streaming DiLoCo, Douillard et al. 2025): with F fragments, fragment f is
 // exchanged after inner steps t with t = (f + 1) H / F (mod H), so a round's bytes are
@@ -51,7 +57,7 @@ struct OuterLoopOptions {
   std::string outer{OuterOptimizer::kDefaultSpec};
   int fragments = 1;       // F >= 1, divides H
   std::int64_t delay = 0;  // D: 0 <= D < H / F inner steps between a round and its merge
-  double mix = 0.0;        // share of the local weights kept at the merge, in [0, 1)
+  double mix = 0.0;        // share of the local update kept at the merge, in [0, 1)
   LayoutOptions layout{0.0, 1024, 0.0};
   std::uint64_t seed = 0;  // stochastic codecs' seed, the same on every rank
 };
@@ -80,7 +86,8 @@ class OuterLoop {
   bool after_inner_step(std::int64_t steps);
 
   // Every state buffer, named: "outer.bucket<id>.global", "outer.bucket<id>.momentum",
-  // and the compressor's memories "bucket<id>.<name>". Waits for an exchange in flight
+  // with a delay "outer.bucket<id>.round_start" (the replica when its round started), and
+  // the compressor's memories "bucket<id>.<name>". Waits for an exchange in flight
   // first (its outer step is applied to x, its merge stays due). Writable: a checkpoint
   // restores through them, then calls resume_at.
   std::vector<StateBuffer> state();
@@ -122,7 +129,8 @@ class OuterLoop {
   std::vector<int> fragment_of_;
   std::vector<std::vector<std::size_t>> fragment_buckets_;  // plan indices
   // Per bucket: x, the round's pseudo-gradient (the mean after the exchange), momentum.
-  std::vector<std::vector<float>> global_, delta_, momentum_;
+  // round_start_: with a delay, the replica's weights when the bucket's round started.
+  std::vector<std::vector<float>> global_, delta_, momentum_, round_start_;
   std::optional<Pending> pending_;
   std::exception_ptr failure_;
   double wait_seconds_ = 0;
