@@ -12,7 +12,7 @@ time and its ratio to the compute floor; the bytes per step; the final figure; t
 evaluated step within --within of the target (dense's final figure by default); and the
 wall-clock time to it, with the speedup over the --baseline rows.
 
-    usage: scripts/outer_loop_report.py --lab DIR --row 'LABEL|CURVE.jsonl|LAB METHOD' ...
+    usage: scripts/outer_loop_report.py --lab DIR [--lab DIR ...] --row 'LABEL|CURVE.jsonl|LAB METHOD' ...
            [--target-row LABEL] [--within 0.005] [--baseline LABEL ...] [--svg OUT.svg]
            [--title TEXT] [--final-step N]
 
@@ -22,6 +22,7 @@ LAB METHOD is the method as bench-net records it ("none", "ddp dense",
 import argparse
 import glob
 import json
+import math
 import os
 import sys
 
@@ -30,6 +31,7 @@ COLOURS = ["#222222", "#7f7f7f", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#f
 
 
 def lab_rows(lab_dir):
+    """method -> its runs, each with the step time, the bytes and its sitting's floor."""
     rows = {}
     for path in glob.glob(os.path.join(lab_dir, "runs", "*.json")):
         with open(path) as f:
@@ -44,6 +46,10 @@ def lab_rows(lab_dir):
         rows.setdefault(run["method"], []).append(
             {"step_ms": ms, "bytes": s.get("bytes_sent_per_worker_per_step"),
              "bandwidth": run["bandwidth"]})
+    floor = (rows.get("compute floor") or [{}])[0].get("step_ms")
+    for runs in rows.values():
+        for r in runs:
+            r["floor"] = floor  # each sitting's own: the machine's load moves it
     return rows
 
 
@@ -68,10 +74,13 @@ def fmt_s(v):
 
 def svg(rows, target, title, out):
     W, H, L, R, T, B = 760, 440, 64, 250, 40, 48
-    tmax = max(p[0] * r["step_ms"] / 1e3 for r in rows for p in r["curve"])
+    # Log time: the outer loops finish within seconds, dense within many minutes.
+    times = [p[0] * r["step_ms"] / 1e3 for r in rows for p in r["curve"] if p[0] > 0]
+    tmin, tmax = min(times), max(times)
     accs = [p[1] for r in rows for p in r["curve"]]
     lo, hi = max(min(accs), target - 0.06), max(max(accs), target) + 0.005
-    x = lambda t: L + (W - L - R) * t / tmax
+    span = math.log10(tmax) - math.log10(tmin)
+    x = lambda t: L + (W - L - R) * (math.log10(max(t, tmin)) - math.log10(tmin)) / span
     y = lambda a: T + (H - T - B) * (1 - (min(max(a, lo), hi) - lo) / (hi - lo))
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
              f'font-family="sans-serif" font-size="12">',
@@ -80,18 +89,25 @@ def svg(rows, target, title, out):
              f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
              f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>',
              f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">wall-clock '
-             f'seconds (log scale would hide the outer loops; linear)</text>',
+             f'seconds (log scale)</text>',
              f'<line x1="{L}" y1="{y(target):.1f}" x2="{W - R}" y2="{y(target):.1f}" '
              f'stroke="#999" stroke-dasharray="4 3"/>',
-             f'<text x="{W - R + 4}" y="{y(target) + 4:.1f}" fill="#666">dense final</text>']
+             f'<text x="{W - R + 4}" y="{y(target) + 4:.1f}" fill="#666">target</text>']
+    decade = 10 ** math.floor(math.log10(tmin))
+    while decade <= tmax:
+        for m in (1, 2, 5):
+            t = m * decade
+            if tmin <= t <= tmax:
+                parts.append(f'<text x="{x(t):.1f}" y="{H - B + 16}" text-anchor="middle">'
+                             f'{t:g}</text>')
+        decade *= 10
     for i in range(6):
-        t = tmax * i / 5
-        parts.append(f'<text x="{x(t):.1f}" y="{H - B + 16}" text-anchor="middle">{t:.0f}</text>')
         a = lo + (hi - lo) * i / 5
         parts.append(f'<text x="{L - 6}" y="{y(a) + 4:.1f}" text-anchor="end">{a:.3f}</text>')
     for k, r in enumerate(rows):
         c = COLOURS[k % len(COLOURS)]
-        pts = " ".join(f"{x(p[0] * r['step_ms'] / 1e3):.1f},{y(p[1]):.1f}" for p in r["curve"])
+        pts = " ".join(f"{x(p[0] * r['step_ms'] / 1e3):.1f},{y(p[1]):.1f}"
+                       for p in r["curve"] if p[0] > 0)
         parts.append(f'<polyline fill="none" stroke="{c}" stroke-width="1.6" points="{pts}"/>')
         parts.append(f'<text x="{W - R + 4}" y="{T + 16 * k + 24}" fill="{c}">{r["label"]}</text>')
     parts.append("</svg>")
@@ -101,18 +117,24 @@ def svg(rows, target, title, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--lab", required=True)
+    ap.add_argument("--lab", action="append", required=True,
+                    help="a bench-net output directory; several: their runs together (the "
+                         "compute floor from the first)")
     ap.add_argument("--row", action="append", required=True)
     ap.add_argument("--target-row", default=None, help="its final figure is the target")
     ap.add_argument("--within", type=float, default=0.005)
     ap.add_argument("--baseline", action="append", default=[])
     ap.add_argument("--final-step", type=int, default=None, help="curves end here")
+    ap.add_argument("--target-step", type=int, default=None,
+                    help="the target is the target row's figure at this step (default: its last)")
     ap.add_argument("--svg", default=None)
     ap.add_argument("--title", default="test accuracy against wall-clock time")
     a = ap.parse_args()
 
-    lab = lab_rows(a.lab)
-    floor = (lab.get("compute floor") or [{}])[0].get("step_ms")
+    lab = {}
+    for d in a.lab:
+        for method, runs in lab_rows(d).items():
+            lab.setdefault(method, []).extend(runs)
     rows = []
     for spec in a.row:
         try:
@@ -122,25 +144,34 @@ def main():
         if method not in lab:
             sys.exit(f"outer_loop_report: no lab run of '{method}' in {a.lab}")
         runs = lab[method]
-        step_ms = sorted(r["step_ms"] for r in runs)[len(runs) // 2]
-        rows.append({"label": label, "method": method, "step_ms": step_ms,
+        run = sorted(runs, key=lambda r: r["step_ms"])[len(runs) // 2]
+        step_ms = run["step_ms"]
+        rows.append({"label": label, "method": method, "step_ms": step_ms, "floor": run["floor"],
                      "bytes": runs[0]["bytes"], "curve": curve(path, a.final_step)})
     target_row = next((r for r in rows if r["label"] == a.target_row), rows[0])
     target = target_row["curve"][-1][1]
+    if a.target_step is not None:
+        at = [p for p in target_row["curve"] if p[0] == a.target_step]
+        if not at:
+            sys.exit(f"outer_loop_report: {target_row['label']} has no evaluation at step "
+                     f"{a.target_step}")
+        target = at[0][1]
     for r in rows:
         r["final"] = r["curve"][-1][1]
         hit = next((p for p in r["curve"] if p[1] >= target - a.within), None)
         r["steps_to"] = hit[0] if hit else None
         r["time_to"] = hit[0] * r["step_ms"] / 1e3 if hit else None
-    print(f"target: {target:.4f} ({target_row['label']}'s final figure), reached within "
-          f"{a.within * 100:.1f} point; compute floor {floor:.1f} ms/step" if floor else "")
+    print(f"target: {target:.4f} ({target_row['label']}'s figure at step "
+          f"{a.target_step or target_row['curve'][-1][0]}), reached within "
+          f"{a.within * 100:.1f} point; × floor: against the compute floor of the row's own "
+          f"lab sitting\n")
     head = ["method", "step (lab)", "× floor", "sent/worker/step", "final", "steps to target",
             "time to target"] + [f"vs {b}" for b in a.baseline]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
         cells = [r["label"], f"{r['step_ms']:.1f} ms",
-                 f"{r['step_ms'] / floor:.2f}" if floor else "—",
+                 f"{r['step_ms'] / r['floor']:.2f}" if r["floor"] else "—",
                  f"{r['bytes'] / 1e3:.1f} kB" if r["bytes"] is not None else "—",
                  f"{r['final']:.4f}", str(r["steps_to"] or "not reached"), fmt_s(r["time_to"])]
         for b in a.baseline:

@@ -69,7 +69,8 @@ class DiLoCo:
             ``torch.optim.SGD`` whose settings are read as one of them.
         sync_every: H, inner steps per round.
         compressor: any spec ``gradcomp.list_codecs()`` names, applied to the
-            pseudo-gradients: ``"none"`` (fp32), ``"fp16"``, ``"ef(chunktopk)"``, ...
+            pseudo-gradients: ``"fp16"`` (the default, as OpenDiLoCo), ``"none"`` (fp32,
+            as DiLoCo), ``"ef(chunktopk)"`` (SparseLoCo's message), ...
         fragments: Streaming DiLoCo's fragments, exchanged on a staggered schedule
             (must divide ``sync_every``).
         delay: inner steps a fragment's exchange overlaps before it is merged
@@ -84,7 +85,7 @@ class DiLoCo:
     def __init__(self, model: torch.nn.Module,
                  inner_optimizer: Optional[torch.optim.Optimizer] = None,
                  outer_optimizer: Union[str, torch.optim.Optimizer] = "nesterov:lr=0.7,momentum=0.9",
-                 *, sync_every: int, compressor: str = "none", fragments: int = 1,
+                 *, sync_every: int, compressor: str = _C.DEFAULT_OUTER_COMPRESSOR, fragments: int = 1,
                  delay: int = 0, mix: float = 0.0,
                  process_group: Optional[dist.ProcessGroup] = None, seed: int = 0,
                  timeout: datetime.timedelta = datetime.timedelta(minutes=30),

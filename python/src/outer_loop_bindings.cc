@@ -117,6 +117,7 @@ class PyOuterLoop {
 }  // namespace
 
 void bind_outer_loop(py::module_& m) {
+  m.attr("DEFAULT_OUTER_COMPRESSOR") = dist::kDefaultOuterCompressor;
   py::class_<dist::OuterLoopOptions>(m, "OuterLoopOptions")
       .def(py::init<>())
       .def_readwrite("sync_every", &dist::OuterLoopOptions::sync_every)

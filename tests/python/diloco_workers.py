@@ -29,7 +29,7 @@ def matches_torch_reference(rank, world, sync_every, steps, outer_is_torch):
              if outer_is_torch else "nesterov:lr=0.7,momentum=0.9")
     # torch < 2.0 has no optimizer step hooks: there _inner_steps calls step() itself.
     hooked = inner if hasattr(inner, "register_step_post_hook") else None
-    diloco = gc.DiLoCo(model, hooked, outer, sync_every=sync_every)
+    diloco = gc.DiLoCo(model, hooked, outer, sync_every=sync_every, compressor="none")
 
     ref = small_model(seed=0)
     ref_inner = torch.optim.AdamW(ref.parameters(), lr=1e-3)

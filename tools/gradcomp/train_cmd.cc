@@ -125,7 +125,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
       ->capture_default_str();
   cmd->add_option("--sync-every", j.outer_loop.sync_every,
                   "local steps: exchange every H steps (DiLoCo's outer loop; the compressor "
-                  "applies to the pseudo-gradients; default compressor none); 0: every step")
+                  "applies to the pseudo-gradients; default compressor " +
+                      std::string(dist::kDefaultOuterCompressor) + "); 0: every step")
       ->capture_default_str();
   cmd->add_option("--outer", j.outer_loop.outer,
                   "with --sync-every: the outer optimizer, nesterov:lr=0.7,momentum=0.9 | "
@@ -191,8 +192,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
     job.topology = dist::parse_topology(flags->topology);
     if (compressor_flag->count() == 0) {
       // The outer loop's default is DiLoCo's fp32 pseudo-gradient.
-      job.compressor =
-          train::has_outer_loop(job) ? "none" : default_compressor(job.topology, job.reducer);
+      job.compressor = train::has_outer_loop(job) ? dist::kDefaultOuterCompressor
+                                                  : default_compressor(job.topology, job.reducer);
     }
     job.downlink = dist::parse_downlink(flags->downlink);
     job.train.decay = train::parse_lr_decay(flags->lr_decay);

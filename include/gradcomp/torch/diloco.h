@@ -39,10 +39,11 @@ namespace gradcomp {
 
 struct DiLoCoOptions {
   std::int64_t sync_every = 0;  // H: inner steps per round (required, >= 1)
-  // Any spec `gradcomp list` accepts, applied to the pseudo-gradients: "none" (fp32, as
-  // DiLoCo), "fp16" (OpenDiLoCo), "ef(chunktopk)" (SparseLoCo's message), ... A bare
-  // biased codec gets error feedback, kept per worker across rounds.
-  std::string compressor = "none";
+  // Any spec `gradcomp list` accepts, applied to the pseudo-gradients: "fp16" (OpenDiLoCo,
+  // the default: dist::kDefaultOuterCompressor), "none" (fp32, as DiLoCo), "ef(chunktopk)"
+  // (SparseLoCo's message), ... A bare biased codec gets error feedback, kept per worker
+  // across rounds.
+  std::string compressor = dist::kDefaultOuterCompressor;
   // The outer optimizer (gradcomp/outer_optimizer.h): "nesterov:lr=0.7,momentum=0.9"
   // (DiLoCo), "average" (local SGD), "sparseloco:lr=1,decay=0.95", "sgd:lr=..,momentum=..".
   std::string outer{OuterOptimizer::kDefaultSpec};
