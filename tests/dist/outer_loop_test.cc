@@ -151,7 +151,7 @@ TEST(OuterLoop, FragmentsSyncOnAStaggeredScheduleAndMergeAfterTheirDelay) {
         const bool due = s > delay && (s - delay) % 2 == 0;
         EXPECT_EQ(changed, due) << "step " << s << " delay " << delay;
         if (!due) continue;
-        const int merged = ((s - delay) / 2 - 1) % 2;
+        const auto merged = static_cast<int>(((s - delay) / 2 - 1) % 2);
         for (std::size_t b = 0; b < frag.size(); ++b) {
           for (const BucketPlan::Slot& slot : loop.buckets()[b].slots) {
             const bool moved = rep.w[slot.param] != stepped.w[slot.param];
