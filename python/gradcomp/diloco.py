@@ -80,6 +80,13 @@ class DiLoCo:
             Gloo.
         timeout: a round's deadline; a peer that misses it ends the round on every rank
             with ``gradcomp.CommError`` and no weight changed.
+
+    With ``delay > 0`` a round's exchange runs on a thread of its own while training goes
+    on: issue no other collective on its process group meanwhile (give the DiLoCo a group
+    of its own, ``dist.new_group(backend="gloo")``), and :meth:`close` it (or take its
+    :meth:`state_dict`, which waits too) before another collective on that group. Two
+    threads issuing collectives on one group can pair different operations across ranks,
+    which Gloo aborts on.
     """
 
     def __init__(self, model: torch.nn.Module,
@@ -151,10 +158,12 @@ class DiLoCo:
         self._steps = steps
 
     def close(self) -> None:
-        """Removes the hook on the inner optimizer."""
+        """Waits for a round in flight (``delay > 0``) and removes the hook on the inner
+        optimizer. Call it before building another DiLoCo over the same process group."""
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        self._loop.drain()
 
     def __enter__(self) -> "DiLoCo":
         return self

@@ -106,6 +106,11 @@ class PyOuterLoop {
         py::arg("wait_seconds") = loop_->take_wait_seconds());
   }
 
+  void drain() {
+    py::gil_scoped_release release;
+    loop_->drain();
+  }
+
   std::string describe() const { return loop_->describe(); }
 
  private:
@@ -143,6 +148,7 @@ void bind_outer_loop(py::module_& m) {
       .def("state", &PyOuterLoop::state)
       .def("load_state", &PyOuterLoop::load_state, py::arg("saved"), py::arg("steps"))
       .def("take_stats", &PyOuterLoop::take_stats)
+      .def("drain", &PyOuterLoop::drain)
       .def("describe", &PyOuterLoop::describe);
   m.def(
       "check_outer_loop",

@@ -101,6 +101,13 @@ class OuterLoop {
   // was due after them is still done.
   void resume_at(std::int64_t steps);
 
+  // Waits for an exchange in flight (delay > 0) and applies its outer step; its merge
+  // stays due. After it the communicator is idle until the next round starts: call it
+  // before other collectives on the same process group, or before building another loop
+  // over it (two threads issuing collectives on one group can pair different operations
+  // across ranks, which Gloo aborts on).
+  void drain() { finish_outer_step(); }
+
   // Bytes and seconds of the rounds finished since the last call.
   ReduceStats take_stats();
   // Seconds the caller's steps waited for rounds since the last call.
