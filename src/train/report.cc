@@ -67,20 +67,20 @@ void Report::begin(const RunHeader& h, bool resumed) {
 }
 
 void Report::epoch(const EpochRecord& e) {
-  if (language_model_) {
-    lm_epoch(e);
-    return;
-  }
   if (out_ != nullptr) {
-    char line[320];
-    std::snprintf(line, sizeof(line),
-                  "epoch %lld%s step %lld  loss %.4f  train acc %.4f  test loss %.4f  test acc "
-                  "%.4f  lr %.4g  sent/step %s (dense %s)  %.1f s",
-                  static_cast<long long>(e.epoch), e.complete ? "" : " (partial)",
-                  static_cast<long long>(e.step), e.train_loss, e.train_accuracy, e.test_loss,
-                  e.test_accuracy, e.lr, format_bytes(e.bytes_sent_per_step).c_str(),
-                  format_bytes(e.dense_bytes_per_step).c_str(), e.elapsed_seconds);
-    *out_ << line << std::endl;
+    if (language_model_) {
+      lm_epoch_line(e);
+    } else {
+      char line[320];
+      std::snprintf(line, sizeof(line),
+                    "epoch %lld%s step %lld  loss %.4f  train acc %.4f  test loss %.4f  test acc "
+                    "%.4f  lr %.4g  sent/step %s (dense %s)  %.1f s",
+                    static_cast<long long>(e.epoch), e.complete ? "" : " (partial)",
+                    static_cast<long long>(e.step), e.train_loss, e.train_accuracy, e.test_loss,
+                    e.test_accuracy, e.lr, format_bytes(e.bytes_sent_per_step).c_str(),
+                    format_bytes(e.dense_bytes_per_step).c_str(), e.elapsed_seconds);
+      *out_ << line << std::endl;
+    }
   }
   if (!metrics_) return;
   JsonObject j;
@@ -91,8 +91,12 @@ void Report::epoch(const EpochRecord& e) {
       .add("train_loss", e.train_loss)
       .add("train_accuracy", e.train_accuracy)
       .add("test_loss", e.test_loss)
-      .add("test_accuracy", e.test_accuracy)
-      .add("lr", e.lr)
+      .add("test_accuracy", e.test_accuracy);
+  if (language_model_) {
+    add_lm_figures(j, e.test_loss, labels_.unigram_nats);
+    j.add("train_perplexity", std::exp(e.train_loss));
+  }
+  j.add("lr", e.lr)
       .add("bytes_sent_per_worker_per_step", e.bytes_sent_per_step)
       .add("bytes_received_per_worker_per_step", e.bytes_received_per_step)
       .add("elapsed_seconds", e.elapsed_seconds);
@@ -126,39 +130,20 @@ void Report::evaluation(const EvalRecord& e) {
   metrics_->write(j);
 }
 
-// A language model's epoch: perplexity and bits per byte where a classifier's line has
-// accuracy (the accuracy kept is next-byte accuracy).
-void Report::lm_epoch(const EpochRecord& e) {
-  if (out_ != nullptr) {
-    char line[360];
-    std::snprintf(line, sizeof(line),
-                  "epoch %lld%s step %lld  loss %.4f  train ppl %.3f  test loss %.4f  test ppl "
-                  "%.3f  test bits/byte %.4f  next-byte acc %.4f  lr %.4g  sent/step %s (dense "
-                  "%s)  %.1f s",
-                  static_cast<long long>(e.epoch), e.complete ? "" : " (partial)",
-                  static_cast<long long>(e.step), e.train_loss, std::exp(e.train_loss), e.test_loss,
-                  std::exp(e.test_loss), e.test_loss / std::log(2.0), e.test_accuracy, e.lr,
-                  format_bytes(e.bytes_sent_per_step).c_str(),
-                  format_bytes(e.dense_bytes_per_step).c_str(), e.elapsed_seconds);
-    *out_ << line << std::endl;
-  }
-  if (!metrics_) return;
-  JsonObject j;
-  j.add("type", "epoch")
-      .add("epoch", e.epoch)
-      .add("complete", e.complete)
-      .add("step", e.step)
-      .add("train_loss", e.train_loss)
-      .add("train_accuracy", e.train_accuracy)
-      .add("test_loss", e.test_loss)
-      .add("test_accuracy", e.test_accuracy);
-  add_lm_figures(j, e.test_loss, labels_.unigram_nats);
-  j.add("train_perplexity", std::exp(e.train_loss))
-      .add("lr", e.lr)
-      .add("bytes_sent_per_worker_per_step", e.bytes_sent_per_step)
-      .add("bytes_received_per_worker_per_step", e.bytes_received_per_step)
-      .add("elapsed_seconds", e.elapsed_seconds);
-  metrics_->write(j);
+// A language model's epoch line: perplexity and bits per byte where a classifier's line
+// has accuracy (the accuracy kept is next-byte accuracy).
+void Report::lm_epoch_line(const EpochRecord& e) {
+  char line[360];
+  std::snprintf(line, sizeof(line),
+                "epoch %lld%s step %lld  loss %.4f  train ppl %.3f  test loss %.4f  test ppl "
+                "%.3f  test bits/byte %.4f  next-byte acc %.4f  lr %.4g  sent/step %s (dense "
+                "%s)  %.1f s",
+                static_cast<long long>(e.epoch), e.complete ? "" : " (partial)",
+                static_cast<long long>(e.step), e.train_loss, std::exp(e.train_loss), e.test_loss,
+                std::exp(e.test_loss), e.test_loss / std::log(2.0), e.test_accuracy, e.lr,
+                format_bytes(e.bytes_sent_per_step).c_str(),
+                format_bytes(e.dense_bytes_per_step).c_str(), e.elapsed_seconds);
+  *out_ << line << std::endl;
 }
 
 void Report::summary(const TrainSummary& s) {

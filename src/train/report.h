@@ -145,7 +145,7 @@ class Report {
   void parameter_server(const ParameterServerRecord& ps);
 
  private:
-  void lm_epoch(const EpochRecord& e);
+  void lm_epoch_line(const EpochRecord& e);
 
   std::ostream* out_ = nullptr;
   std::ostream* err_ = nullptr;
