@@ -1,0 +1,82 @@
+// Codecs on the gradients' own device. A DeviceCodec is one built-in codec's encode and
+// decode written in ATen operations, so that it runs wherever the tensors live: on a CUDA
+// device for a GPU job (only the message crosses PCIe), on the CPU in CI, where its
+// messages are checked byte for byte against the CPU codec's (codec.h).
+//
+// The split: the device writes the payload (the bytes after the 24-byte header) into a
+// uint8 tensor on its own device; the host frames it (frame_message: header and CRC-32C,
+// computed over the few compressed bytes after they crossed), so a device message is the
+// CPU codec's message, decodable by either. Received messages are opened on the host
+// (open_payload: framing, checksum, codec, spec, n), their payloads copied to the device
+// and decoded there; each device codec validates its payload's length and contents as the
+// CPU codec does before writing anything.
+//
+// Memories (error feedback) stay on the device: encode_payload_with_residual is the
+// residual step of Codec::encode_with_residual for plain error feedback (p = e + g).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradcomp/codec.h"
+#include "gradcomp/step_context.h"
+
+namespace gradcomp::device {
+
+class DeviceCodec {
+ public:
+  explicit DeviceCodec(const Codec& codec) : codec_(codec) {}
+  virtual ~DeviceCodec() = default;
+  DeviceCodec(const DeviceCodec&) = delete;
+  DeviceCodec& operator=(const DeviceCodec&) = delete;
+
+  // The CPU codec whose messages this one writes (spec, wire id, config tag).
+  const Codec& codec() const { return codec_; }
+
+  // The payload of codec().encode(g): a 1-D uint8 tensor on g's device. g is a contiguous
+  // 1-D float32 tensor. Throws InvalidArgument where the CPU codec does (non-finite input).
+  virtual at::Tensor encode_payload(const at::Tensor& g, const StepContext& ctx) const = 0;
+
+  // One error-feedback step on the residual e (float32, g's device and size): e <- e + g,
+  // returns the payload of encode(e), leaves e <- e - decode(payload). Payload and
+  // residual equal Codec::encode_with_residual(ResidualUpdate(g), e, ...)'s. The default
+  // adds, then calls encode_payload_feedback; a codec may fuse the passes.
+  virtual at::Tensor encode_payload_with_residual(const at::Tensor& g, const at::Tensor& e,
+                                                  const StepContext& ctx) const;
+
+  // p <- p - decode(payload), returns the payload of encode(p) (Codec::encode_feedback).
+  // The default encodes, then decodes with alpha -1.
+  virtual at::Tensor encode_payload_feedback(const at::Tensor& p, const StepContext& ctx) const;
+
+  // out += alpha * decode(payload): payload a 1-D uint8 tensor on out's device, out a
+  // contiguous 1-D float32 tensor of n elements (the header, already opened, said n).
+  // Throws CorruptMessage naming the codec, with out unchanged, for a payload the CPU
+  // codec would refuse.
+  virtual void decode_payload_add(const at::Tensor& payload, const at::Tensor& out,
+                                  float alpha) const = 0;
+
+ private:
+  const Codec& codec_;
+};
+
+// The device codec of a built-in codec, or nullptr where it has none yet (which codecs
+// have one: device_codec_names()). It keeps a reference to `codec`, which must outlive it.
+std::unique_ptr<DeviceCodec> make_device_codec(const Codec& codec);
+
+// The codec names with a device implementation, e.g. {"fp16", "topk", ...}.
+std::vector<std::string> device_codec_names();
+
+// The message of `payload` (a CPU uint8 tensor: the device's payload once copied over)
+// for n elements: header + payload, byte for byte Codec::encode's message.
+std::vector<std::byte> frame_message(const Codec& codec, std::size_t n, const at::Tensor& payload);
+
+// The payload of a received message as a CPU uint8 tensor viewing msg (no copy), after
+// open_payload's checks (framing, checksum, codec, spec, n). msg must outlive the tensor.
+at::Tensor open_message(std::span<const std::byte> msg, const Codec& codec, std::size_t n);
+
+}  // namespace gradcomp::device

@@ -1,0 +1,127 @@
+#include "gradcomp/device/codec.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <functional>
+#include <utility>
+
+#include "codecs/codecs.h"
+#include "gradcomp/error.h"
+#include "gradcomp/wire.h"
+
+namespace gradcomp::device {
+
+namespace {
+
+using Factory = std::function<std::unique_ptr<DeviceCodec>(const Codec&, const SpecParams&)>;
+
+// The built-in codecs with a device implementation, by the CPU codec's name.
+const std::vector<std::pair<std::string, Factory>>& factories() {
+  static const std::vector<std::pair<std::string, Factory>> table = {
+      {"fp16", make_fp16},
+  };
+  return table;
+}
+
+}  // namespace
+
+at::Tensor DeviceCodec::encode_payload_with_residual(const at::Tensor& g, const at::Tensor& e,
+                                                     const StepContext& ctx) const {
+  check_floats(g, "encode_payload_with_residual");
+  check_floats(e, "encode_payload_with_residual");
+  if (g.numel() != e.numel() || g.device() != e.device()) {
+    throw InvalidArgument(codec().name() +
+                          " encode_payload_with_residual: gradient and residual differ in size "
+                          "or device");
+  }
+  e.add_(g);
+  return encode_payload_feedback(e, ctx);
+}
+
+at::Tensor DeviceCodec::encode_payload_feedback(const at::Tensor& p, const StepContext& ctx) const {
+  at::Tensor payload = encode_payload(p, ctx);
+  decode_payload_add(payload, p, -1.0f);
+  return payload;
+}
+
+std::unique_ptr<DeviceCodec> make_device_codec(const Codec& codec) {
+  for (const auto& [name, make] : factories()) {
+    if (name == codec.name()) return make(codec, SpecParams(codec));
+  }
+  return nullptr;
+}
+
+std::vector<std::string> device_codec_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : factories()) names.push_back(entry.first);
+  return names;
+}
+
+std::vector<std::byte> frame_message(const Codec& codec, std::size_t n, const at::Tensor& payload) {
+  if (!payload.device().is_cpu() || payload.scalar_type() != at::kByte || payload.dim() != 1 ||
+      !payload.is_contiguous()) {
+    throw InvalidArgument(codec.name() +
+                          " frame_message: the payload must be a contiguous 1-D "
+                          "CPU uint8 tensor");
+  }
+  if (n > kMaxElements) {
+    throw InvalidArgument(codec.name() + " frame_message: " + std::to_string(n) +
+                          " elements > the wire format's limit " + std::to_string(kMaxElements));
+  }
+  const auto bytes = static_cast<std::size_t>(payload.numel());
+  std::vector<std::byte> msg(kHeaderBytes + bytes);
+  if (bytes > 0) std::memcpy(msg.data() + kHeaderBytes, payload.data_ptr<std::uint8_t>(), bytes);
+  write_header(msg, codec.wire_id(), codec.config_tag(), n, bytes);
+  return msg;
+}
+
+at::Tensor open_message(std::span<const std::byte> msg, const Codec& codec, std::size_t n) {
+  const std::span<const std::byte> payload = open_payload(msg, codec, n);
+  // from_blob never writes through the pointer it is given here (callers read it).
+  return at::from_blob(const_cast<std::byte*>(payload.data()),
+                       {static_cast<std::int64_t>(payload.size())},
+                       at::TensorOptions().dtype(at::kByte));
+}
+
+SpecParams::SpecParams(const Codec& codec) : node_(parse_spec(codec.spec())) {}
+
+const std::string& SpecParams::text(std::string_view key) const {
+  for (const auto& [k, v] : node_.params) {
+    if (k == key) return v;
+  }
+  throw InvalidArgument(node_.name + ": no parameter " + std::string(key) + " in its spec");
+}
+
+double SpecParams::number(std::string_view key) const { return std::stod(text(key)); }
+
+std::int64_t SpecParams::integer(std::string_view key) const { return std::stoll(text(key)); }
+
+void check_floats(const at::Tensor& t, const char* what) {
+  if (t.scalar_type() != at::kFloat || t.dim() != 1 || !t.is_contiguous()) {
+    throw InvalidArgument(std::string(what) + ": expected a contiguous 1-D float32 tensor, got " +
+                          std::string(c10::toString(t.scalar_type())) + " of " +
+                          std::to_string(t.dim()) + " dimensions");
+  }
+}
+
+void check_payload(const at::Tensor& payload, const at::Device& device, const char* what) {
+  if (payload.scalar_type() != at::kByte || payload.dim() != 1 || !payload.is_contiguous() ||
+      payload.device() != device) {
+    throw InvalidArgument(std::string(what) +
+                          ": the payload must be a contiguous 1-D uint8 "
+                          "tensor on " +
+                          device.str());
+  }
+}
+
+void expect_payload_size(const at::Tensor& payload, std::int64_t expected, const std::string& op,
+                         std::int64_t n) {
+  if (payload.numel() != expected) {
+    throw CorruptMessage(op + ": payload of " + std::to_string(payload.numel()) +
+                         " bytes, expected " + std::to_string(expected) + " for n " +
+                         std::to_string(n));
+  }
+}
+
+}  // namespace gradcomp::device

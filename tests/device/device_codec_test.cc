@@ -1,0 +1,187 @@
+// The device codecs (gradcomp/device/codec.h) against the CPU codecs they mirror, on CPU
+// tensors (CI has no GPU; tests/python/test_device_codec.py runs the same checks on CUDA
+// where there is one): messages byte for byte, residuals bit for bit, decode alike, and a
+// mutated payload refused by the device exactly when the CPU codec refuses it, with the
+// output untouched.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gradcomp/device/codec.h"
+#include "gradcomp/error.h"
+#include "gradcomp/registry.h"
+#include "gradcomp/wire.h"
+
+namespace gradcomp::device {
+namespace {
+
+// Every device codec with its parameter variants.
+const std::vector<std::string> kSpecs = {
+    "fp16",
+    "fp16:format=bf16",
+};
+
+const std::vector<std::int64_t> kSizes = {0, 1, 2, 3, 17, 1000, 4097, 65537};
+
+// A gradient with a few large entries (saturation, thresholds) and exact zeros.
+at::Tensor gradient(std::int64_t n, std::uint64_t seed) {
+  at::Tensor g = at::randn({n}, at::TensorOptions().dtype(at::kFloat)) * 0.01;
+  std::mt19937_64 rng(seed);
+  for (std::int64_t i = 0; i < n; i += 97) g[i] = (rng() % 2 ? 1.0f : -1.0f) * 1e5f;
+  for (std::int64_t i = 5; i < n; i += 101) g[i] = 0.0f;
+  return g;
+}
+
+std::span<float> floats(const at::Tensor& t) {
+  return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())};
+}
+
+bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  return a.numel() == b.numel() &&
+         std::memcmp(a.data_ptr(), b.data_ptr(), static_cast<std::size_t>(a.numel()) * 4) == 0;
+}
+
+StepContext context(std::uint64_t step) {
+  StepContext ctx;
+  ctx.seed = 42;
+  ctx.step = step;
+  return ctx;
+}
+
+class DeviceCodecTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    at::manual_seed(7);
+    codec_ = builtin_registry().make_codec(GetParam());
+    device_ = make_device_codec(*codec_);
+    ASSERT_NE(device_, nullptr) << GetParam();
+  }
+  std::vector<std::byte> cpu_message(const at::Tensor& g, const StepContext& ctx) const {
+    std::vector<std::byte> msg(codec_->max_encoded_bytes(g.numel()));
+    msg.resize(codec_->encode(floats(g), ctx, msg));
+    return msg;
+  }
+  std::shared_ptr<const Codec> codec_;
+  std::unique_ptr<DeviceCodec> device_;
+};
+
+TEST_P(DeviceCodecTest, EncodeWritesTheCpuMessage) {
+  for (const std::int64_t n : kSizes) {
+    const at::Tensor g = gradient(n, n);
+    const StepContext ctx = context(3);
+    const at::Tensor payload = device_->encode_payload(g, ctx);
+    EXPECT_EQ(frame_message(*codec_, n, payload.cpu()), cpu_message(g, ctx)) << "n=" << n;
+  }
+}
+
+TEST_P(DeviceCodecTest, ResidualStepMatchesTheCpuCodec) {
+  for (const std::int64_t n : kSizes) {
+    at::Tensor e_cpu = gradient(n, n + 1) * 0.5;
+    at::Tensor e_dev = e_cpu.clone();
+    for (std::uint64_t step = 0; step < 3; ++step) {  // the residual carries over
+      const at::Tensor g = gradient(n, 100 * step + n);
+      const StepContext ctx = context(step);
+      std::vector<std::byte> msg(codec_->max_encoded_bytes(n));
+      msg.resize(codec_->encode_with_residual(ResidualUpdate(floats(g)), floats(e_cpu), ctx, msg));
+      const at::Tensor payload = device_->encode_payload_with_residual(g, e_dev, ctx);
+      ASSERT_EQ(frame_message(*codec_, n, payload.cpu()), msg) << "n=" << n << " step=" << step;
+      ASSERT_TRUE(same_bits(e_dev, e_cpu)) << "n=" << n << " step=" << step;
+    }
+  }
+}
+
+TEST_P(DeviceCodecTest, DecodeAddsWhatTheCpuCodecAdds) {
+  for (const std::int64_t n : kSizes) {
+    const std::vector<std::byte> msg = cpu_message(gradient(n, n + 2), context(1));
+    at::Tensor out_cpu = at::randn({n});
+    at::Tensor out_dev = out_cpu.clone();
+    codec_->decode_add(msg, floats(out_cpu), 0.25f);
+    device_->decode_payload_add(open_message(msg, *codec_, n), out_dev, 0.25f);
+    EXPECT_TRUE(same_bits(out_dev, out_cpu)) << "n=" << n;
+  }
+}
+
+// Random payload mutations (bytes overwritten, resealed so the header passes): the device
+// refuses a payload exactly when the CPU codec does, leaving out untouched, and otherwise
+// adds what the CPU codec adds. A truncated payload is always refused.
+TEST_P(DeviceCodecTest, MutatedPayloadsRefusedAsTheCpuCodecRefusesThem) {
+  const std::int64_t n = 257;
+  const std::vector<std::byte> clean = cpu_message(gradient(n, 9), context(2));
+  std::mt19937_64 rng(11);
+  int refused = 0;
+  for (int trial = 0; trial < 300 && clean.size() > kHeaderBytes; ++trial) {
+    std::vector<std::byte> msg = clean;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) {
+      msg[kHeaderBytes + rng() % (msg.size() - kHeaderBytes)] = static_cast<std::byte>(rng());
+    }
+    reseal_message(msg);
+    at::Tensor out_cpu = at::randn({n});
+    at::Tensor out_dev = out_cpu.clone();
+    const at::Tensor before = out_dev.clone();
+    bool cpu_refused = false;
+    try {
+      codec_->decode_add(msg, floats(out_cpu), 1.0f);
+    } catch (const CorruptMessage&) {
+      cpu_refused = true;
+    }
+    bool dev_refused = false;
+    try {
+      device_->decode_payload_add(open_message(msg, *codec_, n), out_dev, 1.0f);
+    } catch (const CorruptMessage&) {
+      dev_refused = true;
+    }
+    ASSERT_EQ(dev_refused, cpu_refused) << "trial " << trial;
+    ASSERT_TRUE(same_bits(out_dev, dev_refused ? before : out_cpu)) << "trial " << trial;
+    refused += dev_refused;
+  }
+  const at::Tensor payload = open_message(clean, *codec_, n);
+  at::Tensor out = at::zeros({n});
+  EXPECT_THROW(device_->decode_payload_add(payload.narrow(0, 0, payload.numel() - 1), out, 1.0f),
+               CorruptMessage);
+  EXPECT_TRUE(out.eq(0).all().item<bool>());
+  RecordProperty("refused", refused);
+}
+
+TEST_P(DeviceCodecTest, NonFiniteGradientRefusedAsTheCpuCodecRefusesIt) {
+  at::Tensor g = gradient(100, 3);
+  g[42] = std::numeric_limits<float>::quiet_NaN();
+  bool cpu_threw = false;
+  try {
+    cpu_message(g, context(0));
+  } catch (const InvalidArgument&) {
+    cpu_threw = true;
+  }
+  if (cpu_threw) {
+    EXPECT_THROW(device_->encode_payload(g, context(0)), InvalidArgument);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, DeviceCodecTest, ::testing::ValuesIn(kSpecs),
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           std::string name;
+                           for (const char c : param_info.param) name += std::isalnum(c) ? c : '_';
+                           return name;
+                         });
+
+TEST(DeviceCodecs, OneForEachNamedCodec) {
+  for (const std::string& name : device_codec_names()) {
+    const auto codec = builtin_registry().make_codec(name);
+    EXPECT_NE(make_device_codec(*codec), nullptr) << name;
+  }
+  EXPECT_EQ(make_device_codec(*builtin_registry().make_codec("qsgd")), nullptr);
+}
+
+TEST(DeviceCodecs, FrameRefusesANonCpuOrNonBytePayload) {
+  const auto codec = builtin_registry().make_codec("fp16");
+  EXPECT_THROW(frame_message(*codec, 2, at::zeros({4})), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace gradcomp::device
