@@ -7,12 +7,14 @@ The codecs are gradcomp's C++ core, the same the ``gradcomp`` CLI runs::
     message = codec.encode(torch.randn(10_000))      # a uint8 tensor: the wire message
     approx = codec.decode(message)                    # float32, 10_000 elements
 
+``gradcomp.DeviceCodec(spec)`` runs a codec on the tensor's own device (CUDA) with the same
+messages; ``gradcomp.device_codec_names()`` lists those that have one.
 ``gradcomp.list_codecs()`` lists every codec, memory and scheme with its defaults.
 To compress a DistributedDataParallel model's gradients, see ``gradcomp.torch``.
 """
 import torch as _torch  # noqa: F401  (loads LibTorch before the extension links to it)
 
-from ._C import Codec, CommError, list_codecs
+from ._C import Codec, CommError, DeviceCodec, device_codec_names, list_codecs
 
-__all__ = ["Codec", "CommError", "list_codecs", "__version__"]
+__all__ = ["Codec", "CommError", "DeviceCodec", "device_codec_names", "list_codecs", "__version__"]
 __version__ = "0.1.0"

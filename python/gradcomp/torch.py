@@ -23,8 +23,14 @@ uninterrupted one.
 
 The ranks agree before they exchange: constructing the state is collective and compares
 the settings, and each process's first step compares the model's tensors; ranks that
-differ all raise the same ValueError naming both values. bfloat16 and float16 CPU buckets
+differ all raise the same ValueError naming both values. bfloat16 and float16 buckets
 are exchanged as fp32 copies.
+
+CUDA buckets (fp32, bf16, fp16) work in jobs whose own collectives run on NCCL: gradcomp
+exchanges over the group's Gloo backend (``init_process_group("cpu:gloo,cuda:nccl")``), or
+over a Gloo group it creates beside an NCCL-only default group. Each bucket is copied to a pinned
+host buffer on a copy stream of its own while backward goes on, exchanged there, and copied
+back (gradcomp/_staging.py).
 """
 import datetime
 import functools
@@ -35,7 +41,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, _staging
 from .diloco import DiLoCo
 
 __all__ = ["CompressionState", "hook", "SGD", "DiLoCo"]
@@ -54,8 +60,10 @@ class CompressionState:
     Args:
         compressor: a gradcomp spec, e.g. ``"efm(topk:ratio=0.01)"``, ``"powersgd:rank=2"``,
             ``"dgc:density=0.001"``. A bad spec raises ``ValueError`` naming the problem.
-        process_group: the group to exchange over (default: the default group). It must be
-            a Gloo group of CPU tensors.
+        process_group: the group to exchange over (default: the default group). gradcomp
+            exchanges over its Gloo backend (``"gloo"``, or ``"cpu:gloo,cuda:nccl"``); for a
+            default group without one (``"nccl"``) it creates a Gloo group over all ranks;
+            another group without one is refused (pass ``dist.new_group(backend="gloo")``).
         dense_share: the smallest compressible tensors that together hold at most this
             share of the model's elements stay dense (0.01 keeps a small classifier layer
             out of compression, where compression costs the most accuracy per byte saved).
@@ -103,6 +111,7 @@ class CompressionState:
                     "(call dist.init_process_group('gloo', ...) first)"
                 )
             process_group = dist.distributed_c10d._get_default_group()
+        process_group = _exchange_group(process_group)
         # Collective: the ranks agree on the settings (ValueError on every rank naming the
         # first that differs), then the exchanger validates the spec and the reducer.
         self._exchanger = _C.Exchanger(
@@ -145,6 +154,9 @@ class CompressionState:
         # bucket fails with it.
         self._refused: Optional[Exception] = None
         self._compressed_last_step = False
+        # Host buffers and copy streams for device buckets, per device (_staging.py).
+        self._staging: Dict[torch.device, "_staging.Staging"] = {}
+        self._force_staging = _staging.forced()  # CPU buckets too: CI's check of the bookkeeping
         # The fixed 2-bit threshold check (Method::threshold_warning): due at the first
         # compressed step from step 10 on, on that step's compressed gradients.
         self._threshold_check_due = _C.fixed_2bit_threshold(compressor) > 0
@@ -158,19 +170,28 @@ class CompressionState:
 
     def _exchange(self, bucket: dist.GradBucket) -> "torch.futures.Future[torch.Tensor]":
         buffer = bucket.buffer()
-        if buffer.dtype not in _BUCKET_DTYPES or buffer.device.type != "cpu":
+        if buffer.dtype not in _BUCKET_DTYPES or buffer.device.type not in ("cpu", "cuda"):
             raise TypeError(
                 f"gradcomp hook: bucket {bucket.index()} holds {buffer.dtype} on "
-                f"{buffer.device}; gradcomp exchanges float32, bfloat16 and float16 CPU "
-                "gradients (Gloo)"
+                f"{buffer.device}; gradcomp exchanges float32, bfloat16 and float16 "
+                "gradients on the CPU or a CUDA device"
             )
-        future: torch.futures.Future = torch.futures.Future()
+        cuda = buffer.device.type == "cuda"
+        future: torch.futures.Future = (
+            torch.futures.Future(devices=[buffer.device]) if cuda else torch.futures.Future()
+        )
         if self._refused is not None:
             _C.fail_future(future, self._refused)
             return future
-        # Mixed precision: the exchange (and every memory) is fp32; a bf16 or fp16 bucket
-        # is exchanged as an fp32 copy and gets the mean back in its own dtype.
-        work = buffer if buffer.dtype == torch.float32 else buffer.float()
+        # The exchange (and every memory) is fp32 in host memory: a CUDA bucket is staged
+        # through a pinned buffer (_staging.py), a bf16 or fp16 CPU bucket exchanged as an
+        # fp32 copy; each gets the mean back in its own dtype and place.
+        staging = self._staging_for(buffer.device) if cuda or self._force_staging else None
+        ready = None
+        if staging is not None:
+            work, ready = staging.to_host(bucket.index(), buffer)
+        else:
+            work = buffer if buffer.dtype == torch.float32 else buffer.float()
 
         def done(error: Optional[BaseException]) -> None:
             if error is not None:
@@ -178,11 +199,14 @@ class CompressionState:
                 # non-finite gradient, ...), raised as it is by loss.backward().
                 _C.fail_future(future, error)
                 return
+            if staging is not None:
+                staging.to_device(work, buffer, lambda: future.set_result(buffer))
+                return
             if work is not buffer:
                 buffer.copy_(work)
             future.set_result(buffer)
 
-        submit, compressed = self._prepare(bucket, work, done)
+        submit, compressed = self._prepare(bucket, work, done, ready)
         if self._agreed:
             submit()
         else:
@@ -194,7 +218,13 @@ class CompressionState:
             self._end_step(compressed)
         return future
 
-    def _prepare(self, bucket: dist.GradBucket, work: torch.Tensor, done):
+    def _staging_for(self, device: torch.device) -> "_staging.Staging":
+        staging = self._staging.get(device)
+        if staging is None:
+            staging = self._staging[device] = _staging.Staging(device)
+        return staging
+
+    def _prepare(self, bucket: dist.GradBucket, work: torch.Tensor, done, ready):
         """The bucket's submission to the exchanger (not made yet), and whether it is a
         compressed step."""
         params = bucket.parameters()
@@ -203,7 +233,7 @@ class CompressionState:
             # A fresh run's first iteration: learn the tensors, average densely.
             for p in params:
                 self._index_of(p)
-            return functools.partial(self._exchanger.submit_dense, work, ctx, done), False
+            return functools.partial(self._exchanger.submit_dense, work, ctx, done, ready), False
         key, slots = self._group(bucket.index(), params, work.numel())
         compressed = self.step >= self.dense_steps
         if compressed and self._exchanger.momentum_in_memory and self._optimizer_ref() is None:
@@ -219,7 +249,8 @@ class CompressionState:
                 for p, g in zip(params, bucket.gradients())
                 if not self._dense[self._index[id(p)]]
             ]
-        submit = functools.partial(self._exchanger.submit, key, work, slots, compressed, ctx, done)
+        submit = functools.partial(
+            self._exchanger.submit, key, work, slots, compressed, ctx, done, ready)
         return submit, compressed
 
     def _agree_first_step(self) -> bool:
@@ -480,6 +511,20 @@ class CompressionState:
 _BUCKET_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+def _exchange_group(group: dist.ProcessGroup) -> dist.ProcessGroup:
+    """The group gradcomp exchanges over: the user's, when it has a Gloo backend for CPU
+    tensors; for an NCCL-only default group, a Gloo group over all ranks, created here
+    (every rank builds its state at the same point, as new_group needs). gradcomp's exchange
+    moves host bytes, which NCCL does not carry (and NCCL refuses two ranks on one GPU).
+    Another group without Gloo is left to the exchange, which refuses it in one line: a
+    Gloo group over its ranks would need every process of the job to take part."""
+    if "gloo" in str(dist.get_backend(group)).lower():
+        return group
+    if group is not dist.distributed_c10d._get_default_group():
+        return group
+    return dist.new_group(backend="gloo")
+
+
 def _as_text(value: Any, kind) -> str:
     """A setting as the hook uses it (0 and 0.0, 1e-2 and 0.01 read alike), or as given
     when it is not one (it is refused after the agreement)."""
@@ -528,7 +573,8 @@ def hook(state: "CompressionState", bucket: dist.GradBucket) -> torch.futures.Fu
     A dead or stalled peer fails the future (and so ``loss.backward()``) with
     ``gradcomp.CommError`` within the state's timeout; any other error of the exchange
     (``ValueError`` for a non-finite gradient) fails it as itself. Buckets may be
-    float32, bfloat16 or float16 on the CPU (the last two are exchanged as fp32 copies).
+    float32, bfloat16 or float16, on the CPU or a CUDA device (exchanged as fp32 in host
+    memory).
     """
     return state._exchange(bucket)
 

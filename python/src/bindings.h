@@ -13,6 +13,8 @@ void bind_codecs(pybind11::module_& m);
 // gradcomp._C.Exchanger and gradcomp._C.dense_tensors (exchanger_bindings.cc): what
 // gradcomp.torch's DDP hook drives.
 void bind_exchanger(pybind11::module_& m);
+// gradcomp.DeviceCodec and gradcomp._C.device_codec_names (device_codec_bindings.cc).
+void bind_device_codecs(pybind11::module_& m);
 // gradcomp._C.OuterLoop (outer_loop_bindings.cc): what gradcomp.torch.DiLoCo drives.
 void bind_outer_loop(pybind11::module_& m);
 

@@ -56,6 +56,25 @@ class PyCallback {
   py::function f_;
 };
 
+// A job's Ready (dist::Exchanger): a Python callable with no arguments, called on the
+// exchange thread under the GIL (gradcomp.torch waits there for a CUDA bucket's copy to
+// the host; the wait releases the GIL). What it raises fails the job with its message.
+dist::Exchanger::Ready ready_of(const py::object& ready) {
+  if (ready.is_none()) return {};
+  auto f = std::shared_ptr<py::object>(new py::object(ready), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  return [f] {
+    py::gil_scoped_acquire gil;
+    try {
+      (*f)();
+    } catch (py::error_already_set& e) {
+      throw std::runtime_error(std::string("gradcomp: staging the bucket failed: ") + e.what());
+    }
+  };
+}
+
 // (id, offset, numel, rows, compressible) of one tensor inside a group's flat buffer.
 using Slot = std::tuple<std::uint32_t, std::size_t, std::size_t, std::size_t, bool>;
 
@@ -95,7 +114,8 @@ class PyExchanger {
   }
 
   void submit(std::uint64_t key, const at::Tensor& buffer, const std::vector<Slot>& slots,
-              bool compress, const StepContext& ctx, const py::function& done) {
+              bool compress, const StepContext& ctx, const py::function& done,
+              const py::object& ready) {
     const std::span<float> data = float_span(buffer, "gradcomp exchange");
     std::vector<BucketRef> refs;
     refs.reserve(slots.size());
@@ -108,12 +128,14 @@ class PyExchanger {
       }
       refs.push_back({id, data.subspan(offset, numel), compress && compressible});
     }
-    exchanger_->submit(key, shapes_of(slots), std::move(refs), ctx, completion(buffer, done));
+    exchanger_->submit(key, shapes_of(slots), std::move(refs), ctx, completion(buffer, done),
+                       ready_of(ready));
   }
 
-  void submit_dense(const at::Tensor& buffer, const StepContext& ctx, const py::function& done) {
-    exchanger_->submit_dense(float_span(buffer, "gradcomp exchange"), ctx,
-                             completion(buffer, done));
+  void submit_dense(const at::Tensor& buffer, const StepContext& ctx, const py::function& done,
+                    const py::object& ready) {
+    exchanger_->submit_dense(float_span(buffer, "gradcomp exchange"), ctx, completion(buffer, done),
+                             dist::Exchanger::DenseInput::kGradients, ready_of(ready));
   }
 
   py::dict take_stats() {
@@ -279,9 +301,9 @@ void bind_exchanger(py::module_& m) {
            "Collective: the ranks first agree on `agree`'s (name, value) pairs "
            "(ValueError on every rank naming the first difference).")
       .def("submit", &PyExchanger::submit, py::arg("key"), py::arg("buffer"), py::arg("slots"),
-           py::arg("compress"), py::arg("ctx"), py::arg("done"))
+           py::arg("compress"), py::arg("ctx"), py::arg("done"), py::arg("ready") = py::none())
       .def("submit_dense", &PyExchanger::submit_dense, py::arg("buffer"), py::arg("ctx"),
-           py::arg("done"))
+           py::arg("done"), py::arg("ready") = py::none())
       .def("drain", &PyExchanger::drain)
       .def("agree", &PyExchanger::agree, py::arg("fields"),
            "Collective, on this thread once the queue is drained: ValueError on every rank "

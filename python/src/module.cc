@@ -67,6 +67,7 @@ PYBIND11_MODULE(_C, m) {
   gradcomp::python::comm_error_type = comm_error.ptr();
   py::register_exception_translator(&gradcomp::python::translate);
   gradcomp::python::bind_codecs(m);
+  gradcomp::python::bind_device_codecs(m);
   gradcomp::python::bind_exchanger(m);
   gradcomp::python::bind_outer_loop(m);
 }

@@ -100,7 +100,8 @@ bool Exchanger::has_group(std::uint64_t key) const {
 }
 
 void Exchanger::submit(std::uint64_t key, std::span<const BucketShape> shapes,
-                       std::vector<BucketRef> refs, const StepContext& ctx, Done done) {
+                       std::vector<BucketRef> refs, const StepContext& ctx, Done done,
+                       Ready ready) {
   if (refs.size() != shapes.size()) {
     throw InvalidArgument("exchanger: " + std::to_string(refs.size()) + " tensors for " +
                           std::to_string(shapes.size()) + " shapes");
@@ -117,11 +118,11 @@ void Exchanger::submit(std::uint64_t key, std::span<const BucketShape> shapes,
              reducer->reduce(refs, ctx);
              book(reducer->take_stats(), ctx.step);
            },
-           std::move(done)});
+           std::move(done), std::move(ready)});
 }
 
 void Exchanger::submit_dense(std::span<float> data, const StepContext& ctx, Done done,
-                             DenseInput input) {
+                             DenseInput input, Ready ready) {
   enqueue({[this, data, ctx, input] {
              ReduceStats s;
              StepRecorder rec(comm_, s);
@@ -135,7 +136,7 @@ void Exchanger::submit_dense(std::span<float> data, const StepContext& ctx, Done
              rec.finish();
              book(s, ctx.step);
            },
-           std::move(done)});
+           std::move(done), std::move(ready)});
 }
 
 void Exchanger::enqueue(Job job) {
@@ -157,6 +158,7 @@ void Exchanger::loop() {
     lock.unlock();
     std::exception_ptr error;
     try {
+      if (job.ready) job.ready();
       job.run();
     } catch (...) {
       error = std::current_exception();

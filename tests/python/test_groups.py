@@ -32,17 +32,33 @@ def test_a_group_with_a_backend_per_device_exchanges_over_its_gloo(spec):
         assert stats["compression_ratio"] > 1.0, stats
 
 
-def test_a_group_without_gloo_for_cpu_is_refused_in_one_line():
-    # An NCCL-only job's group has no Gloo backend for CPU tensors; torch's test backend
-    # "fake" stands in for it on machines without CUDA (what is checked is the same:
-    # the group's backend for CPU tensors is not Gloo).
+@pytest.mark.parametrize("spec", ["none", "efm(topk:ratio=0.1)"])
+def test_an_nccl_only_default_group_gets_a_gloo_group_of_its_own(spec):
+    # init_process_group("nccl"): no Gloo backend for CPU tensors. "fake" stands in for NCCL
+    # (its collectives do nothing): the replicas only agree if gradcomp's exchange ran over
+    # the Gloo group the state created.
+    pytest.importorskip("torch.testing._internal.distributed.fake_pg")
+    if _torch_major() < 2:
+        pytest.skip("the fake backend is torch 2.x")
+    (losses0, flat0, stats, _), (_, flat1, _, _) = ddp_support.run(
+        workers.train_spec, 2, spec, 4, backend="fake")
+    assert torch.equal(flat0, flat1)
+    assert all(loss == loss for loss in losses0)
+    if spec != "none":
+        assert stats["compression_ratio"] > 1.0, stats
+
+
+def test_another_group_without_gloo_for_cpu_is_refused_in_one_line():
+    # A group without a Gloo backend that is not the default group: a Gloo group over its
+    # ranks would need every process of the job, so the exchange refuses it (the message is
+    # the exchange's own; "fake" stands in for NCCL).
     fake_pg = pytest.importorskip("torch.testing._internal.distributed.fake_pg")
     if _torch_major() < 2:
         pytest.skip("torch 1.x groups have one backend, checked by name")
     dist.init_process_group("fake", store=fake_pg.FakeStore(), rank=0, world_size=2)
     try:
         with pytest.raises(ValueError) as raised:
-            gc.CompressionState("fp16")
+            gc._C.Exchanger(dist.group.WORLD, "fp16")
         message = str(raised.value)
         assert "\n" not in message
         assert "'fake' for CPU tensors" in message, message

@@ -178,4 +178,21 @@ def test_a_failed_future_raises_the_error_itself():
 def test_a_float64_bucket_is_refused():
     for kind, message in ddp_support.run(workers.float64_bucket, 2, timeout=60):
         assert ("gradcomp hook: bucket 0 holds torch.float64 on cpu; gradcomp exchanges "
-                "float32, bfloat16 and float16 CPU gradients") in message, (kind, message)
+                "float32, bfloat16 and float16 gradients on the CPU or a CUDA device"
+                ) in message, (kind, message)
+
+
+@pytest.mark.parametrize("spec,dtype", [("efm(topk:ratio=0.1)", "float32"),
+                                        ("powersgd:rank=2", "float32"),
+                                        pytest.param("none", "float16", marks=pytest.mark.skipif(
+                                            int(torch.__version__.split(".")[0]) < 2,
+                                            reason="torch 1.13's CPU lacks fp16 kernels"))])
+def test_staging_as_for_cuda_buckets_changes_nothing(spec, dtype):
+    # GRADCOMP_FORCE_STAGING runs CPU buckets through the path CUDA buckets take (host
+    # buffers reused per DDP bucket, the exchange waiting for the copy, the copy back):
+    # the weights come out identical, and buffers are not allocated per step.
+    for same, allocations, unstaged, n_params in ddp_support.run(
+            workers.staged_equals_unstaged, 2, spec, 6, dtype):
+        assert same
+        assert unstaged is None
+        assert 1 <= allocations <= 2 * n_params, allocations  # buckets, and DDP's rebuilt ones

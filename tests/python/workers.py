@@ -30,14 +30,17 @@ def small_model(seed: int = 0, hidden: int = 256) -> nn.Module:
     )
 
 
-def batch(rank: int, step: int, n: int = 16):
+def batch(rank: int, step: int, n: int = 16, device: str = "cpu"):
     g = torch.Generator().manual_seed(1000 * step + rank)
     x = torch.randn(n, 4, 6, 6, generator=g)
     y = torch.randint(0, 10, (n,), generator=g)
-    return x, y
+    return x.to(device), y.to(device)
 
 
 def ddp(model: nn.Module, bucket_cap_mb: float = 0.1) -> DDP:
+    device = next(model.parameters()).device
+    if device.type == "cuda":  # ranks may share one GPU (over Gloo)
+        return DDP(model, device_ids=[device.index or 0], bucket_cap_mb=bucket_cap_mb)
     return DDP(model, bucket_cap_mb=bucket_cap_mb)
 
 
@@ -54,14 +57,14 @@ def _grads(model):
     return [p.grad.detach().clone() for p in model.parameters()]
 
 
-def dense_equals_ddp(rank, world, steps):
+def dense_equals_ddp(rank, world, steps, device="cpu"):
     """'none' through the hook against DDP's own averaging, step by step."""
-    ours, theirs = ddp(small_model()), ddp(small_model())
+    ours, theirs = ddp(small_model().to(device)), ddp(small_model().to(device))
     state = gc.CompressionState("none", dense_share=0.0)
     ours.register_comm_hook(state, gc.hook)
     worst = 0.0
     for step in range(steps):
-        x, y = batch(rank, step)
+        x, y = batch(rank, step, device=device)
         for m in (ours, theirs):
             m.zero_grad()
             nn.functional.cross_entropy(m(x), y).backward()
@@ -70,11 +73,12 @@ def dense_equals_ddp(rank, world, steps):
     return worst, len(list(ours.parameters())), state.describe
 
 
-def topk_equals_reference(rank, world, ratio):
+def topk_equals_reference(rank, world, ratio, device="cpu"):
     """ef(topk) through the hook against the reducer's definition computed here with
-    gradcomp.Codec: mean over ranks of decode(encode(g_r + e_r)), dense tensors averaged."""
+    gradcomp.Codec: mean over ranks of decode(encode(g_r + e_r)), dense tensors averaged
+    (on the CPU, from each rank's gradients wherever the model is)."""
     spec = f"topk:ratio={ratio},select=exact"  # sampled thresholds draw per (step, rank, bucket)
-    model = ddp(small_model())
+    model = ddp(small_model().to(device))
     state = gc.CompressionState(f"ef({spec})", dense_share=0.0)
     model.register_comm_hook(state, gc.hook)
     codec = gradcomp.Codec(spec)
@@ -82,13 +86,13 @@ def topk_equals_reference(rank, world, ratio):
     residual = [torch.zeros_like(p).flatten() for p in params]
     worst = 0.0
     for step in range(3):
-        x, y = batch(rank, step)
+        x, y = batch(rank, step, device=device)
         # The local gradient, without the hook: a plain module copy of the same weights.
-        local = small_model()
+        local = small_model().to(device)
         local.load_state_dict(model.module.state_dict())
         local.zero_grad()
         nn.functional.cross_entropy(local(x), y).backward()
-        mine = [p.grad.detach().flatten().clone() for p in local.parameters()]
+        mine = [p.grad.detach().flatten().cpu() for p in local.parameters()]
         gathered = [[torch.empty_like(g) for _ in range(world)] for g in mine]
         for g, out in zip(mine, gathered):
             dist.all_gather(out, g)
@@ -108,28 +112,28 @@ def topk_equals_reference(rank, world, ratio):
                     codec.decode_add(msg, expect, 1.0 / world)
                 pr = mine[i] + residual[i]
                 residual[i] = pr - codec.decode(codec.encode(pr))
-            worst = max(worst, (p.grad.flatten() - expect).abs().max().item())
+            worst = max(worst, (p.grad.flatten().cpu() - expect).abs().max().item())
         with torch.no_grad():
             for p in params:
                 p.add_(p.grad, alpha=-0.1)
     return worst
 
 
-def train_spec(rank, world, spec, steps):
-    model = ddp(small_model())
+def train_spec(rank, world, spec, steps, device="cpu"):
+    model = ddp(small_model().to(device))
     state = gc.CompressionState(spec, dense_share=0.0, seed=7)
     model.register_comm_hook(state, gc.hook)
     opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
-    losses = _sgd_steps(model, opt, rank, steps)
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    losses = _sgd_steps(model, opt, rank, steps, device=device)
+    flat = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
     return losses, flat, state.stats(), state.describe
 
 
-def _sgd_steps(model, opt, rank, steps, dtype=torch.float32):
+def _sgd_steps(model, opt, rank, steps, dtype=torch.float32, device="cpu"):
     """`steps` training steps on this rank's batches (inputs in `dtype`); the losses."""
     losses = []
     for step in range(steps):
-        x, y = batch(rank, step)
+        x, y = batch(rank, step, device=device)
         opt.zero_grad()
         loss = nn.functional.cross_entropy(model(x.to(dtype)), y)
         loss.backward()
@@ -318,17 +322,18 @@ def float64_bucket(rank, world):
     return raised(lambda: nn.functional.cross_entropy(model(x.double()), y).backward())
 
 
-def mixed_precision_equals_ddp(rank, world, dtype, spec, steps):
+def mixed_precision_equals_ddp(rank, world, dtype, spec, steps, device="cpu"):
     """A bfloat16 or float16 model through the hook against DDP's own averaging in that
     dtype: per step, the worst difference over tensors in units of the dtype's eps times
     the tensor's largest mean gradient."""
     dtype = getattr(torch, dtype)
-    ours, theirs = ddp(small_model().to(dtype)), ddp(small_model().to(dtype))
+    ours = ddp(small_model().to(device=device, dtype=dtype))
+    theirs = ddp(small_model().to(device=device, dtype=dtype))
     ours.register_comm_hook(gc.CompressionState(spec, dense_share=0.0), gc.hook)
     eps = torch.finfo(dtype).eps
     worst = []
     for step in range(steps):
-        x, y = batch(rank, step)
+        x, y = batch(rank, step, device=device)
         for m in (ours, theirs):
             m.zero_grad()
             nn.functional.cross_entropy(m(x.to(dtype)), y).backward()
@@ -351,3 +356,23 @@ def mixed_precision_trains(rank, world, dtype, spec, steps):
     flat = torch.cat([p.detach().float().flatten() for p in model.parameters()])
     memories = state.state_dict()["memories"].values()
     return losses, flat, {str(t.dtype) for m in memories for t in m.values()}
+
+
+def staged_equals_unstaged(rank, world, spec, steps, dtype):
+    """The same training with CPU buckets staged as CUDA buckets are (GRADCOMP_FORCE_STAGING:
+    host buffers per bucket, the ready wait, the copy back) and without: identical weights;
+    and how many host buffers the staged run allocated (reused across steps)."""
+    runs = []
+    for forced in ("1", "0"):
+        os.environ["GRADCOMP_FORCE_STAGING"] = forced
+        model = ddp(small_model().to(getattr(torch, dtype)))
+        state = gc.CompressionState(spec, dense_share=0.0, seed=7)
+        os.environ.pop("GRADCOMP_FORCE_STAGING")
+        model.register_comm_hook(state, gc.hook)
+        opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+        _sgd_steps(model, opt, rank, steps, getattr(torch, dtype))
+        staging = state._staging.get(torch.device("cpu"))
+        runs.append((torch.cat([p.detach().flatten() for p in model.parameters()]),
+                     None if staging is None else staging.allocations))
+    (staged, allocations), (plain, none) = runs
+    return torch.equal(staged, plain), allocations, none, len(list(model.parameters()))

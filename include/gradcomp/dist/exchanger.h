@@ -44,6 +44,10 @@ class Exchanger {
  public:
   // Called on the exchange thread when a job has finished: nullptr on success.
   using Done = std::function<void(std::exception_ptr error)>;
+  // Called on the exchange thread when the job starts, before it reads its spans: e.g.
+  // waiting for the device-to-host copy that fills them (the Python hook's CUDA buckets).
+  // What it throws fails the job like an error of the exchange.
+  using Ready = std::function<void()>;
 
   // Runs `method` for every group. The communicator must outlive the Exchanger.
   Exchanger(Communicator& comm, Method method);
@@ -62,7 +66,7 @@ class Exchanger {
   // exactly (InvalidArgument otherwise, at submission). The spans must stay valid until
   // `done` runs. ctx.rank / world / bucket / rows are filled in by the reducer.
   void submit(std::uint64_t key, std::span<const BucketShape> shapes, std::vector<BucketRef> refs,
-              const StepContext& ctx, Done done);
+              const StepContext& ctx, Done done, Ready ready = {});
 
   // Queues a plain dense average of `data` (one fp32 allreduce, then / W), outside any
   // group's reducer: for steps whose layout is not final yet (DDP's first iteration,
@@ -71,7 +75,7 @@ class Exchanger {
   // gradients into its buckets), so the sum is the mean and no pass follows it.
   enum class DenseInput { kGradients, kSharesGiven };
   void submit_dense(std::span<float> data, const StepContext& ctx, Done done,
-                    DenseInput input = DenseInput::kGradients);
+                    DenseInput input = DenseInput::kGradients, Ready ready = {});
 
   // Blocks until every job submitted so far has finished.
   void drain();
@@ -121,6 +125,7 @@ class Exchanger {
   struct Job {
     std::function<void()> run;
     Done done;
+    Ready ready;
   };
 
   Group& group_for(std::uint64_t key, std::span<const BucketShape> shapes);
