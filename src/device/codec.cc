@@ -20,6 +20,7 @@ using Factory = std::function<std::unique_ptr<DeviceCodec>(const Codec&, const S
 const std::vector<std::pair<std::string, Factory>>& factories() {
   static const std::vector<std::pair<std::string, Factory>> table = {
       {"fp16", make_fp16},
+      {"topk", make_topk},
   };
   return table;
 }

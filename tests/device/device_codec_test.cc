@@ -25,9 +25,20 @@ namespace {
 const std::vector<std::string> kSpecs = {
     "fp16",
     "fp16:format=bf16",
+    "topk",
+    "topk:select=exact",
+    "topk:select=sampled",
+    "topk:ratio=0.001,select=sampled",
+    "topk:ratio=0.5,select=exact",
+    "topk:ratio=0.07,select=exact",
+    "topk:ratio=1,select=exact",
+    "topk:ratio=1,select=sampled",
+    "topk:values=fp16",
+    "topk:ratio=0.02,select=sampled,values=fp16",
+    "topk:ratio=0.05,select=sampled,sample=0.1",
 };
 
-const std::vector<std::int64_t> kSizes = {0, 1, 2, 3, 17, 1000, 4097, 65537};
+const std::vector<std::int64_t> kSizes = {0, 1, 2, 3, 17, 1000, 4097, 65537, 300007};
 
 // A gradient with a few large entries (saturation, thresholds) and exact zeros.
 at::Tensor gradient(std::int64_t n, std::uint64_t seed) {

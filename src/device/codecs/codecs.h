@@ -34,5 +34,6 @@ void expect_payload_size(const at::Tensor& payload, std::int64_t expected, const
 
 // One factory per device codec (the CPU codec's name in a comment beside it).
 std::unique_ptr<DeviceCodec> make_fp16(const Codec& codec, const SpecParams& params);  // fp16
+std::unique_ptr<DeviceCodec> make_topk(const Codec& codec, const SpecParams& params);  // topk
 
 }  // namespace gradcomp::device

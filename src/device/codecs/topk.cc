@@ -1,0 +1,324 @@
+// topk on the device (src/core/codecs/topk.cc is the CPU codec; src/core/kernels/select.cc
+// its selection; src/core/detail/sparse_message.cc the payload). Both selections give the
+// CPU's indices exactly, because every step below is integer work on the bit patterns of
+// |x| (u = abs_bits, ordered like |x|, NaNs above +inf), never a float reduction:
+//
+//   sampled (select=sampled, or auto from n = 2^18): the CPU's stratified sample of 16-float
+//     lines, its positions drawn on the host from the same CounterRng (a few thousand
+//     draws) and gathered on the device; thr = the ks-th largest sampled u (an order
+//     statistic: topk's minimum); S = nonzero(u >= thr); then DGC's corrections as the
+//     CPU makes them: |S| > 1.3k: exact top-k among S; |S| < 0.8k: thr *= 0.8f (one float
+//     multiply, as on the host) and again, at most 10 times, then exact top-k of x.
+//     (The CPU's early exit when |S| > max(8k, 4096) switches to exact top-k of x, which
+//     is exact top-k among S: S holds the top k. So the device skips that cap.)
+//   exact: thr = an order statistic of a strided sample of u, chosen so that S = {u >=
+//     thr} holds ~1.5k entries; exact top-k among S when |S| >= k (S then holds the top k:
+//     the k-th largest is >= thr), the whole tensor otherwise (rare; also small n).
+//   exact top-k among candidates: unique int64 keys u * 2^32 + (2^32 - 1 - index), so
+//     at::topk has no ties to break and larger u, then lower index, wins: the CPU's rule.
+//
+// Non-finite input: thr <= +inf's pattern, so S holds every non-finite entry; the first of
+// them in S is the first in x, the index the CPU's InvalidArgument names.
+//
+// Host syncs per encode (common case): 2 (nonzero's count; the non-finite check of S).
+// Each DGC retry adds one, the exact top-k of the whole tensor one more.
+// Passes over the full tensor per encode: u = |x| (read x, write u), u >= thr (read u,
+// write a bool mask), nonzero (reads the mask twice on CUDA); with error feedback the
+// p = e + g pass before them. The rest touches the sample and the <= 1.3k selected.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codecs.h"
+#include "gradcomp/error.h"
+#include "gradcomp/kernels/select.h"
+#include "gradcomp/rng.h"
+
+namespace gradcomp::device {
+
+namespace {
+
+constexpr std::int64_t kNonFiniteBits = 0x7F800000;
+// topk.cc's select=auto switch to the sampled threshold.
+constexpr std::int64_t kAutoSampledFrom = 262144;
+// select.cc's sampled top-k: lines of 16 floats, at most 10 retries at 0.8 x thr.
+constexpr std::int64_t kLine = 16;
+constexpr int kMaxRetries = 10;
+// Exact mode samples only from here on: below it the exact top-k of all of x is cheap.
+constexpr std::int64_t kExactSampleFrom = 131072;
+constexpr std::int64_t kTwo32 = std::int64_t{1} << 32;
+
+// |x|'s bit patterns as int32 (abs clears the sign bit on CPU and CUDA, NaNs included).
+at::Tensor abs_bits(const at::Tensor& x) { return x.abs().view(at::kInt); }
+
+at::Tensor no_indices(const at::Tensor& x) { return at::empty({0}, x.options().dtype(at::kLong)); }
+
+// The top k (0 < k < idx.numel()) of candidates idx (int64, ascending) whose patterns are
+// u (int32, finite): larger u first, ties to the lower index; returned ascending.
+at::Tensor top_among(const at::Tensor& idx, const at::Tensor& u, std::int64_t k) {
+  const at::Tensor keys = u.to(at::kLong).mul(kTwo32).add(idx.neg().add(kTwo32 - 1));
+  const at::Tensor top = std::get<0>(at::topk(keys, k, 0, /*largest=*/true, /*sorted=*/false));
+  return std::get<0>(at::sort(top.bitwise_and(kTwo32 - 1).neg().add(kTwo32 - 1)));
+}
+
+class TopkDeviceCodec final : public DeviceCodec {
+ public:
+  TopkDeviceCodec(const Codec& codec, double ratio, const std::string& select, bool fp16,
+                  double sample)
+      : DeviceCodec(codec), ratio_(ratio), select_(select), fp16_(fp16), sample_(sample) {}
+
+  at::Tensor encode_payload(const at::Tensor& g, const StepContext& ctx) const override {
+    check_floats(g, "topk encode");
+    const at::Tensor idx = select(g, ctx);
+    return payload(idx, g.index_select(0, idx)).payload;
+  }
+
+  // p <- p with the sent entries zeroed (fp32 values) or left with the fp16 rounding error
+  // (subtract_sent): touches only the selected entries, no decode.
+  at::Tensor encode_payload_feedback(const at::Tensor& p, const StepContext& ctx) const override {
+    check_floats(p, "topk encode");
+    const at::Tensor idx = select(p, ctx);
+    const at::Tensor vals = p.index_select(0, idx);
+    Encoded enc = payload(idx, vals);
+    if (idx.numel() == 0) return enc.payload;
+    if (fp16_) {
+      p.index_copy_(0, idx, vals.sub(enc.halves.to(at::kFloat)));
+    } else {
+      p.index_fill_(0, idx, 0.0);  // p - p is +0, as the CPU writes
+    }
+    return enc.payload;
+  }
+
+  void decode_payload_add(const at::Tensor& payload, const at::Tensor& out,
+                          float alpha) const override {
+    check_floats(out, "topk decode");
+    check_payload(payload, out.device(), "topk decode");
+    const std::string op = "topk decode";
+    const std::int64_t n = out.numel();
+    const std::int64_t bytes = payload.numel();
+    if (bytes < 4) {
+      throw CorruptMessage(op + ": payload of " + std::to_string(bytes) +
+                           " bytes < 4 (count field)");
+    }
+    const std::int64_t entry = fp16_ ? 6 : 8;
+    // The count the length implies; the count field must say the same (checked on the
+    // device with the contents, below), so only a refusal reads the field on its own.
+    const std::int64_t count = (bytes - 4) / entry;
+    const at::Tensor field =
+        payload.narrow(0, 0, 4).view(at::kInt).to(at::kLong).bitwise_and(kTwo32 - 1);
+    const auto length_error = [&] {
+      return CorruptMessage(op + ": count " + std::to_string(field.item<std::int64_t>()) +
+                            " needs " + std::to_string(entry) + " bytes per entry, payload has " +
+                            std::to_string(bytes) + " bytes");
+    };
+    if ((bytes - 4) % entry != 0) throw length_error();
+    const std::int64_t lo = sampled(n) ? 0 : k(n);
+    const std::int64_t hi = max_count(n);
+    if (count < lo || count > hi) {
+      if (field.item<std::int64_t>() != count) throw length_error();
+      throw CorruptMessage(op + ": count " + std::to_string(count) + " outside [" +
+                           std::to_string(lo) + ", " + std::to_string(hi) + "] for n " +
+                           std::to_string(n));
+    }
+    const at::Tensor idx =
+        payload.narrow(0, 4, 4 * count).view(at::kInt).to(at::kLong).bitwise_and(kTwo32 - 1);
+    const at::Tensor raw =
+        payload.narrow(0, 4 + 4 * count, (entry - 4) * count).view(fp16_ ? at::kHalf : at::kFloat);
+    const at::Tensor vals = raw.to(at::kFloat);
+    // Per position: index out of range, or not above the previous one.
+    const at::Tensor bad_idx = idx.ge(n);
+    if (count > 1) {
+      bad_idx.narrow(0, 1, count - 1)
+          .logical_or_(idx.narrow(0, 1, count - 1).le(idx.narrow(0, 0, count - 1)));
+    }
+    const at::Tensor bad_val = vals.isfinite().logical_not();
+    // The one host sync of an accepted payload: all three checks in one transfer.
+    const at::Tensor flags =
+        at::stack({field.ne(count).reshape({}), bad_idx.any(), bad_val.any()}).cpu();
+    const bool* f = flags.data_ptr<bool>();
+    if (f[0]) throw length_error();
+    if (f[1]) {
+      const std::int64_t j = bad_idx.nonzero()[0][0].item<std::int64_t>();
+      const std::int64_t i = idx[j].item<std::int64_t>();
+      if (i >= n) {
+        throw CorruptMessage(op + ": index " + std::to_string(i) + " >= n " + std::to_string(n));
+      }
+      throw CorruptMessage(op + ": index " + std::to_string(i) + " at position " +
+                           std::to_string(j) + " not above the previous " +
+                           std::to_string(idx[j - 1].item<std::int64_t>()));
+    }
+    if (f[2]) {
+      const std::int64_t j = bad_val.nonzero()[0][0].item<std::int64_t>();
+      throw CorruptMessage(op + ": non-finite " + (fp16_ ? "fp16 " : "") + "value at position " +
+                           std::to_string(j));
+    }
+    if (count == 0) return;
+    // out[i] = fma(alpha, v, out[i]): ATen's add with alpha is a fused multiply-add on
+    // CUDA and in the CPU's vector loop (the test checks a non-power-of-two alpha).
+    out.index_copy_(0, idx, out.index_select(0, idx).add_(vals, alpha));
+  }
+
+ private:
+  struct Encoded {
+    at::Tensor payload;
+    at::Tensor halves;  // the fp16 values sent (values=fp16), for the residual
+  };
+
+  std::int64_t k(std::int64_t n) const {
+    return static_cast<std::int64_t>(kernels::count_for_fraction(ratio_, n));
+  }
+  bool sampled(std::int64_t n) const {
+    return select_ == "sampled" || (select_ == "auto" && n >= kAutoSampledFrom);
+  }
+  std::int64_t max_count(std::int64_t n) const {
+    return sampled(n) ? static_cast<std::int64_t>(kernels::sampled_max_count(k(n))) : k(n);
+  }
+
+  // write_sparse's payload for indices idx (ascending) and their values.
+  Encoded payload(const at::Tensor& idx, const at::Tensor& vals) const {
+    const std::int64_t c = idx.numel();
+    Encoded enc;
+    enc.payload = at::empty({4 + (fp16_ ? 6 : 8) * c}, vals.options().dtype(at::kByte));
+    enc.payload.narrow(0, 0, 4).view(at::kInt).fill_(
+        static_cast<std::int32_t>(static_cast<std::uint32_t>(c)));
+    if (c == 0) return enc;
+    // int64 -> int32 keeps the low 32 bits: the u32 index's pattern.
+    enc.payload.narrow(0, 4, 4 * c).view(at::kInt).copy_(idx);
+    if (fp16_) {
+      // float_to_fp16_ref: saturate at +-65504, round to nearest even (ATen's cast).
+      enc.halves = vals.clamp(-65504.0, 65504.0).to(at::kHalf);
+      enc.payload.narrow(0, 4 + 4 * c, 2 * c).view(at::kHalf).copy_(enc.halves);
+    } else {
+      enc.payload.narrow(0, 4 + 4 * c, 4 * c).view(at::kFloat).copy_(vals);
+    }
+    return enc;
+  }
+
+  // The selected indices of x, ascending (int64 on x's device).
+  at::Tensor select(const at::Tensor& x, const StepContext& ctx) const {
+    const std::int64_t n = x.numel();
+    const std::int64_t kk = std::min(k(n), n);
+    if (kk == 0) return no_indices(x);
+    return sampled(n) ? select_sampled(x, kk, ctx) : select_exact(x, kk);
+  }
+
+  // InvalidArgument naming the first non-finite entry if any of the candidates (which
+  // hold every non-finite entry of x) is one. One host sync.
+  static void check_finite(const at::Tensor& idx, const at::Tensor& u) {
+    const at::Tensor bad = u.ge(kNonFiniteBits);
+    if (bad.any().item<bool>()) {
+      throw InvalidArgument("topk encode: non-finite value at index " +
+                            std::to_string(idx.masked_select(bad)[0].item<std::int64_t>()));
+    }
+  }
+
+  // select_topk_exact: the min(k, n) largest |x|, ties to the lower index.
+  at::Tensor select_exact(const at::Tensor& x, std::int64_t k) const {
+    const std::int64_t n = x.numel();
+    const at::Tensor u = abs_bits(x);
+    const at::Tensor all = at::arange(n, x.options().dtype(at::kLong));
+    const auto whole = [&] {
+      check_finite(all, u);
+      return k == n ? all : top_among(all, u, k);
+    };
+    if (k == n || n < kExactSampleFrom) return whole();
+    // A strided sample of s values; its r-th largest has about 1.5 k entries of x at or
+    // above it (r - 16 of s, the 16 a margin: a shortfall below k is then many standard
+    // deviations away, and only costs the whole-tensor path).
+    const std::int64_t s = std::min(n / 8, std::max<std::int64_t>(65536, 256 * (n / k)));
+    const std::int64_t stride = n / s;
+    const auto r =
+        static_cast<std::int64_t>(std::ceil(1.5 * static_cast<double>(k) * static_cast<double>(s) /
+                                            static_cast<double>(n))) +
+        16;
+    if (r >= s / 2) return whole();
+    const at::Tensor sample = u.slice(0, 0, s * stride, stride);
+    const at::Tensor thr = std::get<0>(at::topk(sample, r, 0, true, false))
+                               .min()
+                               .clamp_max(kNonFiniteBits)
+                               .reshape({1});
+    const at::Tensor idx = at::nonzero(u.ge(thr)).view(-1);
+    const std::int64_t c = idx.numel();
+    if (c < k) return whole();
+    const at::Tensor us = u.index_select(0, idx);
+    check_finite(idx, us);
+    return c == k ? idx : top_among(idx, us, k);
+  }
+
+  // select_topk_sampled with the CPU's sample positions.
+  at::Tensor select_sampled(const at::Tensor& x, std::int64_t k, const StepContext& ctx) const {
+    const std::int64_t n = x.numel();
+    if (k == n) return select_exact(x, k);
+    const auto un = static_cast<std::size_t>(n);
+    const std::int64_t min_samples = (2 * n + k - 1) / k;
+    const std::int64_t want =
+        std::max(static_cast<std::int64_t>(kernels::count_for_fraction(sample_, un)), min_samples);
+    const std::int64_t lines_total = n / kLine;
+    const std::int64_t lines = (want + kLine - 1) / kLine;
+    if (lines >= lines_total) return select_exact(x, k);
+    const std::int64_t samples = lines * kLine;
+
+    // The lines' first elements, one uniform draw in each of `lines` equal strata.
+    const CounterRng rng = CounterRng::for_step(ctx, RngScope::kPerRank);
+    at::Tensor starts = at::empty(
+        {lines}, at::TensorOptions().dtype(at::kLong).pinned_memory(x.device().is_cuda()));
+    std::int64_t* s = starts.data_ptr<std::int64_t>();
+    for (std::int64_t j = 0; j < lines; ++j) {
+      const std::int64_t begin = j * lines_total / lines;
+      const std::int64_t end = (j + 1) * lines_total / lines;
+      const std::int64_t line =
+          begin + rng.below(static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(end - begin));
+      s[j] = line * kLine;
+    }
+    const at::Tensor pos = starts.to(x.device(), /*non_blocking=*/true)
+                               .unsqueeze(1)
+                               .add(at::arange(kLine, x.options().dtype(at::kLong)))
+                               .view(-1);
+    // thr = the ks-th largest sampled pattern (ks = ceil(density * samples)), clamped to
+    // +inf's pattern so that the selection meets every non-finite entry.
+    // k * samples < 2^64 as both are < 2^32 (select.cc), in unsigned arithmetic.
+    const auto uk = static_cast<std::uint64_t>(k);
+    const auto us64 = static_cast<std::uint64_t>(samples);
+    const auto ks =
+        static_cast<std::int64_t>(std::clamp<std::uint64_t>((uk * us64 + un - 1) / un, 1, us64));
+    at::Tensor thr = std::get<0>(at::topk(abs_bits(x.index_select(0, pos)), ks, 0, true, false))
+                         .min()
+                         .clamp_max(kNonFiniteBits)
+                         .reshape({1});
+
+    const at::Tensor u = abs_bits(x);
+    for (int attempt = 0;; ++attempt) {
+      const at::Tensor idx = at::nonzero(u.ge(thr)).view(-1);
+      const std::int64_t c = idx.numel();
+      at::Tensor us;
+      if (attempt == 0 || 10 * c > 13 * k) us = u.index_select(0, idx);
+      // Later attempts' lower thresholds add only finite entries.
+      if (attempt == 0) check_finite(idx, us);
+      if (10 * c > 13 * k) return top_among(idx, us, k);  // hierarchical re-selection
+      if (10 * c < 8 * k) {
+        // Too few: thr *= 0.8f (DGC's rule) in float, as the host computes it.
+        if (attempt == kMaxRetries) return select_exact(x, k);
+        thr = thr.view(at::kFloat).mul(0.8).view(at::kInt);
+        continue;
+      }
+      return idx;
+    }
+  }
+
+  double ratio_;
+  std::string select_;
+  bool fp16_;
+  double sample_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> make_topk(const Codec& codec, const SpecParams& params) {
+  return std::make_unique<TopkDeviceCodec>(codec, params.number("ratio"), params.text("select"),
+                                           params.text("values") == "fp16",
+                                           params.number("sample"));
+}
+
+}  // namespace gradcomp::device
