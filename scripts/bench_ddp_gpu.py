@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""DDP alone against DDP + a communication hook, on torchvision models on one CUDA device
+(issue 30: what the codecs cost the GPU; scripts/gpu-check.sh runs it).
+
+A world of one over "cpu:gloo,cuda:nccl": DDP's own collectives run on NCCL, gradcomp's
+exchange on Gloo. With one rank nothing crosses a network, so the step time above DDP
+alone is what a hook costs on the device and the host: for gradcomp today the bucket's
+round trip through pinned host memory and the codec on the CPU. Variants: DDP alone,
+torch's PowerSGD hook, gradcomp's hook with each --specs entry. Synthetic ImageNet-sized
+batches; the median step of --steps after --warmup. Prints a Markdown table; --json writes
+the record.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torchvision
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import gradcomp.torch as gc
+
+
+def step_times(model_name, batch, hook, steps, warmup, device):
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, model_name)(weights=None).to(device)
+    ddp = DDP(model, device_ids=[device.index or 0])
+    if hook == "ddp":
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    elif hook.startswith("torch-powersgd"):
+        rank = int(hook.split("=")[1])
+        state = torch_powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
+                                             start_powerSGD_iter=2)
+        ddp.register_comm_hook(state, torch_powersgd.powerSGD_hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    else:
+        state = gc.CompressionState(hook)
+        ddp.register_comm_hook(state, gc.hook)
+        opt = gc.SGD(ddp.parameters(), lr=0.01, momentum=0.9, state=state)
+    x = torch.randn(batch, 3, 224, 224, device=device)
+    y = torch.randint(0, 1000, (batch,), device=device)
+    times = []
+    for i in range(warmup + steps):
+        torch.cuda.synchronize(device)
+        t = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        torch.cuda.synchronize(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - t)
+    del ddp, model, opt
+    torch.cuda.empty_cache()
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet50:64,alexnet:128", help="name:batch,...")
+    ap.add_argument("--specs", default="powersgd:rank=2;efm(topk:ratio=0.01)",
+                    help="gradcomp compressors, ';'-separated")
+    ap.add_argument("--torch-powersgd-rank", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    dist.init_process_group("cpu:gloo,cuda:nccl", rank=0, world_size=1,
+                            timeout=datetime.timedelta(minutes=5))
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    variants = ["ddp", f"torch-powersgd:rank={args.torch_powersgd_rank}"] + args.specs.split(";")
+    record = dict(device=torch.cuda.get_device_name(device), torch=torch.__version__,
+                  steps=args.steps, warmup=args.warmup, results=[])
+    print(f"# {record['device']}, torch {torch.__version__}, world of one over "
+          "cpu:gloo,cuda:nccl", flush=True)
+    for entry in args.models.split(","):
+        name, batch = entry.split(":")
+        base = None
+        for v in variants:
+            t = step_times(name, int(batch), v, args.steps, args.warmup, device)
+            base = base or t
+            record["results"].append(dict(model=name, batch=int(batch), variant=v,
+                                          step_seconds=t, vs_ddp=t / base))
+            print(f"{name} batch {batch} {v}: {t * 1e3:.1f} ms ({t / base:.2f}x DDP)", flush=True)
+    print()
+    print("| model | batch | variant | step (ms) | vs DDP alone |")
+    print("|---|---|---|---|---|")
+    for r in record["results"]:
+        print(f"| {r['model']} | {r['batch']} | {r['variant']} | {r['step_seconds'] * 1e3:.1f} | "
+              f"{r['vs_ddp']:.2f}x |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

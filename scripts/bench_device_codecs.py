@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""The device codecs on one large bucket, against the device's copy bandwidth and torch's
+own top-k (issue 30's targets; run by scripts/gpu-check.sh on a GPU, or on the CPU here).
+
+For a bucket of N float32 elements (default 100 M) on the device:
+- copy: a device-to-device copy of the bucket; bandwidth counts bytes read + written (8N);
+- encode+EF: DeviceCodec.payload_with_residual (e += g, the payload of e, e -= decode),
+  payload left on the device. Its least memory traffic is 12N bytes (read g and e, write
+  e); "of copy bw" is 12N / time over the copy's bandwidth: a kernel at the copy's speed
+  scores 100%;
+- decode: decode_payload_add of that payload into a float32 bucket;
+- torch.topk(|g|, k): the exact top-k gradcomp's exact selection is compared with.
+Times are medians over --reps runs after warm-up (CUDA events on a GPU). Writes a JSON
+record (--json) and prints a Markdown table.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+import gradcomp
+
+SPECS = [
+    "fp16",
+    "fp16:format=bf16",
+    "topk:ratio=0.01",
+    "topk:ratio=0.001",
+    "topk:ratio=0.001,select=exact",
+    "topk:ratio=0.01,select=exact",
+    "2bit",
+    "2bit:threshold=0.5",
+    "1bit",
+    "signsgd",
+    "efsign",
+]
+
+
+def timer(device):
+    if device.type == "cuda":
+        def run(fn, reps):
+            times = []
+            for _ in range(reps):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            return statistics.median(times)
+    else:
+        def run(fn, reps):
+            times = []
+            for _ in range(reps):
+                t = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t)
+            return statistics.median(times)
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--elements", type=int, default=100_000_000)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--specs", default=",".join(SPECS), help="comma-separated (';' inside none)")
+    ap.add_argument("--json", help="write the record here")
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    n = args.elements
+    measure = timer(device)
+    torch.manual_seed(0)
+    g = torch.randn(n, device=device) * 0.01
+    dst = torch.empty_like(g)
+    measure(lambda: dst.copy_(g), 2)
+    t_copy = measure(lambda: dst.copy_(g), args.reps)
+    copy_bw = 8 * n / t_copy
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    record = dict(device=name, torch=torch.__version__, elements=n, reps=args.reps,
+                  copy_seconds=t_copy, copy_bandwidth=copy_bw, codecs=[])
+    print(f"# {name}, torch {torch.__version__}, {n} float32 elements", flush=True)
+    print(f"copy: {t_copy * 1e3:.3f} ms, {copy_bw / 1e9:.0f} GB/s (read + written)", flush=True)
+
+    k = max(1, n // 1000)
+    absg = g.abs()
+    measure(lambda: torch.topk(absg, k, sorted=False), 1)
+    t_torch_topk = measure(lambda: torch.topk(g.abs(), k, sorted=False), max(3, args.reps // 2))
+    record["torch_topk_0.001_seconds"] = t_torch_topk
+    print(f"torch.topk(|g|, {k}): {t_torch_topk * 1e3:.3f} ms", flush=True)
+
+    available = set(gradcomp.device_codec_names())
+    rows = []
+    for spec in args.specs.split(","):
+        if spec.split(":")[0] not in available:
+            continue
+        try:
+            codec = gradcomp.DeviceCodec(spec)
+        except ValueError as e:
+            print(f"{spec}: {e}", file=sys.stderr)
+            continue
+        e = torch.zeros_like(g)
+        step = [0]
+
+        def encode():
+            step[0] += 1
+            return codec.payload_with_residual(g, e, seed=1, step=step[0])
+
+        try:
+            payload = encode()
+            encode()
+            t_enc = measure(encode, args.reps)
+            out = torch.zeros_like(g)
+            codec.decode_payload_add(payload, out)
+            t_dec = measure(lambda: codec.decode_payload_add(payload, out), args.reps)
+        except (RuntimeError, ValueError) as err:  # e.g. out of memory for a variant
+            print(f"{spec}: failed: {err}", file=sys.stderr)
+            continue
+        row = dict(spec=codec.spec, encode_ef_seconds=t_enc, decode_seconds=t_dec,
+                   payload_bytes=int(payload.numel()),
+                   encode_ef_share_of_copy=(12 * n / t_enc) / copy_bw,
+                   decode_share_of_copy=(8 * n / t_dec) / copy_bw)
+        if "topk" in spec and "0.001" in spec:
+            row["vs_torch_topk"] = t_torch_topk / t_enc
+        record["codecs"].append(row)
+        rows.append(row)
+        print(f"{spec}: encode+EF {t_enc * 1e3:.3f} ms, decode {t_dec * 1e3:.3f} ms", flush=True)
+        del e, out, payload
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    print()
+    print("| codec | payload bytes | encode + EF (ms) | of copy bw | decode (ms) | vs torch.topk |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        vs = f"{r['vs_torch_topk']:.1f}x" if "vs_torch_topk" in r else ""
+        print(f"| `{r['spec']}` | {r['payload_bytes']} | {r['encode_ef_seconds'] * 1e3:.2f} | "
+              f"{100 * r['encode_ef_share_of_copy']:.0f}% | {r['decode_seconds'] * 1e3:.2f} | {vs} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

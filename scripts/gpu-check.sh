@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The GPU check (issue 30), one prepared run on a lent GPU machine (H100 or H200; PyTorch
+# 2.11 + CUDA 13, Python 3.12, CMake, ninja, nvcc, pybind11; no network), in under 8 min:
+#   1. builds the package against that machine's torch (`pip install --no-build-isolation .`)
+#      with what .gpu-carry/ brings (scripts/gpu-carry.sh, run here first);
+#   2. runs the device and CUDA tests (tests/python: the device codecs against the CPU
+#      codec on CUDA tensors; the hook on CUDA buckets, 2 ranks sharing the GPU over Gloo and
+#      a world of one over cpu:gloo,cuda:nccl), then the rest of the Python suite;
+#   3. times each device codec on a 100 M-element bucket against the copy bandwidth and
+#      torch.topk (scripts/bench_device_codecs.py);
+#   4. times DDP alone against DDP + hooks on ResNet-50 and AlexNet (scripts/bench_ddp_gpu.py).
+# Every phase runs even if an earlier one failed (a later one may still say something);
+# the exit status is the first failure's. Logs and JSON records go to $OUT (the device
+# tool's folder; ./gpu-check-out elsewhere): copy them to docs/measurements/gpu/.
+#
+#   here:   bash scripts/gpu-carry.sh
+#   device: run(command="bash scripts/gpu-check.sh", carry=[".gpu-carry"], timeout_s=540)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$out"
+py=${GRADCOMP_GPU_PYTHON:-python3}
+carry=$PWD/.gpu-carry
+status=0
+phase() { echo; echo "== $* (at ${SECONDS} s)"; }
+fail() { echo "!! $* failed (at ${SECONDS} s)"; [ "$status" -ne 0 ] || status=1; }
+
+phase "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+"$py" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cuda.get_device_name() if torch.cuda.is_available() else None)'
+{ nvcc --version | tail -1; g++ --version | head -1; cmake --version | head -1; nproc; } 2>&1
+
+phase "build: pip install --no-build-isolation . against this torch"
+[ -d "$carry" ] || { echo "no .gpu-carry/: run scripts/gpu-carry.sh here and carry it"; exit 2; }
+for l in liblapack.so:liblapack.so.3 libblas.so:libblas.so.3 libz.so:libz.so.1; do
+  [ -e "$carry/lib/${l%%:*}" ] || ln -sf "${l##*:}" "$carry/lib/${l%%:*}"
+done
+export LD_LIBRARY_PATH=$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+# torch's CMake package (a CUDA build) finds the toolkit through FindCUDA, which wants its
+# root, and probes the GPU's architecture with a CUDA test program unless told it.
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
+  CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+  export CUDA_HOME
+fi
+# The machine's own packages first where it has them; the carried prefix otherwise.
+export SKBUILD_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$carry;-DCMAKE_LIBRARY_PATH=$carry/lib;-DCMAKE_INCLUDE_PATH=$carry/include;-DCUDA_TOOLKIT_ROOT_DIR=${CUDA_HOME:-}"
+if timeout 270 "$py" -m pip install --no-build-isolation --no-deps --no-index -q \
+     --config-settings=build-dir=build-gpu . > "$out/build.log" 2>&1; then
+  (cd /tmp && "$py" -c "import gradcomp, gradcomp.torch; print('built:', gradcomp.__file__, 'device codecs:', gradcomp.device_codec_names())")
+else
+  tail -40 "$out/build.log"; fail "build"; exit 1
+fi
+
+phase "device and CUDA tests"
+export PYTHONUNBUFFERED=1
+(cd tests/python && timeout 150 "$py" -m pytest -q -p no:cacheprovider -rs \
+   test_device_codec.py test_hook_cuda.py 2>&1 | tee "$out/tests-cuda.log" | tail -25) \
+  || fail "device and CUDA tests"
+grep -q -E "[0-9]+ passed" "$out/tests-cuda.log" && ! grep -q -E "[0-9]+ (failed|error)" "$out/tests-cuda.log" \
+  || fail "device and CUDA tests"
+
+phase "device codecs: 100 M elements against the copy bandwidth and torch.topk"
+timeout 100 "$py" scripts/bench_device_codecs.py --elements 100000000 --reps 10 \
+  --json "$out/device-codecs.json" 2>&1 | tee "$out/device-codecs.log" | tail -20 \
+  || fail "device codec benchmark"
+
+phase "DDP alone against DDP + hooks (ResNet-50, AlexNet)"
+timeout 120 "$py" scripts/bench_ddp_gpu.py --models resnet50:64,alexnet:128 --steps 15 --warmup 5 \
+  --json "$out/ddp-hooks.json" 2>&1 | tee "$out/ddp-hooks.log" | tail -14 || fail "DDP benchmark"
+
+phase "the hook's CPU tests and process groups on this torch"
+(cd tests/python && timeout 90 "$py" -m pytest -q -p no:cacheprovider test_hook.py test_groups.py \
+   2>&1 | tee "$out/tests-hook.log" | tail -6) || fail "hook tests"
+
+phase "done, status $status"
+exit $status
