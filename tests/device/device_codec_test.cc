@@ -25,6 +25,18 @@ namespace {
 const std::vector<std::string> kSpecs = {
     "fp16",
     "fp16:format=bf16",
+    "2bit",  // adaptive, scale 2
+    "2bit:scale=1",
+    "2bit:threshold=0.5",    // fixed (MXNet's)
+    "2bit:threshold=0.001",  // fixed, near the gradients' scale
+    "1bit",
+    "1bit:threshold=0.005",
+    "1bit:threshold=-0.5",
+    "signsgd",
+    "efsign",
+    "efsign:block=32",
+    "efsign:block=4096",
+    "efsign:block=131072",  // a block of two of the sum's blocks
 };
 
 const std::vector<std::int64_t> kSizes = {0, 1, 2, 3, 17, 1000, 4097, 65537};
