@@ -19,8 +19,8 @@ using Factory = std::function<std::unique_ptr<DeviceCodec>(const Codec&, const S
 // The built-in codecs with a device implementation, by the CPU codec's name.
 const std::vector<std::pair<std::string, Factory>>& factories() {
   static const std::vector<std::pair<std::string, Factory>> table = {
-      {"fp16", make_fp16},
-      {"topk", make_topk},
+      {"fp16", make_fp16},   {"topk", make_topk},       {"2bit", make_threshold_2bit},
+      {"1bit", make_onebit}, {"signsgd", make_signsgd}, {"efsign", make_efsign},
   };
   return table;
 }

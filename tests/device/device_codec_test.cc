@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -36,6 +37,18 @@ const std::vector<std::string> kSpecs = {
     "topk:values=fp16",
     "topk:ratio=0.02,select=sampled,values=fp16",
     "topk:ratio=0.05,select=sampled,sample=0.1",
+    "2bit",  // adaptive, scale 2
+    "2bit:scale=1",
+    "2bit:threshold=0.5",    // fixed (MXNet's)
+    "2bit:threshold=0.001",  // fixed, near the gradients' scale
+    "1bit",
+    "1bit:threshold=0.005",
+    "1bit:threshold=-0.5",
+    "signsgd",
+    "efsign",
+    "efsign:block=32",
+    "efsign:block=4096",
+    "efsign:block=131072",  // a block of two of the sum's blocks
 };
 
 const std::vector<std::int64_t> kSizes = {0, 1, 2, 3, 17, 1000, 4097, 65537, 300007};
@@ -171,6 +184,38 @@ TEST_P(DeviceCodecTest, NonFiniteGradientRefusedAsTheCpuCodecRefusesIt) {
   }
   if (cpu_threw) {
     EXPECT_THROW(device_->encode_payload(g, context(0)), InvalidArgument);
+  }
+}
+
+// Inputs the random gradients miss: all zeros (adaptive tau 0), values exactly at and
+// one ulp either side of the thresholds, negative zeros (kept by p + (-0)), and sizes
+// past the sampled tau's threshold and across the sums' 65,536-value blocks.
+TEST_P(DeviceCodecTest, EdgeInputsMatchTheCpuCodec) {
+  std::vector<at::Tensor> inputs = {at::zeros({33}), at::full({40}, -0.0f)};
+  std::vector<float> edge;
+  for (const float t : {0.5f, 0.005f, 0.001f, -0.5f, 0.0f}) {
+    for (const float v : {t, -t, std::nextafter(t, 1.0f), std::nextafter(t, -1.0f)}) {
+      edge.push_back(v);
+      edge.push_back(-v);
+    }
+  }
+  inputs.push_back(at::tensor(edge));
+  for (const std::int64_t n : {(std::int64_t{1} << 20) + 17, std::int64_t{3} * 65536 + 5}) {
+    inputs.push_back(gradient(n, 5));
+  }
+  for (const at::Tensor& g : inputs) {
+    const std::int64_t n = g.numel();
+    const StepContext ctx = context(1);
+    EXPECT_EQ(frame_message(*codec_, n, device_->encode_payload(g, ctx).cpu()), cpu_message(g, ctx))
+        << "n=" << n;
+    at::Tensor e_cpu = g.clone();
+    at::Tensor e_dev = g.clone();
+    std::vector<std::byte> msg(codec_->max_encoded_bytes(n));
+    msg.resize(codec_->encode_with_residual(ResidualUpdate(floats(g)), floats(e_cpu), ctx, msg));
+    EXPECT_EQ(frame_message(*codec_, n, device_->encode_payload_with_residual(g, e_dev, ctx).cpu()),
+              msg)
+        << "n=" << n;
+    EXPECT_TRUE(same_bits(e_dev, e_cpu)) << "n=" << n;
   }
 }
 

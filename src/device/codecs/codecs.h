@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gradcomp/device/codec.h"
 #include "gradcomp/registry.h"
@@ -32,8 +33,40 @@ void check_payload(const at::Tensor& payload, const at::Device& device, const ch
 void expect_payload_size(const at::Tensor& payload, std::int64_t expected, const std::string& op,
                          std::int64_t n);
 
+// The 1- and 2-bit layouts (bits.cc, src/core/detail/bitpack.h): pack1 writes the bits
+// (bool or uint8 0/1) of n values, pack2 their 2-bit codes (uint8 0..3), into out: a
+// contiguous uint8 tensor of packed1_bytes(n) resp. packed2_bytes(n), padding zeroed.
+// unpack1 / unpack2 return every code of a packed tensor (uint8, padding included).
+void pack1(const at::Tensor& bits, const at::Tensor& out);
+void pack2(const at::Tensor& codes, const at::Tensor& out);
+at::Tensor unpack1(const at::Tensor& packed);
+at::Tensor unpack2(const at::Tensor& packed);
+
+// 1bit's and signsgd's decode (onebit.cc): checks packed (packed1_bytes(n), padding bits
+// 0; one sync), then out += `one` where a bit is 1, `zero` where it is 0. CorruptMessage
+// naming `op`, out unchanged, on a refusal.
+void decode_sign_bits(const at::Tensor& packed, const at::Tensor& out, float one, float zero,
+                      const std::string& op);
+
+// The CPU codecs' sums of |x| (abs_sums.cc). segment_abs_sums: detail::abs_sum over each
+// run of `segment` values of x (the last may be shorter), as a double tensor on x's
+// device, bit for bit. abs_sample_index: the positions of detail::sampled_abs_sum's
+// sample of n values (a CPU int64 tensor). sample_and_flag: x at `index` and one flag
+// after them, on the host (the one sync). sampled_abs_sum: that sum from the sample.
+at::Tensor segment_abs_sums(const at::Tensor& x, std::int64_t segment);
+at::Tensor abs_sample_index(std::int64_t n);
+std::vector<float> sample_and_flag(const at::Tensor& x, const at::Tensor& flag,
+                                   const at::Tensor& index);
+double sampled_abs_sum(const float* sample);
+
 // One factory per device codec (the CPU codec's name in a comment beside it).
 std::unique_ptr<DeviceCodec> make_fp16(const Codec& codec, const SpecParams& params);  // fp16
 std::unique_ptr<DeviceCodec> make_topk(const Codec& codec, const SpecParams& params);  // topk
+std::unique_ptr<DeviceCodec> make_threshold_2bit(const Codec& codec,
+                                                 const SpecParams& params);              // 2bit
+std::unique_ptr<DeviceCodec> make_onebit(const Codec& codec, const SpecParams& params);  // 1bit
+std::unique_ptr<DeviceCodec> make_signsgd(const Codec& codec,
+                                          const SpecParams& params);                     // signsgd
+std::unique_ptr<DeviceCodec> make_efsign(const Codec& codec, const SpecParams& params);  // efsign
 
 }  // namespace gradcomp::device
