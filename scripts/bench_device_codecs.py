@@ -66,7 +66,7 @@ def main():
     ap.add_argument("--elements", type=int, default=100_000_000)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--specs", default=",".join(SPECS), help="comma-separated (';' inside none)")
+    ap.add_argument("--specs", default=";".join(SPECS), help="specs, separated by ;")
     ap.add_argument("--json", help="write the record here")
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -93,7 +93,7 @@ def main():
 
     available = set(gradcomp.device_codec_names())
     rows = []
-    for spec in args.specs.split(","):
+    for spec in args.specs.split(";"):
         if spec.split(":")[0] not in available:
             continue
         try:
