@@ -36,6 +36,8 @@ struct BucketShape {
   // Rows of the bucket's matrix view when it holds one layer of dim >= 2 (its first
   // dimension); 0 for fused buckets. PowerSGD and ATOMO factor that matrix.
   std::size_t rows = 0;
+
+  bool operator==(const BucketShape&) const = default;
 };
 
 // What a step cost, accumulated since the last take_stats().

@@ -13,8 +13,10 @@ and talks over Gloo. A CUDA bucket reaches it through a pinned host buffer:
    the bucket waits for the copy (``torch.futures.Future(devices=...)`` records the event).
 
 Buffers are kept per DDP bucket index and reused across steps; one that is too small for
-a rebuilt bucket is replaced. The whole bucket crosses PCIe both ways: the compressed-bytes
-path (device codecs, ``gradcomp.DeviceCodec``) is not wired into the exchange yet.
+a rebuilt bucket is replaced. The whole bucket crosses PCIe both ways: this is the path of
+the first step (DDP's dense one) and of compressors without a device implementation; the
+others are compressed on the device, and only their messages cross
+(gradcomp/device/reducer.h, CompressionState._exchange).
 
 ``GRADCOMP_FORCE_STAGING=1`` stages CPU buckets too, through plain buffers and no streams,
 so that CI (no GPU) runs this bookkeeping: the buffers, their reuse, the ready wait and the
@@ -26,8 +28,9 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 
 
-def forced() -> bool:
-    return os.environ.get("GRADCOMP_FORCE_STAGING", "") not in ("", "0")
+def forced(variable: str = "GRADCOMP_FORCE_STAGING") -> bool:
+    """Whether a testing switch (an environment variable) is on."""
+    return os.environ.get(variable, "") not in ("", "0")
 
 
 class Staging:
@@ -42,6 +45,11 @@ class Staging:
         self._buffers: Dict[int, torch.Tensor] = {}
         #: Buffers allocated so far (tests check that steps reuse them).
         self.allocations = 0
+
+    @property
+    def stream(self) -> Optional["torch.cuda.Stream"]:
+        """The side stream gradcomp's device work and copies run on (None on the CPU)."""
+        return self._stream
 
     def _buffer(self, index: int, numel: int) -> torch.Tensor:
         buf = self._buffers.get(index)

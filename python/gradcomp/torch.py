@@ -157,6 +157,9 @@ class CompressionState:
         # Host buffers and copy streams for device buckets, per device (_staging.py).
         self._staging: Dict[torch.device, "_staging.Staging"] = {}
         self._force_staging = _staging.forced()  # CPU buckets too: CI's check of the bookkeeping
+        # CPU buckets through the device reducer: CI's check that it computes what the host
+        # reducer does (GRADCOMP_FORCE_DEVICE=1).
+        self._force_device = _staging.forced("GRADCOMP_FORCE_DEVICE")
         # The fixed 2-bit threshold check (Method::threshold_warning): due at the first
         # compressed step from step 10 on, on that step's compressed gradients.
         self._threshold_check_due = _C.fixed_2bit_threshold(compressor) > 0
@@ -183,15 +186,31 @@ class CompressionState:
         if self._refused is not None:
             _C.fail_future(future, self._refused)
             return future
-        # The exchange (and every memory) is fp32 in host memory: a CUDA bucket is staged
-        # through a pinned buffer (_staging.py), a bf16 or fp16 CPU bucket exchanged as an
-        # fp32 copy; each gets the mean back in its own dtype and place.
-        staging = self._staging_for(buffer.device) if cuda or self._force_staging else None
+        # Where the bucket is exchanged. Compressors with a device implementation run on the
+        # bucket's device from the second step on (the first is DDP's dense one): memories
+        # stay there and only messages cross to the host (gradcomp/device/reducer.h).
+        # Otherwise everything is fp32 in host memory: a CUDA bucket is staged through a
+        # pinned buffer (_staging.py), a bf16 or fp16 CPU bucket exchanged as an fp32
+        # copy; each gets the mean back in its own dtype and place.
+        on_device = ((cuda or self._force_device) and self._dense is not None
+                     and self._exchanger.device_supported)
+        staging = None
         ready = None
-        if staging is not None:
+        stream = None
+        side = None
+        staged = not on_device and (cuda or self._force_staging)
+        work = buffer if staged or buffer.dtype == torch.float32 else buffer.float()
+        if on_device and cuda:
+            # The device work runs on gradcomp's side stream, after the gradients.
+            side = self._staging_for(buffer.device).stream
+            produced = torch.cuda.Event()
+            produced.record(torch.cuda.current_stream(buffer.device))
+            side.wait_event(produced)
+            work.record_stream(side)
+            stream = (side.stream_id, side.device_index, side.device_type)
+        elif staged:
+            staging = self._staging_for(buffer.device)
             work, ready = staging.to_host(bucket.index(), buffer)
-        else:
-            work = buffer if buffer.dtype == torch.float32 else buffer.float()
 
         def done(error: Optional[BaseException]) -> None:
             if error is not None:
@@ -202,11 +221,19 @@ class CompressionState:
             if staging is not None:
                 staging.to_device(work, buffer, lambda: future.set_result(buffer))
                 return
+            if side is not None:
+                # Completed with the side stream current: DDP's use of the bucket waits
+                # for the decode (and the copy back of a bf16 or fp16 bucket).
+                with torch.cuda.stream(side):
+                    if work is not buffer:
+                        buffer.copy_(work)
+                    future.set_result(buffer)
+                return
             if work is not buffer:
                 buffer.copy_(work)
             future.set_result(buffer)
 
-        submit, compressed = self._prepare(bucket, work, done, ready)
+        submit, compressed = self._prepare(bucket, work, done, ready, stream if on_device else False)
         if self._agreed:
             submit()
         else:
@@ -224,9 +251,10 @@ class CompressionState:
             staging = self._staging[device] = _staging.Staging(device)
         return staging
 
-    def _prepare(self, bucket: dist.GradBucket, work: torch.Tensor, done, ready):
+    def _prepare(self, bucket: dist.GradBucket, work: torch.Tensor, done, ready, stream):
         """The bucket's submission to the exchanger (not made yet), and whether it is a
-        compressed step."""
+        compressed step. stream: False for the host exchange; for the device reducer, its
+        stream (None on the CPU)."""
         params = bucket.parameters()
         ctx = self._context()
         if self._dense is None:
@@ -234,7 +262,9 @@ class CompressionState:
             for p in params:
                 self._index_of(p)
             return functools.partial(self._exchanger.submit_dense, work, ctx, done, ready), False
-        key, slots = self._group(bucket.index(), params, work.numel())
+        on_device = stream is not False
+        key, slots = self._group(bucket.index(), params, work.numel(),
+                                 work.device if on_device else None)
         compressed = self.step >= self.dense_steps
         if compressed and self._exchanger.momentum_in_memory and self._optimizer_ref() is None:
             raise ValueError(
@@ -249,8 +279,12 @@ class CompressionState:
                 for p, g in zip(params, bucket.gradients())
                 if not self._dense[self._index[id(p)]]
             ]
-        submit = functools.partial(
-            self._exchanger.submit, key, work, slots, compressed, ctx, done, ready)
+        if on_device:
+            submit = functools.partial(
+                self._exchanger.submit_device, key, work, slots, compressed, ctx, done, stream)
+        else:
+            submit = functools.partial(
+                self._exchanger.submit, key, work, slots, compressed, ctx, done, ready)
         return submit, compressed
 
     def _agree_first_step(self) -> bool:
@@ -373,7 +407,8 @@ class CompressionState:
         self._next_index += 1
         return i
 
-    def _group(self, index: int, params: List[torch.Tensor], numel: int):
+    def _group(self, index: int, params: List[torch.Tensor], numel: int,
+               device: Optional[torch.device] = None):
         tensors = [self._index_of(p) for p in params]
         group = self._groups.get(index)
         if group is not None and group[1] == tensors:
@@ -399,7 +434,7 @@ class CompressionState:
                 saved[f"bucket{i}.{name}"] = values
         key = self._next_key
         self._next_key += 1
-        self._exchanger.restore(key, slots, saved)
+        self._exchanger.restore(key, slots, saved, device)
         for i in tensors:
             self._owner[i] = key
         self._groups[index] = (key, tensors, slots)

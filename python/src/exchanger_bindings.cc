@@ -6,6 +6,9 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+
 #include <chrono>
 #include <map>
 #include <memory>
@@ -16,6 +19,7 @@
 
 #include "bindings.h"
 #include "gradcomp/config_agreement.h"
+#include "gradcomp/device/reducer.h"
 #include "gradcomp/dist/config_check.h"
 #include "gradcomp/dist/exchanger.h"
 #include "gradcomp/dist/process_group.h"
@@ -138,6 +142,56 @@ class PyExchanger {
                              dist::Exchanger::DenseInput::kGradients, ready_of(ready));
   }
 
+  // Whether the compressor runs on the gradients' device (gradcomp/device/reducer.h);
+  // otherwise device buckets are staged through host memory and exchanged by submit().
+  bool device_supported() const { return device::DeviceReducer::supports(exchanger_->method()); }
+
+  // Queues the exchange of one group whose buffer lives on a device (or, for tests, on the
+  // CPU): the device reducer compresses it there and only compressed bytes reach the host.
+  // `stream`: (stream_id, device_index, device_type) of the stream the device work runs
+  // on, already ordered after the gradients' production; None on the CPU.
+  void submit_device(std::uint64_t key, const at::Tensor& buffer, const std::vector<Slot>& slots,
+                     bool compress, const StepContext& ctx, const py::function& done,
+                     const py::object& stream) {
+    if (buffer.scalar_type() != at::kFloat || buffer.dim() != 1 || !buffer.is_contiguous()) {
+      throw InvalidArgument(
+          "gradcomp exchange: a device bucket must be a contiguous 1-D float32 tensor");
+    }
+    device::DeviceReducer* reducer = device_group_for(key, slots, buffer.device());
+    std::vector<at::Tensor> views;
+    std::vector<char> flags;
+    const auto size = static_cast<std::size_t>(buffer.numel());
+    for (const auto& [id, offset, numel, rows, compressible] : slots) {
+      (void)rows;
+      if (offset > size || numel > size - offset) {
+        throw InvalidArgument("gradcomp exchange: tensor " + std::to_string(id) + " at " +
+                              std::to_string(offset) + " + " + std::to_string(numel) +
+                              " outside a bucket of " + std::to_string(size));
+      }
+      views.push_back(
+          buffer.narrow(0, static_cast<std::int64_t>(offset), static_cast<std::int64_t>(numel)));
+      flags.push_back(compress && compressible ? 1 : 0);
+    }
+    std::optional<c10::Stream> on;
+    if (!stream.is_none()) {
+      const auto [id, index, type] = stream.cast<std::tuple<std::int64_t, int, int>>();
+      on = c10::Stream(
+          c10::Stream::UNSAFE,
+          c10::Device(static_cast<c10::DeviceType>(type), static_cast<c10::DeviceIndex>(index)),
+          static_cast<c10::StreamId>(id));
+    }
+    exchanger_->submit_task(
+        [reducer, views = std::move(views), flags = std::move(flags), ctx, on] {
+          std::optional<c10::StreamGuard> guard;
+          if (on) guard.emplace(*on);
+          std::unique_ptr<bool[]> compressed(new bool[flags.size()]);
+          for (std::size_t i = 0; i < flags.size(); ++i) compressed[i] = flags[i] != 0;
+          reducer->reduce(views, std::span<const bool>(compressed.get(), flags.size()), ctx);
+          return reducer->take_stats();
+        },
+        ctx, completion(buffer, done));
+  }
+
   py::dict take_stats() {
     const ReduceStats s = exchanger_->take_stats();
     return py::dict(
@@ -150,6 +204,12 @@ class PyExchanger {
   // Copies of the group's memory state, in the reducer's fixed order.
   std::vector<std::pair<std::string, at::Tensor>> state(std::uint64_t key) {
     std::vector<std::pair<std::string, at::Tensor>> out;
+    if (const auto it = device_groups_.find(key); it != device_groups_.end()) {
+      for (const auto& [name, t] : it->second.reducer->state()) {
+        out.emplace_back(name, t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+      }
+      return out;
+    }
     for (const StateBuffer& b : exchanger_->state(key)) {
       at::Tensor t = at::empty({static_cast<std::int64_t>(b.data.size())});
       std::copy(b.data.begin(), b.data.end(), t.data_ptr<float>());
@@ -161,7 +221,11 @@ class PyExchanger {
   // Builds the group (if needed) and overwrites the named buffers of its state with
   // `saved` ("bucket<id>.<name>" -> values); every saved name must exist with its size.
   void restore(std::uint64_t key, const std::vector<Slot>& slots,
-               const std::map<std::string, at::Tensor>& saved) {
+               const std::map<std::string, at::Tensor>& saved, const py::object& device) {
+    if (!device.is_none()) {
+      restore_device(key, slots, saved, device.cast<at::Device>());
+      return;
+    }
     exchanger_->prepare(key, shapes_of(slots));
     std::map<std::string, std::span<float>> live;
     for (const StateBuffer& b : exchanger_->state(key)) live.emplace(b.name, b.data);
@@ -184,6 +248,11 @@ class PyExchanger {
     py::gil_scoped_release release;
     exchanger_->drain();
     exchanger_->drop(key);
+    device_groups_.erase(key);
+  }
+
+  bool has_group(std::uint64_t key) const {
+    return exchanger_->has_group(key) || device_groups_.count(key) > 0;
   }
 
   void drain() {
@@ -236,8 +305,49 @@ class PyExchanger {
     return [callback, buffer](std::exception_ptr error) { (*callback)(error); };
   }
 
+  // A group's device reducer, built on first sight (the slots must repeat exactly).
+  device::DeviceReducer* device_group_for(std::uint64_t key, const std::vector<Slot>& slots,
+                                          const at::Device& device) {
+    const std::vector<BucketShape> shapes = shapes_of(slots);
+    auto it = device_groups_.find(key);
+    if (it == device_groups_.end()) {
+      DeviceGroup g{shapes, std::make_unique<device::DeviceReducer>(exchanger_->method(), *comm_,
+                                                                    shapes, device)};
+      it = device_groups_.emplace(key, std::move(g)).first;
+    } else if (it->second.shapes != shapes) {
+      throw InvalidArgument("gradcomp exchange: group " + std::to_string(key) +
+                            " submitted with other tensors than it was built for");
+    }
+    return it->second.reducer.get();
+  }
+
+  void restore_device(std::uint64_t key, const std::vector<Slot>& slots,
+                      const std::map<std::string, at::Tensor>& saved, const at::Device& device) {
+    device::DeviceReducer* reducer = device_group_for(key, slots, device);
+    std::map<std::string, at::Tensor> live;
+    for (const auto& [name, t] : reducer->state()) live.emplace(name, t);
+    for (const auto& [name, tensor] : saved) {
+      const auto it = live.find(name);
+      if (it == live.end() || it->second.numel() != tensor.numel()) {
+        throw InvalidArgument(
+            "gradcomp state: the checkpoint's " + name + " (" + std::to_string(tensor.numel()) +
+            " values) has no counterpart in " + reducer->describe() +
+            (it == live.end() ? "" : " of " + std::to_string(it->second.numel()) + " values") +
+            " (was it saved with another compressor or model?)");
+      }
+      it->second.copy_(tensor.reshape({-1}));
+    }
+  }
+
+  struct DeviceGroup {
+    std::vector<BucketShape> shapes;
+    std::unique_ptr<device::DeviceReducer> reducer;
+  };
+
   std::unique_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::Exchanger> exchanger_;
+  // Groups whose buckets live on a device (submit_device); node-stable: jobs hold pointers.
+  std::map<std::uint64_t, DeviceGroup> device_groups_;
 };
 
 // Completes a torch future with `error` as its exception, so that waiting for it
@@ -310,10 +420,14 @@ void bind_exchanger(py::module_& m) {
            "naming the first (name, value) pair that differs.")
       .def("take_stats", &PyExchanger::take_stats)
       .def("state", &PyExchanger::state, py::arg("key"))
-      .def("restore", &PyExchanger::restore, py::arg("key"), py::arg("slots"), py::arg("saved"))
+      .def("restore", &PyExchanger::restore, py::arg("key"), py::arg("slots"), py::arg("saved"),
+           py::arg("device") = py::none())
+      .def("submit_device", &PyExchanger::submit_device, py::arg("key"), py::arg("buffer"),
+           py::arg("slots"), py::arg("compress"), py::arg("ctx"), py::arg("done"),
+           py::arg("stream") = py::none())
+      .def_property_readonly("device_supported", &PyExchanger::device_supported)
       .def("drop", &PyExchanger::drop, py::arg("key"))
-      .def("has_group",
-           [](const PyExchanger& e, std::uint64_t key) { return e.exchanger().has_group(key); })
+      .def("has_group", &PyExchanger::has_group)
       .def_property_readonly(
           "momentum_in_memory",
           [](const PyExchanger& e) { return e.exchanger().momentum_in_memory(); })

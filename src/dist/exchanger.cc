@@ -139,6 +139,12 @@ void Exchanger::submit_dense(std::span<float> data, const StepContext& ctx, Done
            std::move(done), std::move(ready)});
 }
 
+void Exchanger::submit_task(std::function<ReduceStats()> run, const StepContext& ctx, Done done,
+                            Ready ready) {
+  enqueue({[this, run = std::move(run), step = ctx.step] { book(run(), step); }, std::move(done),
+           std::move(ready)});
+}
+
 void Exchanger::enqueue(Job job) {
   {
     std::lock_guard lock(queue_mutex_);

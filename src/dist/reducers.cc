@@ -271,30 +271,7 @@ class FusedReducer final : public Reducer {
   // contents by decode_add), then decodes bucket by bucket in rank order.
   void decode_gathered(std::span<const BucketRef> buckets, std::size_t n_messages, float inv_w) {
     const auto w = static_cast<std::size_t>(comm_.world_size());
-    spans_.resize(w * n_messages);
-    for (std::size_t r = 0; r < w; ++r) {
-      std::size_t pos = offsets_[r];
-      const std::size_t end = offsets_[r + 1];
-      for (std::size_t j = 0; j < n_messages; ++j) {
-        if (end - pos < kHeaderBytes) {
-          throw CorruptMessage("allgather reducer: rank " + std::to_string(r) + " message " +
-                               std::to_string(j) + " truncated: " + std::to_string(end - pos) +
-                               " bytes < header " + std::to_string(kHeaderBytes));
-        }
-        const std::size_t payload = load_le<std::uint32_t>(gathered_.data() + pos + 16);
-        if (end - pos - kHeaderBytes < payload) {
-          throw CorruptMessage("allgather reducer: rank " + std::to_string(r) + " message " +
-                               std::to_string(j) + " payload " + std::to_string(payload) +
-                               " bytes > " + std::to_string(end - pos - kHeaderBytes) + " left");
-        }
-        spans_[r * n_messages + j] = {gathered_.data() + pos, kHeaderBytes + payload};
-        pos += kHeaderBytes + payload;
-      }
-      if (pos != end) {
-        throw CorruptMessage("allgather reducer: rank " + std::to_string(r) + " sent " +
-                             std::to_string(end - pos) + " trailing bytes");
-      }
-    }
+    split_gathered(gathered_, offsets_, w, n_messages, spans_);
     std::size_t j = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const BucketRef& bk = buckets[b];
@@ -330,6 +307,35 @@ class FusedReducer final : public Reducer {
 };
 
 }  // namespace
+
+void split_gathered(std::span<const std::byte> gathered, std::span<const std::size_t> offsets,
+                    std::size_t world, std::size_t n_messages,
+                    std::vector<std::span<const std::byte>>& out) {
+  out.resize(world * n_messages);
+  for (std::size_t r = 0; r < world; ++r) {
+    std::size_t pos = offsets[r];
+    const std::size_t end = offsets[r + 1];
+    for (std::size_t j = 0; j < n_messages; ++j) {
+      if (end - pos < kHeaderBytes) {
+        throw CorruptMessage("allgather reducer: rank " + std::to_string(r) + " message " +
+                             std::to_string(j) + " truncated: " + std::to_string(end - pos) +
+                             " bytes < header " + std::to_string(kHeaderBytes));
+      }
+      const std::size_t payload = load_le<std::uint32_t>(gathered.data() + pos + 16);
+      if (end - pos - kHeaderBytes < payload) {
+        throw CorruptMessage("allgather reducer: rank " + std::to_string(r) + " message " +
+                             std::to_string(j) + " payload " + std::to_string(payload) +
+                             " bytes > " + std::to_string(end - pos - kHeaderBytes) + " left");
+      }
+      out[r * n_messages + j] = {gathered.data() + pos, kHeaderBytes + payload};
+      pos += kHeaderBytes + payload;
+    }
+    if (pos != end) {
+      throw CorruptMessage("allgather reducer: rank " + std::to_string(r) + " sent " +
+                           std::to_string(end - pos) + " trailing bytes");
+    }
+  }
+}
 
 std::string describe_reducer(const Method& method) {
   if (method.is_scheme()) return method.canonical();

@@ -191,8 +191,23 @@ def test_staging_as_for_cuda_buckets_changes_nothing(spec, dtype):
     # GRADCOMP_FORCE_STAGING runs CPU buckets through the path CUDA buckets take (host
     # buffers reused per DDP bucket, the exchange waiting for the copy, the copy back):
     # the weights come out identical, and buffers are not allocated per step.
-    for same, allocations, unstaged, n_params in ddp_support.run(
-            workers.staged_equals_unstaged, 2, spec, 6, dtype):
-        assert same
+    for same, allocations, unstaged, n_params, _, _, same_state in ddp_support.run(
+            workers.switched_equals_plain, 2, spec, 6, dtype, "GRADCOMP_FORCE_STAGING"):
+        assert same and same_state
         assert unstaged is None
         assert 1 <= allocations <= 2 * n_params, allocations  # buckets, and DDP's rebuilt ones
+
+
+@pytest.mark.parametrize("spec", ["efm(topk:ratio=0.1)", "ef(topk:ratio=0.05,select=exact)",
+                                  "2bit", "ef(2bit:threshold=0.01)", "1bit", "ef(signsgd)",
+                                  "efsign", "noef(topk:ratio=0.2)"])
+def test_the_device_reducer_computes_what_the_host_reducer_does(spec):
+    # GRADCOMP_FORCE_DEVICE runs CPU buckets through the device reducer (ATen codecs,
+    # memories as tensors, only messages to the host): weights, memories and the bytes
+    # on the wire come out identical to the host reducer's.
+    for same, _, _, _, stats_on, stats_off, same_state in ddp_support.run(
+            workers.switched_equals_plain, 2, spec, 6, "float32", "GRADCOMP_FORCE_DEVICE"):
+        assert same and same_state
+        assert stats_on["bytes_sent_per_step"] == stats_off["bytes_sent_per_step"], (
+            stats_on, stats_off)
+        assert stats_on["dense_fallbacks"] == stats_off["dense_fallbacks"]

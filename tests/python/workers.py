@@ -83,7 +83,7 @@ def topk_equals_reference(rank, world, ratio, device="cpu"):
     model.register_comm_hook(state, gc.hook)
     codec = gradcomp.Codec(spec)
     params = list(model.parameters())
-    residual = [torch.zeros_like(p).flatten() for p in params]
+    residual = [torch.zeros(p.numel()) for p in params]  # on the CPU, with the reference
     worst = 0.0
     for step in range(3):
         x, y = batch(rank, step, device=device)
@@ -358,21 +358,28 @@ def mixed_precision_trains(rank, world, dtype, spec, steps):
     return losses, flat, {str(t.dtype) for m in memories for t in m.values()}
 
 
-def staged_equals_unstaged(rank, world, spec, steps, dtype):
-    """The same training with CPU buckets staged as CUDA buckets are (GRADCOMP_FORCE_STAGING:
-    host buffers per bucket, the ready wait, the copy back) and without: identical weights;
-    and how many host buffers the staged run allocated (reused across steps)."""
+def switched_equals_plain(rank, world, spec, steps, dtype, switch):
+    """The same training with a testing switch on (GRADCOMP_FORCE_STAGING: CPU buckets
+    staged as CUDA buckets are, host buffers per bucket, the ready wait, the copy back;
+    GRADCOMP_FORCE_DEVICE: CPU buckets through the device reducer) and off: identical
+    weights; the staged run's host buffer allocations (reused across steps); the stats."""
     runs = []
-    for forced in ("1", "0"):
-        os.environ["GRADCOMP_FORCE_STAGING"] = forced
+    for on in ("1", "0"):
+        os.environ[switch] = on
         model = ddp(small_model().to(getattr(torch, dtype)))
         state = gc.CompressionState(spec, dense_share=0.0, seed=7)
-        os.environ.pop("GRADCOMP_FORCE_STAGING")
+        os.environ.pop(switch)
         model.register_comm_hook(state, gc.hook)
         opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
         _sgd_steps(model, opt, rank, steps, getattr(torch, dtype))
         staging = state._staging.get(torch.device("cpu"))
         runs.append((torch.cat([p.detach().flatten() for p in model.parameters()]),
-                     None if staging is None else staging.allocations))
-    (staged, allocations), (plain, none) = runs
-    return torch.equal(staged, plain), allocations, none, len(list(model.parameters()))
+                     None if staging is None else staging.allocations, state.stats(),
+                     state.state_dict()))
+    (switched, allocations, stats_on, state_on), (plain, none, stats_off, state_off) = runs
+    same_state = all(
+        torch.equal(state_on["memories"][i][k], state_off["memories"][i][k])
+        for i in state_off["memories"] for k in state_off["memories"][i])
+    same_state = same_state and state_on["memories"].keys() == state_off["memories"].keys()
+    return (torch.equal(switched, plain), allocations, none, len(list(model.parameters())),
+            stats_on, stats_off, same_state)

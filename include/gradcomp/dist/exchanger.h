@@ -77,6 +77,12 @@ class Exchanger {
   void submit_dense(std::span<float> data, const StepContext& ctx, Done done,
                     DenseInput input = DenseInput::kGradients, Ready ready = {});
 
+  // Queues a job of the caller's own, run on the exchange thread in submission order with
+  // the groups' exchanges, so that its collectives keep the ranks' common order (a device
+  // reducer's step, gradcomp/device/reducer.h). What it returns is booked as the
+  // statistics of ctx.step.
+  void submit_task(std::function<ReduceStats()> run, const StepContext& ctx, Done done,
+                   Ready ready = {});
   // Blocks until every job submitted so far has finished.
   void drain();
 

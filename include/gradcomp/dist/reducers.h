@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "gradcomp/dist/communicator.h"
 #include "gradcomp/method.h"
@@ -55,5 +56,14 @@ std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, Reduce
 std::unique_ptr<Reducer> make_reducer(const std::string& compressor_spec, ReducerKind kind,
                                       Communicator& comm, std::span<const std::size_t> bucket_sizes,
                                       const CodecRegistry& registry = builtin_registry());
+
+// The allgather's messages, shared by every reducer that gathers them (this one, the
+// device reducer of gradcomp/device/reducer.h): rank r's segment [offsets[r],
+// offsets[r + 1]) of `gathered` split into its n_messages messages (header + payload),
+// out[r * n_messages + j]. Checks the framing only (lengths; CorruptMessage naming the
+// rank and message); each message's contents are the decoder's to check.
+void split_gathered(std::span<const std::byte> gathered, std::span<const std::size_t> offsets,
+                    std::size_t world, std::size_t n_messages,
+                    std::vector<std::span<const std::byte>>& out);
 
 }  // namespace gradcomp::dist
