@@ -4,8 +4,10 @@
 
 A world of one over "cpu:gloo,cuda:nccl": DDP's own collectives run on NCCL, gradcomp's
 exchange on Gloo. With one rank nothing crosses a network, so the step time above DDP
-alone is what a hook costs on the device and the host: for gradcomp today the bucket's
-round trip through pinned host memory and the codec on the CPU. Variants: DDP alone,
+alone is what a hook costs on the device and the host: for codecs with a device
+implementation (top-k, 2bit, efsign here) the device reducer's encode and decode and the
+messages' copies; for the others (PowerSGD) the bucket's round trip through pinned host
+memory and the scheme on the CPU. Variants: DDP alone,
 torch's PowerSGD hook, gradcomp's hook with each --specs entry. Synthetic ImageNet-sized
 batches; the median step of --steps after --warmup. Prints a Markdown table; --json writes
 the record.
@@ -63,7 +65,7 @@ def step_times(model_name, batch, hook, steps, warmup, device):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet50:64,alexnet:128", help="name:batch,...")
-    ap.add_argument("--specs", default="powersgd:rank=2;efm(topk:ratio=0.01)",
+    ap.add_argument("--specs", default="powersgd:rank=2;efm(topk:ratio=0.01);2bit;efsign",
                     help="gradcomp compressors, ';'-separated")
     ap.add_argument("--torch-powersgd-rank", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
