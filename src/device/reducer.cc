@@ -204,20 +204,20 @@ void DeviceReducer::reduce(std::span<const at::Tensor> grads, std::span<const bo
   }
   rec.encoded();
 
-  // ---- pack the dense buckets on the host
+  // ---- pack the dense buckets on the host: one copy for all of them (they are many and
+  // small: biases, normalisation layers)
   std::size_t dense_total = 0;
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    if (dense_now[b]) dense_total += buckets_[b].n;
-  }
-  dense_.resize(dense_total);
-  std::size_t offset = 0;
+  std::vector<at::Tensor> dense_views;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (!dense_now[b]) continue;
-    at::from_blob(dense_.data() + offset, {static_cast<std::int64_t>(buckets_[b].n)},
-                  at::TensorOptions().dtype(at::kFloat))
-        .copy_(grads[b]);
-    offset += buckets_[b].n;
+    dense_total += buckets_[b].n;
+    dense_views.push_back(grads[b]);
   }
+  dense_.resize(dense_total);
+  const at::Tensor dense_host =
+      at::from_blob(dense_.data(), {static_cast<std::int64_t>(dense_total)},
+                    at::TensorOptions().dtype(at::kFloat));
+  if (!dense_views.empty()) dense_host.copy_(at::cat(dense_views));
   const bool all_dense = n_messages == 0 && dense_total == [&] {
     std::size_t all = 0;
     for (const Bucket& bk : buckets_) all += bk.n;
@@ -233,15 +233,15 @@ void DeviceReducer::reduce(std::span<const at::Tensor> grads, std::span<const bo
   }
   rec.communicated();
 
-  // ---- the dense means back to the device
-  offset = 0;
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    if (!dense_now[b]) continue;
-    float* sum = dense_.data() + offset;
-    for (std::size_t i = 0; i < buckets_[b].n; ++i) sum[i] *= inv_w;
-    grads[b].copy_(at::from_blob(sum, {static_cast<std::int64_t>(buckets_[b].n)},
-                                 at::TensorOptions().dtype(at::kFloat)));
-    offset += buckets_[b].n;
+  // ---- the dense means back to the device, in one copy
+  if (!dense_views.empty()) {
+    for (float& x : dense_) x *= inv_w;
+    const at::Tensor means = dense_host.to(grads.front().device());
+    std::size_t offset = 0;
+    for (const at::Tensor& view : dense_views) {
+      view.copy_(means.narrow(0, static_cast<std::int64_t>(offset), view.numel()));
+      offset += static_cast<std::size_t>(view.numel());
+    }
   }
 
   // ---- decode the gathered messages on the device, in rank order
