@@ -3,7 +3,8 @@
 # gradcomp built against a pip wheel of torch in .venv-torch2 (scripts/install-deps.sh
 # --torch2), as a user with their own torch builds it.
 #   1. C++: gradcomp_dist, the exchange and their tests against the wheel's LibTorch
-#      (build-torch2/): the communicator, reducers, schemes, dead peers, GradientExchange;
+#      (build-torch2/): the communicator, reducers, schemes, dead peers, GradientExchange,
+#      the device codecs on CPU tensors;
 #   2. Python: `pip install --no-build-isolation .` into the venv (reusing build-torch2/, so
 #      nothing compiles twice), then every Python test against the installed package;
 #   3. the installed C++ package: examples/cpp built with find_package(Torch) +
@@ -24,7 +25,7 @@ echo "== torch $version: build (build-torch2/) (at ${SECONDS} s)"
 cmake -S . -B build-torch2 -G Ninja -DCMAKE_BUILD_TYPE=Release -U 'SKBUILD*' \
   -DGRADCOMP_TORCH_PYTHON="$py" -DGRADCOMP_BUILD_TESTS=ON -DGRADCOMP_BUILD_TOOLS=OFF \
   -DGRADCOMP_BUILD_BENCH=OFF -DGRADCOMP_BUILD_PYTHON=ON >/dev/null
-cmake --build build-torch2 -j "$jobs" --target gradcomp_dist_tests gradcomp_torch_tests \
+cmake --build build-torch2 -j "$jobs" --target gradcomp_dist_tests gradcomp_torch_tests gradcomp_device_tests \
   gradcomp_python -- "${quiet[@]}"
 
 echo "== torch $version: C++ exchange and communicator tests (at ${SECONDS} s)"
