@@ -128,9 +128,10 @@ struct GradientExchange::Impl {
     std::vector<ParamInfo> infos;
     for (const auto& item : named) {
       const torch::Tensor& p = item.value();
-      if (!p.device().is_cpu() || p.scalar_type() != torch::kFloat || !p.is_contiguous()) {
+      if (p.scalar_type() != torch::kFloat || !p.is_contiguous() ||
+          !(p.device().is_cpu() || p.device().is_cuda())) {
         throw InvalidArgument("GradientExchange: parameter " + item.key() +
-                              " is not a contiguous CPU float32 tensor");
+                              " is not a contiguous float32 tensor on the CPU or a CUDA device");
       }
       if (!p.requires_grad()) continue;  // frozen: nothing to exchange
       names.push_back(item.key());
@@ -238,7 +239,10 @@ struct GradientExchange::Impl {
                             "supported)");
     }
     const std::size_t b = param_bucket[i];
-    const torch::Tensor g = grad.to(torch::kFloat).contiguous();
+    // A CUDA gradient is staged into the host bucket here, synchronously: the exchange
+    // runs on the host (the device path of the Python hook, gradcomp/device/reducer.h,
+    // is not wired into GradientExchange yet).
+    const torch::Tensor g = grad.to(torch::kCPU, torch::kFloat).contiguous();
     const std::span<float> slot(buffers[b].data() + param_offset[i],
                                 static_cast<std::size_t>(g.numel()));
     if (dense_now(bucket_group[b])) {
@@ -328,8 +332,10 @@ struct GradientExchange::Impl {
         if (!p.grad().defined() || !p.grad().is_contiguous()) {
           p.mutable_grad() = torch::empty_like(p);
         }
-        std::memcpy(p.mutable_grad().data_ptr<float>(), buffers[b].data() + s.offset,
-                    s.numel * sizeof(float));
+        // A copy within the host for CPU parameters, to the device for CUDA ones.
+        p.mutable_grad().view({-1}).copy_(
+            torch::from_blob(buffers[b].data() + s.offset, {static_cast<std::int64_t>(s.numel)},
+                             torch::TensorOptions().dtype(torch::kFloat)));
       }
     }
   }

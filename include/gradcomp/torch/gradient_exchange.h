@@ -122,8 +122,10 @@ class GradientExchange {
  public:
   using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
 
-  // Over a c10d process group made elsewhere: torch 1.13's ProcessGroupGloo, or a torch
-  // 2.x ProcessGroup whose backend for CPU tensors is Gloo ("gloo", "cpu:gloo,cuda:nccl").
+  // Parameters: float32, contiguous, on the CPU or a CUDA device (a CUDA gradient is copied
+  // to its host bucket in the hook, the mean back into .grad by finish(): the exchange runs
+  // on the host). Over a c10d process group made elsewhere: torch 1.13's ProcessGroupGloo, or a
+  // torch 2.x ProcessGroup whose backend for CPU tensors is Gloo ("gloo", "cpu:gloo,cuda:nccl").
   // Any other group: InvalidArgument saying what to create.
   GradientExchange(const NamedParameters& params, c10::intrusive_ptr<c10d::ProcessGroup> group,
                    ExchangeOptions options = {});
