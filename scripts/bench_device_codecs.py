@@ -68,6 +68,8 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--specs", default=";".join(SPECS), help="specs, separated by ;")
     ap.add_argument("--json", help="write the record here")
+    ap.add_argument("--jsonl", help="write one line per codec in `gradcomp bench codec --json`'s "
+                    "form, for `gradcomp advise --device-speeds`")
     args = ap.parse_args()
     device = torch.device(args.device)
     n = args.elements
@@ -141,7 +143,26 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)
+    if args.jsonl:
+        write_jsonl(record, args.jsonl)
+
+
+def write_jsonl(record, path):
+    """The codecs' rows as `gradcomp bench codec --json` writes them (kind, spec, n,
+    encode_ms with error feedback, decode_ms, message_bytes), which `gradcomp advise
+    --device-speeds` reads as the device's speeds."""
+    with open(path, "w") as f:
+        for r in record["codecs"]:
+            f.write(json.dumps(dict(
+                kind="codec", spec=r["spec"], n=record["elements"],
+                encode_ms=r["encode_ef_seconds"] * 1e3, decode_ms=r["decode_seconds"] * 1e3,
+                message_bytes=r["payload_bytes"] + 24, device=record["device"])) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[1] == "--jsonl-from":
+        # Converts an earlier --json record: --jsonl-from RECORD.json OUT.jsonl
+        with open(sys.argv[2]) as f:
+            write_jsonl(json.load(f), sys.argv[3])
+    else:
+        main()

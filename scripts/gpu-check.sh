@@ -64,7 +64,7 @@ grep -q -E "[0-9]+ passed" "$out/tests-cuda.log" && ! grep -q -E "[0-9]+ (failed
 
 phase "device codecs: 100 M elements against the copy bandwidth and torch.topk"
 timeout 60 "$py" scripts/bench_device_codecs.py --elements 100000000 --reps 10 \
-  --json "$out/device-codecs.json" 2>&1 | tee "$out/device-codecs.log" | tail -20 \
+  --json "$out/device-codecs.json" --jsonl "$out/device-codecs.jsonl" 2>&1 | tee "$out/device-codecs.log" | tail -20 \
   || fail "device codec benchmark"
 
 phase "DDP alone against DDP + hooks (ResNet-50, AlexNet)"

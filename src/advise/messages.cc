@@ -125,6 +125,7 @@ MethodPlan plan_codec(std::string_view spec, const CodecRegistry& registry,
       continue;
     }
     m.compressed_elements += b.numel;
+    ++m.compressed_buckets;
     const double bytes = static_cast<double>(encoded_bytes(registry, spec, b.numel));
     messages += bytes;
     if (linear) {

@@ -66,19 +66,41 @@ std::string format_bytes(double b) {
 }
 
 std::string format_table(const std::vector<Prediction>& rows, const std::string& scenario_line) {
-  const std::vector<std::string> head = {"rank",      "method",    "sent/worker/step", "ratio",
-                                         "encode ms", "decode ms", "comm ms",          "exposed ms",
-                                         "step ms",   "speedup",   "acc (pts)"};
+  // Gradients on GPUs (Scenario::device): where each codec runs and the PCIe copies.
+  const bool device = std::any_of(rows.begin(), rows.end(),
+                                  [](const Prediction& p) { return p.on_device || p.pcie_s > 0; });
+  std::vector<std::string> head = {"rank",      "method",    "sent/worker/step", "ratio",
+                                   "encode ms", "decode ms", "comm ms",          "exposed ms",
+                                   "step ms",   "speedup",   "acc (pts)"};
+  if (device) {
+    head.insert(head.begin() + 7, "pcie ms");
+    head.insert(head.begin() + 4, "codec on");
+  }
   std::vector<std::vector<std::string>> cells;
   for (const Prediction& p : rows) {
     if (!p.available) {
-      cells.push_back({"-", p.spec, "-", "-", "-", "-", "-", "-", "-", "-", p.note});
+      std::vector<std::string> r(head.size(), "-");
+      r[1] = p.spec;
+      r.back() = p.note;
+      cells.push_back(std::move(r));
       continue;
     }
-    cells.push_back({std::to_string(p.rank), p.spec, format_bytes(p.bytes_sent),
-                     fmt("%.1fx", p.ratio), ms(p.encode_s), ms(p.decode_s), ms(p.comm_s),
-                     ms(p.exposed_s), ms(p.step_s), fmt("%.2fx", p.speedup),
-                     p.accuracy_points ? fmt("%+.2f", *p.accuracy_points) : "?"});
+    std::vector<std::string> r = {std::to_string(p.rank),
+                                  p.spec,
+                                  format_bytes(p.bytes_sent),
+                                  fmt("%.1fx", p.ratio),
+                                  ms(p.encode_s),
+                                  ms(p.decode_s),
+                                  ms(p.comm_s),
+                                  ms(p.exposed_s),
+                                  ms(p.step_s),
+                                  fmt("%.2fx", p.speedup),
+                                  p.accuracy_points ? fmt("%+.2f", *p.accuracy_points) : "?"};
+    if (device) {
+      r.insert(r.begin() + 7, ms(p.pcie_s));
+      r.insert(r.begin() + 4, p.traits.dense ? "-" : p.on_device ? "device" : "host");
+    }
+    cells.push_back(std::move(r));
   }
   std::vector<std::size_t> width(head.size());
   for (std::size_t c = 0; c < head.size(); ++c) {
@@ -126,11 +148,14 @@ std::string format_json(const std::vector<Prediction>& rows, const std::string& 
     o.add("bytes_per_worker_step", p.bytes_sent)
         .add("ratio", p.ratio)
         .add("collectives", p.collectives)
+        .add("compressed_buckets", static_cast<std::uint64_t>(p.compressed_buckets))
         .add("compute_ms", p.compute_s * 1e3)
         .add("encode_ms", p.encode_s * 1e3)
         .add("decode_ms", p.decode_s * 1e3)
         .add("comm_ms", p.comm_s * 1e3)
         .add("exposed_ms", p.exposed_s * 1e3)
+        .add("pcie_ms", p.pcie_s * 1e3)
+        .add("on_device", p.on_device)
         .add("step_ms", p.step_s * 1e3)
         .add("speedup", p.speedup)
         .add("speed_source", p.speed_source);

@@ -69,6 +69,27 @@ void predict_outer_loop(const MethodPlan& plan, const Scenario& s, const Link& l
   }
 }
 
+// Scenario::device's pricing (step_model.h): the device reducer's encode, decode and copies,
+// or the staging of the whole gradient.
+void price_device(const MethodPlan& plan, const Scenario& s, Prediction& p) {
+  const DeviceModel& d = *s.device;
+  const std::optional<std::string> codec = device_codec_spec(plan);
+  const CodecSpeed* speed = codec ? d.speeds.find(*codec) : nullptr;
+  if (speed == nullptr) {
+    p.pcie_s = 2.0 * plan.gradient_bytes / d.pcie_bandwidth;
+    return;
+  }
+  const double w = static_cast<double>(s.workers);
+  const double elems = static_cast<double>(plan.compressed_elements);
+  p.on_device = true;
+  p.speed_source = "device " + speed->source;
+  p.encode_s =
+      speed->encode * elems + d.bucket_overhead_s * static_cast<double>(plan.compressed_buckets);
+  p.decode_s = speed->decode * elems * w;
+  const double dense_bytes = std::max(0.0, plan.gradient_bytes - 4.0 * elems);
+  p.pcie_s = ((1.0 + w) * plan.message_bytes + 2.0 * dense_bytes) / d.pcie_bandwidth;
+}
+
 }  // namespace
 
 double oversubscription(const Scenario& s) {
@@ -84,6 +105,7 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
   p.family = plan.family;
   p.traits = plan.traits;
   p.accuracy_points = accuracy_cost(p.spec);
+  p.compressed_buckets = plan.compressed_buckets;
   const double f = oversubscription(s);
   Link link = s.link;
   link.collective_overhead *= f;
@@ -134,8 +156,27 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
         plan.traits.overlappable ? s.overlap * s.backward_share * p.compute_s : 0.0;
     p.exposed_s = std::max(0.0, p.comm_s - hidden);
   }
-  p.step_s = p.compute_s + p.encode_s + p.decode_s + p.exposed_s;
+  if (s.device && !plan.traits.dense && s.topology == Topology::kAllreduce &&
+      plan.outer.sync_every == 0) {
+    price_device(plan, s, p);
+  }
+  p.step_s = p.compute_s + p.encode_s + p.decode_s + p.pcie_s + p.exposed_s;
   return p;
+}
+
+std::optional<std::string> device_codec_spec(const MethodPlan& plan,
+                                             const CodecRegistry& registry) {
+  if (plan.traits.dense || plan.traits.scheme || !plan.traits.decode_per_peer ||
+      plan.outer.sync_every > 0) {
+    return std::nullopt;
+  }
+  const SpecNode node = parse_spec(plan.canonical);
+  const SpecNode* codec = &node;
+  if ((node.name == "ef" || node.name == "efm" || node.name == "noef") && node.inner) {
+    codec = node.inner.get();
+  }
+  if (registry.find(codec->name) == nullptr) return std::nullopt;  // a named memory (dgc)
+  return registry.make_codec(*codec)->spec();
 }
 
 std::vector<Prediction> predict_all(const std::vector<MethodPlan>& plans, const Scenario& s,

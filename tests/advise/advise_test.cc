@@ -494,5 +494,53 @@ TEST(AdviseAccuracy, MatchesTheAccuracyTable) {
   EXPECT_FALSE(accuracy_cost("topk:ratio=0.5").has_value());
 }
 
+// Gradients on GPUs (Scenario::device): what crosses PCIe and where each codec runs.
+TEST(AdviseDevice, PricesTheDevicePathTheStagingAndDenseApart) {
+  const std::vector<ParamInfo> mlp = builtin_model("mlp").params;
+  const MethodPlan topk = plan_method("topk:ratio=0.01", mlp);
+  const MethodPlan powersgd = plan_method("powersgd:rank=2", mlp);
+  const MethodPlan dgc = plan_method("dgc", mlp);
+  const MethodPlan fp16 = plan_method("fp16", mlp);
+  ASSERT_EQ(device_codec_spec(topk), builtin_registry().make_codec("topk:ratio=0.01")->spec());
+  EXPECT_FALSE(device_codec_spec(powersgd));  // a scheme
+  EXPECT_FALSE(device_codec_spec(dgc));       // a named memory
+  EXPECT_FALSE(device_codec_spec(fp16));      // a linear codec's allreduce
+
+  SpeedTable host;
+  for (const MethodPlan* m : {&topk, &dgc, &fp16}) host.set(m->spec, {1e-9, 1e-9, "test"});
+  Scenario s;
+  s.workers = 4;
+  DeviceModel d;
+  d.pcie_bandwidth = 10e9;
+  d.bucket_overhead_s = 1e-3;
+  d.speeds.set(*device_codec_spec(topk), {2e-10, 3e-10, "file"});
+  s.device = d;
+
+  const Prediction on = predict(topk, s, host);
+  EXPECT_TRUE(on.on_device);
+  const double elems = static_cast<double>(topk.compressed_elements);
+  ASSERT_GT(topk.compressed_buckets, 0u);
+  EXPECT_DOUBLE_EQ(on.encode_s,
+                   2e-10 * elems + 1e-3 * static_cast<double>(topk.compressed_buckets));
+  EXPECT_DOUBLE_EQ(on.decode_s, 3e-10 * elems * 4);
+  const double dense_bytes = topk.gradient_bytes - 4.0 * elems;
+  EXPECT_DOUBLE_EQ(on.pcie_s, (5.0 * topk.message_bytes + 2.0 * dense_bytes) / 10e9);
+  EXPECT_DOUBLE_EQ(on.step_s, on.compute_s + on.encode_s + on.decode_s + on.pcie_s + on.exposed_s);
+
+  for (const MethodPlan* staged : {&dgc, &fp16}) {
+    const Prediction p = predict(*staged, s, host);
+    EXPECT_FALSE(p.on_device) << staged->spec;
+    EXPECT_DOUBLE_EQ(p.pcie_s, 2.0 * staged->gradient_bytes / 10e9) << staged->spec;
+  }
+  const std::vector<Prediction> all = predict_all({topk}, s, host);
+  const Prediction without = predict(topk, Scenario{}, host);
+  EXPECT_EQ(without.pcie_s, 0.0);
+  EXPECT_FALSE(without.on_device);
+  // The table says where each codec runs only when there is a device.
+  EXPECT_NE(format_table(all, "x").find("codec on"), std::string::npos);
+  EXPECT_EQ(format_table(predict_all({topk}, Scenario{}, host), "x").find("codec on"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gradcomp::advise

@@ -367,6 +367,16 @@ run_err "advise bad sizes" "not a shape" "$GRADCOMP" advise --sizes 12x0 --compu
 run_err "advise bad method" "out of range" "$GRADCOMP" advise --methods "topk:ratio=3"
 run_err "advise zero workers" "workers" "$GRADCOMP" advise --workers 0
 run_err "advise speeds without codec rows" "no codec or scheme rows" "$GRADCOMP" advise --codec-speeds /dev/null
+run_err "advise device speeds without codec rows" "no codec or scheme rows" "$GRADCOMP" advise --device-speeds /dev/null
+run_err "advise bad PCIe rate" "pcie-gbs: must be > 0" "$GRADCOMP" advise --device-speeds \
+  "$REPO/docs/measurements/gpu/2026-11-27-h100-run2/device-codecs.jsonl" --pcie-gbs 0
+# The gradients on GPUs: the H100's measured device codecs; top-k runs there, PowerSGD is staged.
+run_ok "advise --device-speeds" "$GRADCOMP" advise --model resnet50 --compute-ms 42 --bench-size 20000 \
+  --device-speeds "$REPO/docs/measurements/gpu/2026-11-27-h100-run2/device-codecs.jsonl" \
+  --methods "topk:ratio=0.01 fp16"
+grep -q 'codec on' out.txt && grep -E -q 'topk:ratio=0.01 .* device ' out.txt \
+  && grep -E -q 'fp16 .* host ' out.txt \
+  && pass "advise: the device path and the staged one" || { fail "advise --device-speeds"; cat out.txt; }
 # bench scheme (in gradcomp-torch): a scheme's own CPU time on a model's buckets; advise uses it.
 run_ok "bench scheme --json" "$GRADCOMP" bench scheme --model lenet5 --steps 1 --warmup 0 --json \
   --spec sketched-sgd --spec powersgd:rank=2

@@ -57,6 +57,9 @@ struct AdviseFlags {
   double efficiency = kLinkEfficiency;
   double hop_delay_ms = kOversubscribedHopDelay * 1e3;
   std::string codec_speeds;
+  std::string device_speeds;
+  double pcie_gbs = 25.0;
+  double device_bucket_ms = kDeviceBucketOverhead * 1e3;
   std::size_t bench_size = std::size_t{1} << 20;
   std::string methods = kDefaultMethods;
   double dense_share = 0.01;
@@ -243,6 +246,16 @@ void run_advise(const AdviseFlags& f) {
     }
   }
 
+  if (!f.device_speeds.empty()) {
+    if (!(f.pcie_gbs > 0)) throw InvalidArgument("--pcie-gbs: must be > 0");
+    DeviceModel d;
+    d.pcie_bandwidth = f.pcie_gbs * 1e9;
+    if (!(f.device_bucket_ms >= 0)) throw InvalidArgument("--device-bucket-ms: must be >= 0");
+    d.bucket_overhead_s = f.device_bucket_ms * 1e-3;
+    d.speeds = parse_bench_json(read_text_file(f.device_speeds, "--device-speeds"));
+    s.device = std::move(d);
+  }
+
   SpeedTable speeds;
   if (!f.codec_speeds.empty())
     speeds = parse_bench_json(read_text_file(f.codec_speeds, "--codec-speeds"), model.name);
@@ -285,6 +298,10 @@ void run_advise(const AdviseFlags& f) {
         s.compute_s * 1e3,
         s.cores > 0 ? (", on " + std::to_string(s.cores) + " shared cores").c_str() : "",
         s.overlap > 0 ? ", overlapped" : "");
+    if (s.device) {
+      std::cout << "gradients on GPUs: device codecs from " << f.device_speeds << ", PCIe "
+                << f.pcie_gbs << " GB/s each way; other methods staged through the host\n";
+    }
     std::cout << format_table(rows, line) << std::flush;
   }
   if (!f.svg.empty()) {
@@ -356,6 +373,16 @@ void add_advise_command(CLI::App& app) {
   a->add_option("--codec-speeds", f->codec_speeds,
                 "Output of `gradcomp bench codec --json` and/or `gradcomp bench scheme --json` "
                 "(what it lacks is measured now)");
+  a->add_option(
+      "--device-speeds", f->device_speeds,
+      "The gradients are on GPUs: the device codecs' speeds (scripts/bench_device_codecs.py "
+      "--jsonl on the GPU; docs/measurements/gpu/*/device-codecs.jsonl); --compute-ms "
+      "is then the GPU's step");
+  a->add_option("--pcie-gbs", f->pcie_gbs, "With --device-speeds: host <-> device GB/s each way")
+      ->capture_default_str();
+  a->add_option("--device-bucket-ms", f->device_bucket_ms,
+                "With --device-speeds: the device reducer's fixed cost per compressed bucket")
+      ->capture_default_str();
   a->add_option("--bench-size", f->bench_size, "Elements of the on-the-spot codec bench")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 28));

@@ -38,6 +38,33 @@ inline constexpr double kOversubscribedHopDelay = 0.15e-3;
 // the overhead above), both 0.88 of the nominal rate.
 inline constexpr double kLinkEfficiency = 0.88;
 
+// Gradients on GPUs (`advise --device-speeds FILE`): compute_s is the GPU's step, and what
+// crosses between host and device is priced at pcie_bandwidth each way:
+//   dense        DDP's own allreduce (NCCL): nothing crosses;
+//   on device    a method the device reducer runs (gradcomp/device/reducer.h: an allgather
+//                of a codec with a row in `speeds`, under ef, efm or noef): encode and
+//                decode at the device's speed; this worker's messages cross once, the W
+//                gathered ones back, the dense share both ways;
+//   staged       any other compressed method: the whole gradient crosses both ways and the
+//                codec runs on the host, as without a device.
+// The device reducer also pays a fixed cost per compressed bucket (kernel launches, the
+// host synchronisations of each bucket's payload copy): bucket_overhead_s, in its encode.
+// step = compute + encode + decode + pcie + exposed.
+//
+// The default per-bucket cost is fit on one measurement (docs/measurements/gpu.md, an
+// H100, 2026-11-27): DDP + efm(topk:ratio=0.01) on ResNet-50, batch 64, a world of one,
+// took 62.9 ms more than DDP alone, for 0.78 ms of predicted encode, decode and copies
+// over its 42 compressed buckets (dense_share 0.01): 1.48 ms each. AlexNet's 6 (same run,
+// 15.5 ms beyond its codec time) came to 2.6 ms each: a rough figure, to be replaced by
+// batching the buckets (docs/measurements/gpu.md).
+inline constexpr double kDeviceBucketOverhead = 1.48e-3;
+
+struct DeviceModel {
+  double pcie_bandwidth = 25e9;  // bytes/s each way (PCIe 4.0 x16's usable ~25 GB/s)
+  SpeedTable speeds;             // the device codecs' per-element encode (with EF), decode
+  double bucket_overhead_s = kDeviceBucketOverhead;
+};
+
 struct Scenario {
   int workers = 4;
   Link link{.bandwidth = 125e6,
@@ -51,6 +78,7 @@ struct Scenario {
   double overlap = 0.0;  // share of backward that can hide allreduce traffic
   int cores = 0;         // > 0: the W workers share this many cores
   double oversubscribed_hop_delay = kOversubscribedHopDelay;  // seconds per unit of f - 1
+  std::optional<DeviceModel> device = {};                     // the gradients on GPUs
 };
 
 // One collective (or parameter-server exchange) of a prediction.
@@ -70,7 +98,10 @@ struct Prediction {
   double bytes_sent = 0.0;  // per worker per step
   double ratio = 0.0;       // dense's bytes / bytes_sent
   int collectives = 0;
+  std::size_t compressed_buckets = 0;  // codec specs
   double compute_s = 0.0, encode_s = 0.0, decode_s = 0.0, comm_s = 0.0, exposed_s = 0.0;
+  double pcie_s = 0.0;     // host <-> device copies (Scenario::device)
+  bool on_device = false;  // encoded and decoded on the device (Scenario::device)
   double step_s = 0.0;
   double speedup = 0.0;                   // dense's step / step
   std::optional<double> accuracy_points;  // vs dense, from docs/measurements/accuracy.md
@@ -78,6 +109,12 @@ struct Prediction {
   std::vector<RoundCost> rounds;
   int rank = 0;  // 1 = fastest
 };
+
+// The canonical spec of the codec a method would run on the device reducer (an allgather
+// of a codec under ef, efm or noef), looked up in DeviceModel::speeds; nullopt for dense,
+// schemes, named memories (dgc), linear codecs' allreduce and outer loops.
+std::optional<std::string> device_codec_spec(const MethodPlan& plan,
+                                             const CodecRegistry& registry = builtin_registry());
 
 // Oversubscription factor f.
 double oversubscription(const Scenario& s);
