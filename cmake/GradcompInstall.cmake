@@ -2,10 +2,12 @@
 # package, so that another project finds gradcomp with
 #   find_package(gradcomp CONFIG REQUIRED)   # with -DCMAKE_PREFIX_PATH=P
 #   target_link_libraries(app PRIVATE gradcomp::torch)   # GradientExchange (LibTorch)
+#   target_link_libraries(app PRIVATE gradcomp::device)  # DeviceCodec, DeviceReducer (ATen)
 #   target_link_libraries(app PRIVATE gradcomp::core)    # the codecs alone, torch-free
 # Targets: gradcomp::core (codecs, memories, registry, layout; no LibTorch),
 # gradcomp::dist (Communicator, reducers, schemes, Exchanger; c10d/Gloo), gradcomp::torch
-# (GradientExchange), gradcomp::advise (the cost model; its byte counts decide the
+# (GradientExchange), gradcomp::device (the codecs on the gradients' device, the device
+# reducer), gradcomp::advise (the cost model; its byte counts decide the
 # reducers' dense fallback). Static libraries, position-independent. examples/cpp is such a
 # project; tests/cli/install_test.sh builds and runs it against an installed tree.
 include(GNUInstallDirs)
@@ -19,8 +21,9 @@ if(TARGET gradcomp_torch)
   set_target_properties(gradcomp_torch PROPERTIES EXPORT_NAME torch)
   set_target_properties(gradcomp_libtorch PROPERTIES EXPORT_NAME libtorch)
   set_target_properties(gradcomp_advise PROPERTIES EXPORT_NAME advise)
+  set_target_properties(gradcomp_device PROPERTIES EXPORT_NAME device)
   list(APPEND gradcomp_export_targets gradcomp_dist gradcomp_torch gradcomp_libtorch
-       gradcomp_advise)
+       gradcomp_advise gradcomp_device)
   set(GRADCOMP_PACKAGE_HAS_TORCH ON)
 else()
   set(GRADCOMP_PACKAGE_HAS_TORCH OFF)

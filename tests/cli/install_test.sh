@@ -13,6 +13,8 @@ trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 test -f "$work/prefix/lib/cmake/gradcomp/gradcompConfig.cmake"
 test -f "$work/prefix/include/gradcomp/torch/gradient_exchange.h"
+test -f "$work/prefix/include/gradcomp/device/reducer.h"
+grep -q "gradcomp::device" "$work/prefix/lib/cmake/gradcomp/gradcompTargets.cmake"
 
 # The torch the build used (Debian's, or a pip wheel's, which CMake would not find alone).
 torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")
