@@ -176,6 +176,8 @@ void DeviceReducer::reduce(std::span<const at::Tensor> grads, std::span<const bo
   std::vector<char> dense_now(buckets_.size(), 0);
   std::size_t send_len = 0;
   std::size_t n_messages = 0;
+  std::vector<at::Tensor> payloads;
+  std::vector<std::size_t> payload_buckets;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bk = buckets_[b];
     if (!compressed[b]) {
@@ -193,14 +195,24 @@ void DeviceReducer::reduce(std::span<const at::Tensor> grads, std::span<const bo
       ++stats_.dense_fallbacks;
       continue;
     }
-    const at::Tensor payload = compress(bk, grads[b], c).to(at::kCPU);
-    const auto bytes = static_cast<std::size_t>(payload.numel());
-    send_.resize(std::max(send_.size(), send_len + kHeaderBytes + bytes));
-    const std::span<std::byte> msg(send_.data() + send_len, kHeaderBytes + bytes);
-    if (bytes > 0) std::memcpy(msg.data() + kHeaderBytes, payload.data_ptr<std::uint8_t>(), bytes);
-    write_header(msg, codec_->wire_id(), codec_->config_tag(), bk.n, bytes);
-    send_len += msg.size();
+    payloads.push_back(compress(bk, grads[b], c));
+    payload_buckets.push_back(b);
     ++n_messages;
+  }
+  // Every payload crosses in one copy (one wait for the device), then each is framed.
+  if (!payloads.empty()) {
+    const at::Tensor host = at::cat(payloads).to(at::kCPU);
+    const auto* src = reinterpret_cast<const std::byte*>(host.data_ptr<std::uint8_t>());
+    for (std::size_t j = 0; j < payloads.size(); ++j) {
+      const auto bytes = static_cast<std::size_t>(payloads[j].numel());
+      send_.resize(std::max(send_.size(), send_len + kHeaderBytes + bytes));
+      const std::span<std::byte> msg(send_.data() + send_len, kHeaderBytes + bytes);
+      if (bytes > 0) std::memcpy(msg.data() + kHeaderBytes, src, bytes);
+      write_header(msg, codec_->wire_id(), codec_->config_tag(), buckets_[payload_buckets[j]].n,
+                   bytes);
+      src += bytes;
+      send_len += msg.size();
+    }
   }
   rec.encoded();
 
