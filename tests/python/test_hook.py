@@ -198,15 +198,21 @@ def test_staging_as_for_cuda_buckets_changes_nothing(spec, dtype):
         assert 1 <= allocations <= 2 * n_params, allocations  # buckets, and DDP's rebuilt ones
 
 
-@pytest.mark.parametrize("spec", ["efm(topk:ratio=0.1)", "ef(topk:ratio=0.05,select=exact)",
-                                  "2bit", "ef(2bit:threshold=0.01)", "1bit", "ef(signsgd)",
-                                  "efsign", "noef(topk:ratio=0.2)"])
-def test_the_device_reducer_computes_what_the_host_reducer_does(spec):
+_TORCH2 = pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
+                             reason="torch 1.13's CPU lacks fp16 kernels")
+
+
+@pytest.mark.parametrize("spec,dtype", [
+    ("efm(topk:ratio=0.1)", "float32"), ("ef(topk:ratio=0.05,select=exact)", "float32"),
+    ("2bit", "float32"), ("ef(2bit:threshold=0.01)", "float32"), ("1bit", "float32"),
+    ("ef(signsgd)", "float32"), ("efsign", "float32"), ("noef(topk:ratio=0.2)", "float32"),
+    pytest.param("efm(topk:ratio=0.1)", "float16", marks=_TORCH2)])
+def test_the_device_reducer_computes_what_the_host_reducer_does(spec, dtype):
     # GRADCOMP_FORCE_DEVICE runs CPU buckets through the device reducer (ATen codecs,
     # memories as tensors, only messages to the host): weights, memories and the bytes
     # on the wire come out identical to the host reducer's.
     for same, _, _, _, stats_on, stats_off, same_state in ddp_support.run(
-            workers.switched_equals_plain, 2, spec, 6, "float32", "GRADCOMP_FORCE_DEVICE"):
+            workers.switched_equals_plain, 2, spec, 6, dtype, "GRADCOMP_FORCE_DEVICE"):
         assert same and same_state
         assert stats_on["bytes_sent_per_step"] == stats_off["bytes_sent_per_step"], (
             stats_on, stats_off)
