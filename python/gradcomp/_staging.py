@@ -59,7 +59,8 @@ class Staging:
             self.allocations += 1
         return buf[:numel]
 
-    def to_host(self, index: int, bucket: torch.Tensor) -> Tuple[torch.Tensor, Optional[Callable[[], None]]]:
+    def to_host(self, index: int,
+                bucket: torch.Tensor) -> Tuple[torch.Tensor, Optional[Callable[[], None]]]:
         """Starts copying the bucket into its host buffer; returns the buffer and what the
         exchange thread calls before reading it."""
         host = self._buffer(index, bucket.numel())
@@ -78,7 +79,8 @@ class Staging:
             copied.record(self._stream)
         return host, copied.synchronize
 
-    def to_device(self, host: torch.Tensor, bucket: torch.Tensor, complete: Callable[[], None]) -> None:
+    def to_device(self, host: torch.Tensor, bucket: torch.Tensor,
+                  complete: Callable[[], None]) -> None:
         """Copies the mean back into the bucket, then calls complete() (which completes the
         hook's future) with the copy ordered before any use of the bucket."""
         if not self._cuda:

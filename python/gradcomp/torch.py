@@ -233,7 +233,8 @@ class CompressionState:
                 buffer.copy_(work)
             future.set_result(buffer)
 
-        submit, compressed = self._prepare(bucket, work, done, ready, stream if on_device else False)
+        submit, compressed = self._prepare(
+            bucket, work, done, ready, stream if on_device else False)
         if self._agreed:
             submit()
         else:
