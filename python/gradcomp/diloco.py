@@ -76,17 +76,19 @@ class DiLoCo:
         delay: inner steps a fragment's exchange overlaps before it is merged
             (``< sync_every / fragments``).
         mix: share of the local weights kept when a round is merged, in [0, 1).
-        process_group: the group (default: the default group); its CPU backend must be
-            Gloo.
+        process_group: the group (its CPU backend must be Gloo). Default: the default
+            group, or with ``delay > 0`` a Gloo group of the DiLoCo's own over all ranks
+            (``dist.new_group``, built here: every rank constructs the DiLoCo at the same
+            point anyway), so that the rounds in flight never meet the job's own collectives.
         timeout: a round's deadline; a peer that misses it ends the round on every rank
             with ``gradcomp.CommError`` and no weight changed.
 
     With ``delay > 0`` a round's exchange runs on a thread of its own while training goes
-    on: issue no other collective on its process group meanwhile (give the DiLoCo a group
-    of its own, ``dist.new_group(backend="gloo")``), and :meth:`close` it (or take its
-    :meth:`state_dict`, which waits too) before another collective on that group. Two
-    threads issuing collectives on one group can pair different operations across ranks,
-    which Gloo aborts on.
+    on: no other collective may run on its process group meanwhile. Two threads issuing
+    collectives on one group can pair different operations across ranks, which Gloo aborts
+    on. Without ``process_group`` the DiLoCo gets a group of its own; with one, issue nothing
+    else on it, and :meth:`close` the DiLoCo (or take its :meth:`state_dict`, which waits
+    too) before another collective on that group.
     """
 
     def __init__(self, model: torch.nn.Module,
@@ -108,7 +110,12 @@ class DiLoCo:
         options.dense_share = float(dense_share)
         _C.check_outer_loop(compressor, options)  # before any collective
         params = [(n, p.detach()) for n, p in model.named_parameters() if p.requires_grad]
-        group = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
+        if process_group is not None:
+            group = process_group
+        elif options.delay > 0:
+            group = dist.new_group(backend="gloo")  # the rounds' own (see the class docs)
+        else:
+            group = dist.distributed_c10d._get_default_group()
         self._settings = {"sync_every": options.sync_every, "outer": options.outer,
                           "compressor": compressor, "fragments": options.fragments,
                           "delay": options.delay, "mix": options.mix}

@@ -117,3 +117,20 @@ def a_peer_that_leaves(rank, world):
     error = raised(d.step)
     unchanged = all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     return error, unchanged
+
+
+def delayed_rounds_beside_the_jobs_collectives(rank, world):
+    """delay > 0 with no process_group: the job's own allreduces on the default group run
+    while rounds are in flight on the DiLoCo's thread, and both complete."""
+    model = small_model(seed=0)
+    inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    d = gc.DiLoCo(model, None, sync_every=4, fragments=2, delay=1)
+    sums = []
+    for step in range(12):
+        _inner_steps(model, inner, rank, step, step + 1)
+        d.step()
+        t = torch.full((1000,), float(rank + 1))
+        dist.all_reduce(t)  # the default group, while a round may be in flight
+        sums.append(t[0].item())
+    d.close()
+    return sums, d.inner_steps

@@ -45,3 +45,11 @@ def test_a_round_without_a_peer_raises_commerror_and_changes_nothing():
     error, unchanged = results[0]
     assert error is not None and error[0] == "CommError", error
     assert unchanged
+
+
+def test_delayed_rounds_get_a_group_of_their_own():
+    # Without process_group, a DiLoCo with delay > 0 exchanges on a Gloo group of its own,
+    # so the job's collectives on the default group never pair with its rounds.
+    for sums, steps in ddp_support.run(diloco_workers.delayed_rounds_beside_the_jobs_collectives, 2):
+        assert sums == [3.0] * 12
+        assert steps == 12
