@@ -474,6 +474,15 @@ class CompressionState:
         return _C.schedule(self.compressor, self.steps_per_epoch, self.total_steps or 0)
 
     @property
+    def on_device(self) -> bool:
+        """Whether CUDA buckets are compressed on their GPU, only messages crossing to the
+        host (the compressor is an allgather of a codec in ``gradcomp.device_codec_names()``
+        under ``ef``, ``efm`` or ``noef``), rather than staged through host memory. The first
+        step is staged either way. Read it after attaching ``gradcomp.torch.SGD``, which can
+        turn a bare codec into ``efm(...)``."""
+        return self._exchanger.device_supported
+
+    @property
     def describe(self) -> str:
         """The exchange, e.g. ``allgather(efm(topk:ratio=0.01,...))``."""
         return self._exchanger.describe

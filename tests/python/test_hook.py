@@ -217,3 +217,13 @@ def test_the_device_reducer_computes_what_the_host_reducer_does(spec, dtype):
         assert stats_on["bytes_sent_per_step"] == stats_off["bytes_sent_per_step"], (
             stats_on, stats_off)
         assert stats_on["dense_fallbacks"] == stats_off["dense_fallbacks"]
+
+
+def test_which_compressors_run_on_the_device():
+    specs = ["topk:ratio=0.01", "ef(2bit)", "noef(topk)", "efsign", "1bit", "fp16", "powersgd",
+             "dgc", "qsgd", "none"]
+    expected = {"topk:ratio=0.01": True, "ef(2bit)": True, "noef(topk)": True, "efsign": True,
+                "1bit": True, "fp16": False, "powersgd": False, "dgc": False, "qsgd": False,
+                "none": False}
+    for result in ddp_support.run(workers.device_support, 2, specs):
+        assert {spec: on for spec, (on, _) in result.items()} == expected, result

@@ -383,3 +383,14 @@ def switched_equals_plain(rank, world, spec, steps, dtype, switch):
     same_state = same_state and state_on["memories"].keys() == state_off["memories"].keys()
     return (torch.equal(switched, plain), allocations, none, len(list(model.parameters())),
             stats_on, stats_off, same_state)
+
+
+def device_support(rank, world, specs):
+    """CompressionState.on_device for each spec (a gradcomp.SGD attached, as in training)."""
+    out = {}
+    for spec in specs:
+        model = ddp(small_model())
+        state = gc.CompressionState(spec, dense_share=0.0)
+        gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+        out[spec] = (state.on_device, state.compressor)
+    return out
