@@ -9,7 +9,9 @@
 #      CI's torch 2.x lane;
 #   3. times each device codec on a 100 M-element bucket against the copy bandwidth and
 #      torch.topk (scripts/bench_device_codecs.py);
-#   4. times DDP alone against DDP + hooks on ResNet-50 and AlexNet (scripts/bench_ddp_gpu.py).
+#   4. times DDP alone against DDP + hooks on ResNet-50 and AlexNet (scripts/bench_ddp_gpu.py);
+#   5. runs examples/cpp's LibTorch model on the GPU through the installed C++ package
+#      (GradientExchange with CUDA parameters).
 # Every phase runs even if an earlier one failed (a later one may still say something);
 # the exit status is the first failure's. Logs and JSON records go to $OUT (the device
 # tool's folder; ./gpu-check-out elsewhere): copy them to docs/measurements/gpu/.
@@ -45,6 +47,7 @@ if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
   CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
   export CUDA_HOME
 fi
+export CUDA_PATH=${CUDA_PATH:-${CUDA_HOME:-}}  # FindCUDA's hint for projects built later
 # The machine's own packages first where it has them; the carried prefix otherwise.
 export SKBUILD_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$carry;-DCMAKE_LIBRARY_PATH=$carry/lib;-DCMAKE_INCLUDE_PATH=$carry/include;-DCUDA_TOOLKIT_ROOT_DIR=${CUDA_HOME:-}"
 if timeout 270 "$py" -m pip install --no-build-isolation --no-deps --no-index -q \
@@ -70,6 +73,17 @@ timeout 60 "$py" scripts/bench_device_codecs.py --elements 100000000 --reps 10 \
 phase "DDP alone against DDP + hooks (ResNet-50, AlexNet)"
 timeout 110 "$py" scripts/bench_ddp_gpu.py --models resnet50:64,alexnet:128 --steps 15 --warmup 5 \
   --json "$out/ddp-hooks.json" 2>&1 | tee "$out/ddp-hooks.log" | tail -14 || fail "DDP benchmark"
+
+phase "LibTorch GradientExchange on CUDA parameters (examples/cpp, 2 ranks sharing the GPU)"
+# The C++ package installed from the same build, examples/cpp built against it and run with
+# its model on the GPU (tests/cli/install_test.sh, as CI runs it on the CPU).
+if timeout 150 cmake --build build-gpu --target gradcomp_torch > "$out/libtorch-cuda.log" 2>&1 \
+   && CMAKE_PREFIX_PATH=$carry GRADCOMP_EXAMPLE_DEVICE=cuda timeout 150 \
+      bash tests/cli/install_test.sh "$PWD/build-gpu" "$PWD" "" >> "$out/libtorch-cuda.log" 2>&1; then
+  tail -2 "$out/libtorch-cuda.log"
+else
+  tail -25 "$out/libtorch-cuda.log"; fail "LibTorch on CUDA"
+fi
 
 phase "done, status $status"
 exit $status

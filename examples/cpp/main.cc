@@ -1,6 +1,6 @@
 // Your own LibTorch model and loop, with gradcomp compressing the gradient exchange.
 // The ranks meet like `gradcomp train`'s: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or
-// mpirun's / Slurm's variables). Arguments: [compressor spec] [steps].
+// mpirun's / Slurm's variables). Arguments: [compressor spec] [steps] [device: cpu, cuda].
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -27,12 +27,12 @@ struct OwnModel : torch::nn::Module {
 };
 
 // Each rank's own data: 4 Gaussian classes in 32 dimensions.
-std::pair<torch::Tensor, torch::Tensor> batch(int rank, int step) {
+std::pair<torch::Tensor, torch::Tensor> batch(int rank, int step, const torch::Device& device) {
   torch::manual_seed(1000 * step + rank);
   auto y = torch::randint(0, 4, {64}, torch::kLong);
   auto centers = torch::eye(4, 32) * 3.0;
   auto x = centers.index_select(0, y) + torch::randn({64, 32});
-  return {x, y};
+  return {x.to(device), y.to(device)};
 }
 
 }  // namespace
@@ -40,11 +40,13 @@ std::pair<torch::Tensor, torch::Tensor> batch(int rank, int step) {
 int main(int argc, char** argv) try {
   const std::string spec = argc > 1 ? argv[1] : "efm(topk:ratio=0.05)";
   const int steps = argc > 2 ? std::stoi(argv[2]) : 100;
+  const torch::Device device(argc > 3 ? argv[3] : "cpu");
 
   gradcomp::dist::Communicator comm =
       gradcomp::dist::Communicator::connect(gradcomp::dist::rendezvous_from_env());
   torch::manual_seed(0);  // the same initial weights on every rank
   auto model = std::make_shared<OwnModel>();
+  model->to(device);
 
   gradcomp::ExchangeOptions options;
   options.compressor = spec;
@@ -69,7 +71,7 @@ int main(int argc, char** argv) try {
 
   float loss_value = 0;
   for (int step = 0; step < steps; ++step) {
-    auto [x, y] = batch(comm.rank(), step);
+    auto [x, y] = batch(comm.rank(), step, device);
     optimizer.zero_grad();
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
     loss.backward();    // gradcomp starts exchanging buckets as their gradients arrive
@@ -77,7 +79,7 @@ int main(int argc, char** argv) try {
     optimizer.step();
     loss_value = loss.item<float>();
   }
-  auto [x, y] = batch(1000 + comm.rank(), 0);
+  auto [x, y] = batch(1000 + comm.rank(), 0, device);
   const double accuracy = model->forward(x).argmax(1).eq(y).to(torch::kFloat).mean().item<double>();
   const gradcomp::ExchangeStats s = exchange.take_stats();
   if (comm.rank() == 0) {

@@ -27,7 +27,8 @@ quietly cmake --build "$work/own"
 port=$((20000 + RANDOM % 20000))
 for r in 1 0; do
   RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-    timeout 120 "$work/own/own_model" "efm(topk:ratio=0.05)" 60 >"$work/rank$r.log" 2>&1 &
+    timeout 120 "$work/own/own_model" "efm(topk:ratio=0.05)" 60 "${GRADCOMP_EXAMPLE_DEVICE:-cpu}" \
+    >"$work/rank$r.log" 2>&1 &
 done
 status=0
 wait -n || status=$?
