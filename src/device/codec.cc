@@ -27,22 +27,44 @@ const std::vector<std::pair<std::string, Factory>>& factories() {
 
 }  // namespace
 
+at::Tensor DeviceCodec::encode_payload(const at::Tensor& g, const StepContext& ctx) const {
+  check_floats(g, (codec().name() + " encode").c_str());
+  return encode_impl(g, ctx);
+}
+
 at::Tensor DeviceCodec::encode_payload_with_residual(const at::Tensor& g, const at::Tensor& e,
                                                      const StepContext& ctx) const {
-  check_floats(g, "encode_payload_with_residual");
-  check_floats(e, "encode_payload_with_residual");
+  const std::string op = codec().name() + " encode";
+  check_floats(g, op.c_str());
+  check_floats(e, op.c_str());
   if (g.numel() != e.numel() || g.device() != e.device()) {
-    throw InvalidArgument(codec().name() +
-                          " encode_payload_with_residual: gradient and residual differ in size "
-                          "or device");
+    throw InvalidArgument(op + ": gradient and residual differ in size or device");
   }
-  e.add_(g);
-  return encode_payload_feedback(e, ctx);
+  return encode_with_residual_impl(g, e, ctx);
 }
 
 at::Tensor DeviceCodec::encode_payload_feedback(const at::Tensor& p, const StepContext& ctx) const {
-  at::Tensor payload = encode_payload(p, ctx);
-  decode_payload_add(payload, p, -1.0f);
+  check_floats(p, (codec().name() + " encode").c_str());
+  return encode_feedback_impl(p, ctx);
+}
+
+void DeviceCodec::decode_payload_add(const at::Tensor& payload, const at::Tensor& out,
+                                     float alpha) const {
+  const std::string op = codec().name() + " decode";
+  check_floats(out, op.c_str());
+  check_payload(payload, out.device(), op.c_str());
+  decode_add_impl(payload, out, alpha);
+}
+
+at::Tensor DeviceCodec::encode_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
+                                                  const StepContext& ctx) const {
+  e.add_(g);
+  return encode_feedback_impl(e, ctx);
+}
+
+at::Tensor DeviceCodec::encode_feedback_impl(const at::Tensor& p, const StepContext& ctx) const {
+  at::Tensor payload = encode_impl(p, ctx);
+  decode_add_impl(payload, p, -1.0f);
   return payload;
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "device_test_support.h"
 #include "gradcomp/device/codec.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
@@ -62,14 +63,8 @@ at::Tensor gradient(std::int64_t n, std::uint64_t seed) {
   return g;
 }
 
-std::span<float> floats(const at::Tensor& t) {
-  return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())};
-}
-
-bool same_bits(const at::Tensor& a, const at::Tensor& b) {
-  return a.numel() == b.numel() &&
-         std::memcmp(a.data_ptr(), b.data_ptr(), static_cast<std::size_t>(a.numel()) * 4) == 0;
-}
+using test::floats;
+using test::same_bits;
 
 StepContext context(std::uint64_t step) {
   StepContext ctx;

@@ -38,27 +38,39 @@ class DeviceCodec {
   // The CPU codec whose messages this one writes (spec, wire id, config tag).
   const Codec& codec() const { return codec_; }
 
+  // The public entry points are non-virtual (as Codec's): they check the arguments, naming
+  // the codec (InvalidArgument), and call the codec's hooks below.
+
   // The payload of codec().encode(g): a 1-D uint8 tensor on g's device. g is a contiguous
   // 1-D float32 tensor. Throws InvalidArgument where the CPU codec does (non-finite input).
-  virtual at::Tensor encode_payload(const at::Tensor& g, const StepContext& ctx) const = 0;
+  at::Tensor encode_payload(const at::Tensor& g, const StepContext& ctx) const;
 
   // One error-feedback step on the residual e (float32, g's device and size): e <- e + g,
   // returns the payload of encode(e), leaves e <- e - decode(payload). Payload and
-  // residual equal Codec::encode_with_residual(ResidualUpdate(g), e, ...)'s. The default
-  // adds, then calls encode_payload_feedback; a codec may fuse the passes.
-  virtual at::Tensor encode_payload_with_residual(const at::Tensor& g, const at::Tensor& e,
-                                                  const StepContext& ctx) const;
+  // residual equal Codec::encode_with_residual(ResidualUpdate(g), e, ...)'s.
+  at::Tensor encode_payload_with_residual(const at::Tensor& g, const at::Tensor& e,
+                                          const StepContext& ctx) const;
 
   // p <- p - decode(payload), returns the payload of encode(p) (Codec::encode_feedback).
-  // The default encodes, then decodes with alpha -1.
-  virtual at::Tensor encode_payload_feedback(const at::Tensor& p, const StepContext& ctx) const;
+  at::Tensor encode_payload_feedback(const at::Tensor& p, const StepContext& ctx) const;
 
   // out += alpha * decode(payload): payload a 1-D uint8 tensor on out's device, out a
   // contiguous 1-D float32 tensor of n elements (the header, already opened, said n).
   // Throws CorruptMessage naming the codec, with out unchanged, for a payload the CPU
   // codec would refuse.
-  virtual void decode_payload_add(const at::Tensor& payload, const at::Tensor& out,
-                                  float alpha) const = 0;
+  void decode_payload_add(const at::Tensor& payload, const at::Tensor& out, float alpha) const;
+
+ protected:
+  // The hooks, called with checked arguments.
+  virtual at::Tensor encode_impl(const at::Tensor& g, const StepContext& ctx) const = 0;
+  // The default adds g to e, then calls encode_feedback_impl; a codec may fuse the passes.
+  virtual at::Tensor encode_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
+                                               const StepContext& ctx) const;
+  // The default encodes, then decodes with alpha -1.
+  virtual at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& ctx) const;
+  // Validates the payload's length and contents before writing anything.
+  virtual void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
+                               float alpha) const = 0;
 
  private:
   const Codec& codec_;

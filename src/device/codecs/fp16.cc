@@ -19,24 +19,19 @@ class Fp16DeviceCodec final : public DeviceCodec {
         max_finite_(bf16 ? 3.38953139e38 : 65504.0),
         format_(bf16 ? "bf16" : "fp16") {}
 
-  at::Tensor encode_payload(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    check_floats(g, "fp16 encode");
+  at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
     return halves(g).view(at::kByte);
   }
 
   // p <- p - float(half(p)), from the same halves the payload carries.
-  at::Tensor encode_payload_feedback(const at::Tensor& p,
-                                     const StepContext& /*ctx*/) const override {
-    check_floats(p, "fp16 encode");
+  at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
     const at::Tensor h = halves(p);
     p.sub_(h.to(at::kFloat));
     return h.view(at::kByte);
   }
 
-  void decode_payload_add(const at::Tensor& payload, const at::Tensor& out,
-                          float alpha) const override {
-    check_floats(out, "fp16 decode");
-    check_payload(payload, out.device(), "fp16 decode");
+  void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
+                       float alpha) const override {
     const std::int64_t n = out.numel();
     const std::string op = codec().name() + " decode";
     expect_payload_size(payload, 2 * n, op, n);

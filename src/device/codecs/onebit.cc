@@ -13,17 +13,14 @@ class OneBitDeviceCodec final : public DeviceCodec {
  public:
   OneBitDeviceCodec(const Codec& codec, float tau) : DeviceCodec(codec), tau_(tau) {}
 
-  at::Tensor encode_payload(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    check_floats(g, "1bit encode");
+  at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
     at::Tensor payload = empty_payload(g);
     pack1(g.gt(tau_), payload);
     return payload;
   }
 
   // p += lut[bit] with lut(-1) = {+1, -1}: one float add from the same bits.
-  at::Tensor encode_payload_feedback(const at::Tensor& p,
-                                     const StepContext& /*ctx*/) const override {
-    check_floats(p, "1bit encode");
+  at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
     at::Tensor payload = empty_payload(p);
     const at::Tensor bits = p.gt(tau_);
     pack1(bits, payload);
@@ -31,10 +28,8 @@ class OneBitDeviceCodec final : public DeviceCodec {
     return payload;
   }
 
-  void decode_payload_add(const at::Tensor& payload, const at::Tensor& out,
-                          float alpha) const override {
-    check_floats(out, "1bit decode");
-    check_payload(payload, out.device(), "1bit decode");
+  void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
+                       float alpha) const override {
     decode_sign_bits(payload, out, alpha * 1.0f, alpha * -1.0f, "1bit decode");
   }
 

@@ -27,17 +27,14 @@ class SignSgdDeviceCodec final : public DeviceCodec {
  public:
   explicit SignSgdDeviceCodec(const Codec& codec) : DeviceCodec(codec) {}
 
-  at::Tensor encode_payload(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    check_floats(g, "signsgd encode");
+  at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
     at::Tensor payload = packed_bits(g, 0);
     pack1(g.ge(0.0f), payload);
     return payload;
   }
 
   // p += lut[bit] with sign_lut(-1, 1) = {+1, -1}.
-  at::Tensor encode_payload_feedback(const at::Tensor& p,
-                                     const StepContext& /*ctx*/) const override {
-    check_floats(p, "signsgd encode");
+  at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
     at::Tensor payload = packed_bits(p, 0);
     const at::Tensor bits = p.ge(0.0f);
     pack1(bits, payload);
@@ -45,10 +42,8 @@ class SignSgdDeviceCodec final : public DeviceCodec {
     return payload;
   }
 
-  void decode_payload_add(const at::Tensor& payload, const at::Tensor& out,
-                          float alpha) const override {
-    check_floats(out, "signsgd decode");
-    check_payload(payload, out.device(), "signsgd decode");
+  void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
+                       float alpha) const override {
     decode_sign_bits(payload, out, alpha * 1.0f, alpha * -1.0f, "signsgd decode");
   }
 };
@@ -57,8 +52,7 @@ class EfSignDeviceCodec final : public DeviceCodec {
  public:
   EfSignDeviceCodec(const Codec& codec, std::int64_t block) : DeviceCodec(codec), block_(block) {}
 
-  at::Tensor encode_payload(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    check_floats(g, "efsign encode");
+  at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
     const std::int64_t nb = blocks(g.numel());
     at::Tensor payload = packed_bits(g, 4 * nb);
     write_scales(g, payload);
@@ -67,9 +61,7 @@ class EfSignDeviceCodec final : public DeviceCodec {
   }
 
   // p += sign_lut(-1, scale_b) = {+scale_b (bit 0), -scale_b (bit 1)}.
-  at::Tensor encode_payload_feedback(const at::Tensor& p,
-                                     const StepContext& /*ctx*/) const override {
-    check_floats(p, "efsign encode");
+  at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
     const std::int64_t nb = blocks(p.numel());
     at::Tensor payload = packed_bits(p, 4 * nb);
     const at::Tensor scales = write_scales(p, payload);
@@ -79,10 +71,8 @@ class EfSignDeviceCodec final : public DeviceCodec {
     return payload;
   }
 
-  void decode_payload_add(const at::Tensor& payload, const at::Tensor& out,
-                          float alpha) const override {
-    check_floats(out, "efsign decode");
-    check_payload(payload, out.device(), "efsign decode");
+  void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
+                       float alpha) const override {
     const std::int64_t n = out.numel();
     const std::int64_t nb = blocks(n);
     const std::string op = "efsign decode";

@@ -30,8 +30,7 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
   Threshold2BitDeviceCodec(const Codec& codec, float tau, double scale)
       : DeviceCodec(codec), tau_(tau), scale_(scale) {}
 
-  at::Tensor encode_payload(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    check_floats(g, "2bit encode");
+  at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
     at::Tensor payload = empty_payload(g);
     const float tau = message_tau(g, payload);
     const Codes c = codes(g, tau);
@@ -39,9 +38,7 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
     return payload;
   }
 
-  at::Tensor encode_payload_feedback(const at::Tensor& p,
-                                     const StepContext& /*ctx*/) const override {
-    check_floats(p, "2bit encode");
+  at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
     at::Tensor payload = empty_payload(p);
     const float tau = message_tau(p, payload);
     const Codes c = codes(p, tau);
@@ -51,10 +48,8 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
     return payload;
   }
 
-  void decode_payload_add(const at::Tensor& payload, const at::Tensor& out,
-                          float alpha) const override {
-    check_floats(out, "2bit decode");
-    check_payload(payload, out.device(), "2bit decode");
+  void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
+                       float alpha) const override {
     const std::int64_t n = out.numel();
     const std::string op = "2bit decode";
     expect_payload_size(

@@ -69,16 +69,14 @@ class TopkDeviceCodec final : public DeviceCodec {
                   double sample)
       : DeviceCodec(codec), ratio_(ratio), select_(select), fp16_(fp16), sample_(sample) {}
 
-  at::Tensor encode_payload(const at::Tensor& g, const StepContext& ctx) const override {
-    check_floats(g, "topk encode");
+  at::Tensor encode_impl(const at::Tensor& g, const StepContext& ctx) const override {
     const at::Tensor idx = select(g, ctx);
     return payload(idx, g.index_select(0, idx)).payload;
   }
 
   // p <- p with the sent entries zeroed (fp32 values) or left with the fp16 rounding error
   // (subtract_sent): touches only the selected entries, no decode.
-  at::Tensor encode_payload_feedback(const at::Tensor& p, const StepContext& ctx) const override {
-    check_floats(p, "topk encode");
+  at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& ctx) const override {
     const at::Tensor idx = select(p, ctx);
     const at::Tensor vals = p.index_select(0, idx);
     Encoded enc = payload(idx, vals);
@@ -91,10 +89,8 @@ class TopkDeviceCodec final : public DeviceCodec {
     return enc.payload;
   }
 
-  void decode_payload_add(const at::Tensor& payload, const at::Tensor& out,
-                          float alpha) const override {
-    check_floats(out, "topk decode");
-    check_payload(payload, out.device(), "topk decode");
+  void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
+                       float alpha) const override {
     const std::string op = "topk decode";
     const std::int64_t n = out.numel();
     const std::int64_t bytes = payload.numel();
