@@ -6,6 +6,8 @@
 #include <exception>
 #include <span>
 
+#include "gradcomp/step_context.h"
+
 namespace gradcomp::python {
 
 // gradcomp.Codec and gradcomp.list_codecs (codec_bindings.cc).
@@ -22,6 +24,11 @@ void bind_outer_loop(pybind11::module_& m);
 // (module.cc: gradcomp.CommError, ValueError, otherwise RuntimeError), message intact:
 // for errors that reach Python through a future instead of a call. Needs the GIL.
 pybind11::object python_exception(const std::exception_ptr& error);
+
+// The context of one codec call from Python (gradcomp.Codec, gradcomp.DeviceCodec): the
+// stochastic codecs' draws, and the rows of t's matrix view (its first dimension).
+StepContext codec_call_context(const at::Tensor& t, std::uint64_t seed, std::uint64_t step,
+                               std::uint32_t rank, std::uint32_t bucket);
 
 // A float32 CPU tensor's data as a span; ValueError naming `what` otherwise.
 std::span<float> float_span(const at::Tensor& t, const char* what);

@@ -73,12 +73,7 @@ class PyCodec {
                     std::uint32_t bucket) const {
     const at::Tensor in = x.contiguous();
     const std::span<float> values = float_span(in, "encode");
-    StepContext ctx;
-    ctx.seed = seed;
-    ctx.step = step;
-    ctx.rank = rank;
-    ctx.bucket = bucket;
-    ctx.rows = in.dim() >= 2 ? static_cast<std::uint32_t>(in.size(0)) : 0;
+    const StepContext ctx = codec_call_context(in, seed, step, rank, bucket);
     at::Tensor out =
         at::empty({static_cast<std::int64_t>(codec_->max_encoded_bytes(values.size()))},
                   at::TensorOptions().dtype(at::kByte));

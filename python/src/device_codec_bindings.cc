@@ -17,17 +17,6 @@ namespace gradcomp::python {
 
 namespace {
 
-StepContext context_of(const at::Tensor& g, std::uint64_t seed, std::uint64_t step,
-                       std::uint32_t rank, std::uint32_t bucket) {
-  StepContext ctx;
-  ctx.seed = seed;
-  ctx.step = step;
-  ctx.rank = rank;
-  ctx.bucket = bucket;
-  ctx.rows = g.dim() >= 2 ? static_cast<std::uint32_t>(g.size(0)) : 0;
-  return ctx;
-}
-
 class PyDeviceCodec {
  public:
   explicit PyDeviceCodec(const std::string& spec)
@@ -43,7 +32,7 @@ class PyDeviceCodec {
 
   at::Tensor encode(const at::Tensor& g, std::uint64_t seed, std::uint64_t step, std::uint32_t rank,
                     std::uint32_t bucket) const {
-    const StepContext ctx = context_of(g, seed, step, rank, bucket);
+    const StepContext ctx = codec_call_context(g, seed, step, rank, bucket);
     const at::Tensor flat = g.reshape({-1}).contiguous();
     py::gil_scoped_release release;
     return message(flat.numel(), device_->encode_payload(flat, ctx));
@@ -52,7 +41,7 @@ class PyDeviceCodec {
   at::Tensor encode_with_residual(const at::Tensor& g, const at::Tensor& e, std::uint64_t seed,
                                   std::uint64_t step, std::uint32_t rank,
                                   std::uint32_t bucket) const {
-    const StepContext ctx = context_of(g, seed, step, rank, bucket);
+    const StepContext ctx = codec_call_context(g, seed, step, rank, bucket);
     py::gil_scoped_release release;
     return message(g.numel(),
                    device_->encode_payload_with_residual(flat(g, "g"), flat(e, "e"), ctx));
@@ -61,7 +50,7 @@ class PyDeviceCodec {
   at::Tensor payload_with_residual(const at::Tensor& g, const at::Tensor& e, std::uint64_t seed,
                                    std::uint64_t step, std::uint32_t rank,
                                    std::uint32_t bucket) const {
-    const StepContext ctx = context_of(g, seed, step, rank, bucket);
+    const StepContext ctx = codec_call_context(g, seed, step, rank, bucket);
     py::gil_scoped_release release;
     return device_->encode_payload_with_residual(flat(g, "g"), flat(e, "e"), ctx);
   }

@@ -159,7 +159,9 @@ class PyExchanger {
     }
     device::DeviceReducer* reducer = device_group_for(key, slots, buffer.device());
     std::vector<at::Tensor> views;
-    std::vector<char> flags;
+    // bool[] rather than vector<bool>, whose bits make no span; shared: the job is copied.
+    const auto compressed = std::make_shared<bool[]>(slots.size());
+    std::size_t i = 0;
     const auto size = static_cast<std::size_t>(buffer.numel());
     for (const auto& [id, offset, numel, rows, compressible] : slots) {
       (void)rows;
@@ -170,7 +172,7 @@ class PyExchanger {
       }
       views.push_back(
           buffer.narrow(0, static_cast<std::int64_t>(offset), static_cast<std::int64_t>(numel)));
-      flags.push_back(compress && compressible ? 1 : 0);
+      compressed[i++] = compress && compressible;
     }
     std::optional<c10::Stream> on;
     if (!stream.is_none()) {
@@ -181,12 +183,10 @@ class PyExchanger {
           static_cast<c10::StreamId>(id));
     }
     exchanger_->submit_task(
-        [reducer, views = std::move(views), flags = std::move(flags), ctx, on] {
+        [reducer, views = std::move(views), compressed, ctx, on] {
           std::optional<c10::StreamGuard> guard;
           if (on) guard.emplace(*on);
-          std::unique_ptr<bool[]> compressed(new bool[flags.size()]);
-          for (std::size_t i = 0; i < flags.size(); ++i) compressed[i] = flags[i] != 0;
-          reducer->reduce(views, std::span<const bool>(compressed.get(), flags.size()), ctx);
+          reducer->reduce(views, std::span<const bool>(compressed.get(), views.size()), ctx);
           return reducer->take_stats();
         },
         ctx, completion(buffer, done));

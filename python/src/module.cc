@@ -50,6 +50,17 @@ py::object python_exception(const std::exception_ptr& error) {
   return py::reinterpret_borrow<py::object>(type ? type : PyExc_RuntimeError)(message);
 }
 
+StepContext codec_call_context(const at::Tensor& t, std::uint64_t seed, std::uint64_t step,
+                               std::uint32_t rank, std::uint32_t bucket) {
+  StepContext ctx;
+  ctx.seed = seed;
+  ctx.step = step;
+  ctx.rank = rank;
+  ctx.bucket = bucket;
+  ctx.rows = t.dim() >= 2 ? static_cast<std::uint32_t>(t.size(0)) : 0;
+  return ctx;
+}
+
 std::span<float> float_span(const at::Tensor& t, const char* what) {
   if (!t.device().is_cpu() || t.scalar_type() != at::kFloat || !t.is_contiguous()) {
     throw InvalidArgument(std::string(what) + ": expected a contiguous CPU float32 tensor, got " +
