@@ -276,6 +276,9 @@ void check_topology_options(const JobOptions& o) {
   if (o.max_staleness >= 0 && o.topology != dist::Topology::kPsAsync) {
     throw InvalidArgument("--max-staleness applies to --topology ps-async only");
   }
+  if (o.async_momentum_given && o.topology != dist::Topology::kPsAsync) {
+    throw InvalidArgument("--async-momentum applies to --topology ps-async only");
+  }
   if (!is_parameter_server(o)) return;
   if (o.reducer != dist::ReducerKind::kAuto) {
     throw InvalidArgument("--reducer applies to --topology allreduce only");

@@ -64,6 +64,9 @@ ConfigFields job_config_fields(const JobOptions& o, const Method& method, int wo
       {"--servers", ps_only(std::to_string(o.servers))},
       {"--ps-downlink", ps_only(dist::to_string(o.downlink))},
       {"--max-staleness", ps_only(std::to_string(o.max_staleness))},
+      {"--async-momentum", o.topology == dist::Topology::kPsAsync
+                               ? dist::to_string(o.async_momentum)
+                               : std::string("-")},
       {"--ps-split-elements", ps_only(std::to_string(o.split_elements))},
       {"--compressor", method.canonical()},
       {"--reducer", dist::to_string(o.reducer)},

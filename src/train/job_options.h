@@ -29,6 +29,9 @@ struct JobOptions {
   int servers = 1;
   dist::Downlink downlink = dist::Downlink::kDense;
   int max_staleness = -1;
+  // ps-async: the servers' momentum rule (gradcomp/dist/ps.h); given: refused elsewhere.
+  dist::AsyncMomentum async_momentum = dist::AsyncMomentum::kCompensate;
+  bool async_momentum_given = false;
   std::size_t split_elements = dist::kDefaultSplitElements;
   // --sync-every H > 0: local steps with an outer loop every H steps (--outer, --fragments,
   // --delay, --mix; gradcomp/dist/outer_loop.h) instead of a per-step exchange, and the

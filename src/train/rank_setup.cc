@@ -23,6 +23,7 @@ dist::PsConfig ps_config(const JobOptions& o, int world) {
   c.compressor = o.compressor;
   c.downlink = o.downlink;
   c.max_staleness = o.max_staleness;
+  c.async_momentum = o.async_momentum;
   c.split_elements = o.split_elements;
   c.seed = o.train.seed;
   c.momentum = train_momentum(o.train);

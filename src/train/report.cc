@@ -265,7 +265,13 @@ void Report::parameter_server(const ParameterServerRecord& ps) {
       .add("servers", ps.servers)
       .add("workers", ps.workers)
       .add("downlink", to_string(ps.downlink))
-      .add("max_staleness", ps.max_staleness)
+      .add("max_staleness", ps.max_staleness);
+  if (ps.topology == Topology::kPsAsync) {
+    j.add("async_momentum", to_string(ps.async_momentum))
+        .add("server_momentum", ps.server_optimizer.momentum)
+        .add("server_lr_scale", ps.server_optimizer.lr_scale);
+  }
+  j
       // {"staleness": pushes, ...} over every push to every server (async; empty for sync).
       .add("staleness_histogram", h)
       .add("staleness_mean",

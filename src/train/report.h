@@ -112,6 +112,8 @@ struct ParameterServerRecord {
   int workers = 0;
   Downlink downlink = Downlink::kDense;
   int max_staleness = -1;
+  dist::AsyncMomentum async_momentum = dist::AsyncMomentum::kCompensate;
+  dist::AsyncServerOptimizer server_optimizer;  // async: what the servers applied
   dist::StalenessHistogram staleness;  // pushes per staleness, every server; empty for ps-sync
 };
 

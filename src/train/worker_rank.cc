@@ -108,6 +108,8 @@ int WorkerRank::run() {
                               .workers = ps_->workers,
                               .downlink = ps_->downlink,
                               .max_staleness = ps_->max_staleness,
+                              .async_momentum = ps_->async_momentum,
+                              .server_optimizer = dist::async_server_optimizer(*ps_),
                               .staleness = ps_worker->staleness()});
   }
   return 0;

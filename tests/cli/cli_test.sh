@@ -317,6 +317,8 @@ train_err "--data-dir: $WORK/none is not a directory" --dataset fashion-mnist --
 train_err "--servers: 0 is not an integer in [1, 65535]" --topology ps-sync --servers 0
 train_err "--max-staleness: -5 is not -1 (never) or an integer >= 0" --topology ps-async --max-staleness -5
 train_err "--max-staleness applies to --topology ps-async only" --max-staleness 2
+train_err "--async-momentum applies to --topology ps-async only" --topology ps-sync --async-momentum as-given
+train_err "--async-momentum half: unknown (known: compensate, as-given)" --topology ps-async --async-momentum half
 train_err "--ps-split-elements: -1 is not an integer >= 0" --topology ps-sync --ps-split-elements -1
 train_err "--topology ring: unknown" --topology ring
 train_err "reducer: unknown kind 'ring'" --reducer ring

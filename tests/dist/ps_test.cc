@@ -507,5 +507,98 @@ TEST(PsAsync, UnboundedRunsToTheEnd) {
   EXPECT_EQ(pushes, static_cast<std::uint64_t>(workers * steps));
 }
 
+// The momentum rule's closed forms (ps.h): m - (1 - 1/W) floored at 0, lr scaled to keep
+// lr / (1 - m); as given, nothing changes.
+TEST(PsAsync, MomentumRuleTakesOutWhatAsynchronyAdds) {
+  PsConfig c;
+  c.topology = Topology::kPsAsync;
+  auto rule = [&](int workers, double m, AsyncMomentum r) {
+    c.workers = workers;
+    c.momentum = m;
+    c.async_momentum = r;
+    return async_server_optimizer(c);
+  };
+  const auto four = rule(4, 0.9, AsyncMomentum::kCompensate);
+  EXPECT_NEAR(four.implicit, 0.75, 1e-12);
+  EXPECT_NEAR(four.momentum, 0.15, 1e-12);
+  EXPECT_NEAR(four.lr_scale, 8.5, 1e-9);
+  const auto two = rule(2, 0.9, AsyncMomentum::kCompensate);
+  EXPECT_NEAR(two.momentum, 0.4, 1e-12);
+  EXPECT_NEAR(two.lr_scale, 6.0, 1e-9);
+  const auto floored = rule(4, 0.5, AsyncMomentum::kCompensate);
+  EXPECT_EQ(floored.momentum, 0.0);
+  EXPECT_NEAR(floored.lr_scale, 2.0, 1e-12);
+  for (const auto& same :
+       {rule(1, 0.9, AsyncMomentum::kCompensate), rule(4, 0.9, AsyncMomentum::kAsGiven)}) {
+    EXPECT_EQ(same.momentum, 0.9);
+    EXPECT_EQ(same.lr_scale, 1.0);
+  }
+  const auto none = rule(4, 0.0, AsyncMomentum::kCompensate);
+  EXPECT_EQ(none.momentum, 0.0);
+  EXPECT_EQ(none.lr_scale, 1.0);
+  EXPECT_EQ(parse_async_momentum("as-given"), AsyncMomentum::kAsGiven);
+  EXPECT_STREQ(to_string(parse_async_momentum("compensate")), "compensate");
+  EXPECT_THROW(parse_async_momentum("half"), InvalidArgument);
+}
+
+// What the server applies, whatever the order of the pushes: every worker pushes the same
+// constant gradient c, so after k pushes in all, x_k = x_0 - lr*s/W * c * sum_{j=1..k}
+// (1 - m^j) / (1 - m) with the rule's m and s. Each worker ends at x_k for the pushes
+// applied before its last reply; the last one at k = W * steps.
+TEST(PsAsync, ServerAppliesTheRulesMomentumAndLr) {
+  const int workers = 2, steps = 5;
+  const float lr = 0.1f, c = 1.0f, x0 = 0.5f;
+  const std::vector<BucketShape> shapes = {{.id = 0, .numel = 3, .compressible = false}};
+  for (const AsyncMomentum r : {AsyncMomentum::kCompensate, AsyncMomentum::kAsGiven}) {
+    PsConfig cfg;
+    cfg.topology = Topology::kPsAsync;
+    cfg.servers = 1;
+    cfg.workers = workers;
+    cfg.compressor = "none";
+    cfg.momentum = 0.9;
+    cfg.async_momentum = r;
+    const AsyncServerOptimizer opt = async_server_optimizer(cfg);
+    std::vector<double> expected(workers * steps + 1, x0);
+    double v = 0, x = x0;
+    for (std::size_t k = 1; k < expected.size(); ++k) {
+      v = opt.momentum * v + c;
+      x -= lr * opt.lr_scale / workers * v;
+      expected[k] = x;
+    }
+    std::vector<float> init(3, x0);
+    std::vector<std::span<const float>> init_spans = {init};
+    std::vector<float> final_x(workers, 0.0f);
+    run_ranks(workers + 1, [&](Communicator& comm) {
+      if (cfg.is_server(comm.rank())) {
+        run_ps_server(cfg, comm, shapes, init_spans);
+        return;
+      }
+      auto worker = make_ps_worker(cfg, comm, shapes);
+      auto* const weight_exchange = dynamic_cast<WeightExchange*>(worker.get());
+      ASSERT_NE(weight_exchange, nullptr);
+      std::vector<std::vector<float>> wts = {init}, grads = {std::vector<float>(3, c)};
+      std::vector<std::span<float>> wspans(wts.begin(), wts.end());
+      for (int s = 0; s < steps; ++s) {
+        StepContext ctx;
+        ctx.step = static_cast<std::uint64_t>(s);
+        ctx.lr = lr;
+        weight_exchange->exchange_weights(refs_of(grads, shapes, true), wspans, ctx);
+      }
+      worker->finish();
+      final_x[static_cast<std::size_t>(comm.rank())] = wts[0][1];
+    });
+    bool someone_last = false;
+    for (int w = 0; w < workers; ++w) {
+      const auto it = std::find_if(expected.begin() + steps, expected.end(), [&](double e) {
+        return std::abs(e - final_x[static_cast<std::size_t>(w)]) < 1e-5;
+      });
+      EXPECT_NE(it, expected.end())
+          << to_string(r) << ": worker " << w << " at " << final_x[static_cast<std::size_t>(w)];
+      someone_last = someone_last || it == expected.end() - 1;
+    }
+    EXPECT_TRUE(someone_last) << to_string(r) << ": expected " << expected.back();
+  }
+}
+
 }  // namespace
 }  // namespace gradcomp::dist

@@ -21,6 +21,7 @@ struct TrainFlags {
   std::string reducer = "auto";
   std::string topology = "allreduce";
   std::string downlink = "dense";
+  std::string async_momentum = "compensate";
   std::string lr_decay = "cosine";
   std::string optimizer = "sgd";
   std::string milestones;
@@ -30,8 +31,12 @@ struct TrainFlags {
 };
 
 // Without --compressor: dist::default_compressor of the reducer (PowerSGD under auto); a
-// parameter server runs codecs and takes the gathered one.
+// parameter server runs codecs and takes the gathered one, but ps-async the bare top-k:
+// its servers apply the momentum, so the workers' memory is plain error feedback
+// (efm would apply it twice).
+constexpr const char* kPsAsyncDefaultCompressor = "topk:ratio=0.01";
 std::string default_compressor(dist::Topology topology, dist::ReducerKind reducer) {
+  if (topology == dist::Topology::kPsAsync) return kPsAsyncDefaultCompressor;
   return dist::default_compressor(
       topology == dist::Topology::kAllreduce ? reducer : dist::ReducerKind::kAllgather);
 }
@@ -62,7 +67,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
       "list); default: " +
           dist::default_compressor(dist::ReducerKind::kAuto) + "; " +
           dist::default_compressor(dist::ReducerKind::kAllgather) +
-          " with --topology ps-sync / ps-async or --reducer allgather, " +
+          " with --topology ps-sync or --reducer allgather, " + kPsAsyncDefaultCompressor +
+          " (ef) with --topology ps-async, " +
           dist::default_compressor(dist::ReducerKind::kAllreduce) + " with --reducer allreduce, " +
           dist::default_compressor(dist::ReducerKind::kDense) + " with --reducer dense");
   cmd->add_option("--reducer", flags->reducer, "auto | dense | allreduce | allgather")
@@ -80,6 +86,11 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                   "ps-async: a worker waits while more than N steps ahead of the slowest "
                   "(-1: never)")
       ->capture_default_str();
+  CLI::Option* async_momentum_flag =
+      cmd->add_option("--async-momentum", flags->async_momentum,
+                      "ps-async: compensate (the servers take the momentum asynchrony adds, "
+                      "1 - 1/W, out of --momentum, keeping lr / (1 - momentum)) | as-given")
+          ->capture_default_str();
   cmd->add_option("--ps-split-elements", j.split_elements,
                   "parameter server: buckets larger than this are split across the servers")
       ->capture_default_str()
@@ -184,7 +195,7 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
 
   // The values themselves are judged by train::run (validate_job_options), once, before
   // any worker starts; here they are only turned into options.
-  cmd->callback([flags, compressor_flag, threads_flag, momentum_flag] {
+  cmd->callback([flags, compressor_flag, threads_flag, momentum_flag, async_momentum_flag] {
     train::JobOptions job = flags->job;
     job.train.model.name = flags->model;
     job.train.model.mlp_hidden = train::parse_widths(flags->mlp_hidden, "--mlp-hidden");
@@ -196,6 +207,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                                                   : default_compressor(job.topology, job.reducer);
     }
     job.downlink = dist::parse_downlink(flags->downlink);
+    job.async_momentum = dist::parse_async_momentum(flags->async_momentum);
+    job.async_momentum_given = async_momentum_flag->count() > 0;
     job.train.decay = train::parse_lr_decay(flags->lr_decay);
     job.train.optimizer = train::parse_optimizer_kind(flags->optimizer);
     job.momentum_given = momentum_flag->count() > 0;

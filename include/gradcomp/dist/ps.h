@@ -38,6 +38,14 @@
 // this push (0 = perfectly fresh); the servers send their histograms to worker 0 at
 // the end.
 //
+// Asynchrony adds momentum of its own (Mitliagkas, Zhang, Hadjis and Ré, "Asynchrony
+// begets momentum", 2016: about 1 - 1/W with W workers), so by default
+// (AsyncMomentum::kCompensate) the servers take it out of the momentum they apply:
+// m_server = max(0, m - (1 - 1/W)), at the learning rate that keeps lr / (1 - m), the
+// step's long-run size (async_server_optimizer). Default MLP job, 4 workers, one epoch,
+// 3 seeds: -1.60 -> -0.75..-0.83 points against allreduce dense with nothing compressed,
+// ef(2bit) -3.06 -> -0.28 (docs/measurements/parameter-server.md).
+//
 // Wire (every PS message): a 48-byte frame on one tag, then, when it announces a
 // payload, the payload on the next tag. Frame, little-endian:
 //    0 4 magic "GCPS"   4 2 version (1)   6 2 kind (1 hello, 2 push, 3 reply, 4 done, 5 stats,
@@ -84,6 +92,14 @@ using gradcomp::Topology;
 
 inline constexpr std::size_t kDefaultSplitElements = 1'000'000;
 
+// ps-async: the momentum the servers apply (see the rule above).
+enum class AsyncMomentum {
+  kCompensate,  // m - (1 - 1/W), floored at 0, at the lr that keeps lr / (1 - m)
+  kAsGiven,     // the workers' --momentum and lr as they are
+};
+AsyncMomentum parse_async_momentum(std::string_view name);  // "compensate" | "as-given"
+const char* to_string(AsyncMomentum rule);
+
 // One key: a contiguous range of one bucket, owned by one server.
 struct PsKey {
   std::uint32_t id = 0;    // 0, 1, ... in (bucket, offset) order
@@ -120,6 +136,7 @@ struct PsConfig {
   double momentum = 0.0;
   bool nesterov = false;
   double weight_decay = 0.0;
+  AsyncMomentum async_momentum = AsyncMomentum::kCompensate;
 
   // The compressor parsed for this topology and downlink (gradcomp/method.h), as written
   // (gradcomp train hands over the spec with its default memory already applied):
@@ -131,6 +148,18 @@ struct PsConfig {
   // "server 1 (rank 5)" / "worker 2 (rank 2)"
   std::string role_of(int rank) const;
 };
+
+// What the ps-async servers apply to each push, from the configuration's momentum,
+// worker count and rule: momentum, and the factor on the workers' lr (before the 1/W).
+struct AsyncServerOptimizer {
+  double momentum = 0.0;
+  double lr_scale = 1.0;
+  double implicit = 0.0;  // the momentum asynchrony is taken to add: 1 - 1/W
+};
+AsyncServerOptimizer async_server_optimizer(const PsConfig& config);
+// For the run's header: ", server momentum 0.15 at 8.5x lr (asynchrony's 0.75 taken out)"
+// or ", server momentum 0.9 as given".
+std::string describe_async_optimizer(const PsConfig& config);
 
 // Staleness histogram: staleness -> pushes.
 using StalenessHistogram = std::map<std::uint64_t, std::uint64_t>;

@@ -150,7 +150,7 @@ std::uint64_t config_hash(const PsConfig& c, std::string_view canonical_compress
   mix(h, c.seed);
   if (c.topology == Topology::kPsAsync) {
     mix(h, std::to_string(c.momentum) + "/" + std::to_string(c.weight_decay) +
-               (c.nesterov ? "/nesterov" : ""));
+               (c.nesterov ? "/nesterov" : "") + "/" + to_string(c.async_momentum));
   }
   for (const BucketShape& b : buckets) {
     mix(h, b.id);

@@ -47,6 +47,7 @@ Server::Server(const PsConfig& config, Communicator& comm, std::span<const Bucke
     throw InvalidArgument("ps server: " + std::to_string(initial_weights.size()) +
                           " initial weight buckets, expected " + std::to_string(shapes_.size()));
   }
+  optimizer_ = async_server_optimizer(cfg_);
   std::size_t push_cap = 0;
   std::size_t reply_cap = 0;
   for (const PsKey& k : keys_) {
@@ -81,7 +82,7 @@ Server::Server(const PsConfig& config, Communicator& comm, std::span<const Bucke
       }
       weights_.emplace_back(w0.begin() + static_cast<std::ptrdiff_t>(k.offset),
                             w0.begin() + static_cast<std::ptrdiff_t>(k.offset + k.numel));
-      velocity_.emplace_back(cfg_.momentum != 0.0 ? k.numel : 0, 0.0f);
+      velocity_.emplace_back(optimizer_.momentum != 0.0 ? k.numel : 0, 0.0f);
     }
   }
   const auto w = static_cast<std::size_t>(cfg_.workers);

@@ -159,6 +159,7 @@ class Server {
   std::vector<std::unique_ptr<Memory>> server_memories_;  // compressed downlink
   std::vector<std::vector<float>> weights_;               // async
   std::vector<std::vector<float>> velocity_;              // async, with momentum
+  AsyncServerOptimizer optimizer_;                        // async: what each push gets
   std::vector<std::vector<std::byte>> push_;              // per worker
   std::vector<ps::FrameBytes> frames_;
   std::vector<Frame> decoded_;

@@ -168,9 +168,9 @@ void Server::run_async() {
       throw CorruptMessage("ps " + me_ + ": push from " + who +
                            " has trailing bytes after its last key");
     }
-    // SGD on every key with lr / W (see ps.h).
-    const float lr = f.lr * inv_w;
-    const auto m = static_cast<float>(cfg_.momentum);
+    // SGD on every key with lr / W, momentum and lr by the async momentum rule (ps.h).
+    const float lr = f.lr * static_cast<float>(optimizer_.lr_scale) * inv_w;
+    const auto m = static_cast<float>(optimizer_.momentum);
     const auto wd = static_cast<float>(cfg_.weight_decay);
     for (std::size_t j = 0; j < mine_.size(); ++j) {
       float* wt = weights_[j].data();

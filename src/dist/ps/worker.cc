@@ -47,7 +47,8 @@ Worker::Worker(const PsConfig& config, Communicator& comm, std::span<const Bucke
                    ? std::string(", downlink ") + to_string(cfg_.downlink)
                    : std::string(cfg_.max_staleness >= 0
                                      ? ", max staleness " + std::to_string(cfg_.max_staleness)
-                                     : ", unbounded staleness")) +
+                                     : ", unbounded staleness") +
+                         describe_async_optimizer(cfg_)) +
               ")";
   const auto s_count = static_cast<std::size_t>(cfg_.servers);
   by_server_.resize(s_count);
