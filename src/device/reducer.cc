@@ -6,15 +6,18 @@
 
 namespace gradcomp::device {
 
-bool Reducer::supports(const Method& method) { return allgather_runs(method); }
+bool Reducer::supports(const Method& method) {
+  return allgather_runs(method) || powersgd_runs(method);
+}
 
 std::unique_ptr<Reducer> make_device_reducer(const Method& method, dist::Communicator& comm,
                                              std::span<const BucketShape> shapes,
                                              const at::Device& device) {
+  if (powersgd_runs(method)) return make_powersgd_reducer(method, comm, shapes, device);
   if (allgather_runs(method)) return make_allgather_reducer(method, comm, shapes, device);
   throw InvalidArgument("device reducer: " + method.canonical() +
                         " does not run on the device (an allgather of a device codec under " +
-                        "ef, efm or noef does)");
+                        "ef, efm or noef does, and powersgd)");
 }
 
 }  // namespace gradcomp::device

@@ -17,4 +17,10 @@ std::unique_ptr<Reducer> make_allgather_reducer(const Method& method, dist::Comm
                                                 std::span<const BucketShape> shapes,
                                                 const at::Device& device);
 
+// powersgd.cc: the powersgd scheme, whatever its parameters.
+bool powersgd_runs(const Method& method);
+std::unique_ptr<Reducer> make_powersgd_reducer(const Method& method, dist::Communicator& comm,
+                                               std::span<const BucketShape> shapes,
+                                               const at::Device& device);
+
 }  // namespace gradcomp::device
