@@ -74,6 +74,8 @@ at::Tensor host_view(std::vector<float>& v, std::size_t n) {
 
 class DevicePowerSgdReducer final : public Reducer {
  public:
+  // `method` is powersgd (make_powersgd_reducer checks); its parameters as the host
+  // scheme reads them.
   DevicePowerSgdReducer(const Method& method, dist::Communicator& comm,
                         std::span<const BucketShape> shapes, const at::Device& device)
       : describe_(method.canonical() + " on " + device.str()),
@@ -83,9 +85,6 @@ class DevicePowerSgdReducer final : public Reducer {
         warmup_steps_(static_cast<std::uint64_t>(method.scheme_params().get_int("warmup_steps"))),
         error_feedback_(method.scheme_params().get_bool("error_feedback")),
         warm_start_(method.scheme_params().get_bool("warm_start")) {
-    if (!powersgd_runs(method)) {
-      throw InvalidArgument("device powersgd reducer: " + method.canonical() + " is not powersgd");
-    }
     slots_.reserve(shapes.size());
     for (const BucketShape& b : shapes) {
       Slot s;
@@ -372,6 +371,9 @@ bool powersgd_runs(const Method& method) {
 std::unique_ptr<Reducer> make_powersgd_reducer(const Method& method, dist::Communicator& comm,
                                                std::span<const BucketShape> shapes,
                                                const at::Device& device) {
+  if (!powersgd_runs(method)) {
+    throw InvalidArgument("device powersgd reducer: " + method.canonical() + " is not powersgd");
+  }
   return std::make_unique<DevicePowerSgdReducer>(method, comm, shapes, device);
 }
 
