@@ -4,10 +4,11 @@
 
 A world of one over "cpu:gloo,cuda:nccl": DDP's own collectives run on NCCL, gradcomp's
 exchange on Gloo. With one rank nothing crosses a network, so the step time above DDP
-alone is what a hook costs on the device and the host: for codecs with a device
-implementation (top-k, 2bit, efsign here) the device reducer's encode and decode and the
-messages' copies; for the others (PowerSGD) the bucket's round trip through pinned host
-memory and the scheme on the CPU. Variants: DDP alone,
+alone is what a hook costs on the device and the host: for methods the device reducers run
+(top-k, 2bit, efsign, PowerSGD here) their work on the device and the copies of what the
+collectives carry (messages; PowerSGD's factors); for the others the bucket's round trip
+through pinned host memory and the method on the CPU. Each gradcomp row names its path as
+CompressionState.on_device reports it ("device" or "staged"). Variants: DDP alone,
 torch's PowerSGD hook, gradcomp's hook with each --specs entry. Synthetic ImageNet-sized
 batches; the median step of --steps after --warmup. Prints a Markdown table; --json writes
 the record.
@@ -30,7 +31,10 @@ import gradcomp.torch as gc
 
 
 def step_times(model_name, batch, hook, steps, warmup, device):
+    """The median step time, and the path gradcomp's hook takes ("device" or "staged";
+    "-" for the other variants)."""
     torch.manual_seed(0)
+    path = "-"
     model = getattr(torchvision.models, model_name)(weights=None).to(device)
     ddp = DDP(model, device_ids=[device.index or 0])
     if hook == "ddp":
@@ -45,6 +49,7 @@ def step_times(model_name, batch, hook, steps, warmup, device):
         state = gc.CompressionState(hook)
         ddp.register_comm_hook(state, gc.hook)
         opt = gc.SGD(ddp.parameters(), lr=0.01, momentum=0.9, state=state)
+        path = "device" if state.on_device else "staged"
     x = torch.randn(batch, 3, 224, 224, device=device)
     y = torch.randint(0, 1000, (batch,), device=device)
     times = []
@@ -59,7 +64,7 @@ def step_times(model_name, batch, hook, steps, warmup, device):
             times.append(time.perf_counter() - t)
     del ddp, model, opt
     torch.cuda.empty_cache()
-    return statistics.median(times)
+    return statistics.median(times), path
 
 
 def main():
@@ -87,17 +92,18 @@ def main():
         name, batch = entry.split(":")
         base = None
         for v in variants:
-            t = step_times(name, int(batch), v, args.steps, args.warmup, device)
+            t, path = step_times(name, int(batch), v, args.steps, args.warmup, device)
             base = base or t
-            record["results"].append(dict(model=name, batch=int(batch), variant=v,
+            record["results"].append(dict(model=name, batch=int(batch), variant=v, path=path,
                                           step_seconds=t, vs_ddp=t / base))
-            print(f"{name} batch {batch} {v}: {t * 1e3:.1f} ms ({t / base:.2f}x DDP)", flush=True)
+            print(f"{name} batch {batch} {v} ({path}): {t * 1e3:.1f} ms ({t / base:.2f}x DDP)",
+                  flush=True)
     print()
-    print("| model | batch | variant | step (ms) | vs DDP alone |")
-    print("|---|---|---|---|---|")
+    print("| model | batch | variant | path | step (ms) | vs DDP alone |")
+    print("|---|---|---|---|---|---|")
     for r in record["results"]:
-        print(f"| {r['model']} | {r['batch']} | {r['variant']} | {r['step_seconds'] * 1e3:.1f} | "
-              f"{r['vs_ddp']:.2f}x |")
+        print(f"| {r['model']} | {r['batch']} | {r['variant']} | {r['path']} | "
+              f"{r['step_seconds'] * 1e3:.1f} | {r['vs_ddp']:.2f}x |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)

@@ -15,8 +15,8 @@ and talks over Gloo. A CUDA bucket reaches it through a pinned host buffer:
 Buffers are kept per DDP bucket index and reused across steps; one that is too small for
 a rebuilt bucket is replaced. The whole bucket crosses PCIe both ways: this is the path of
 the first step (DDP's dense one) and of compressors without a device implementation; the
-others are compressed on the device, and only their messages cross
-(gradcomp/device/reducer.h, CompressionState._exchange).
+others are compressed on the device, and only their messages (PowerSGD: its factors) and
+the dense tensors cross (gradcomp/device/reducer.h, CompressionState._exchange).
 
 ``GRADCOMP_FORCE_STAGING=1`` stages CPU buckets too, through plain buffers and no streams,
 so that CI (no GPU) runs this bookkeeping: the buffers, their reuse, the ready wait and the

@@ -188,7 +188,8 @@ class CompressionState:
             return future
         # Where the bucket is exchanged. Compressors with a device implementation run on the
         # bucket's device from the second step on (the first is DDP's dense one): memories
-        # stay there and only messages cross to the host (gradcomp/device/reducer.h).
+        # stay there and only messages (PowerSGD: its factors) and the dense tensors cross
+        # to the host (gradcomp/device/reducer.h).
         # Otherwise everything is fp32 in host memory: a CUDA bucket is staged through a
         # pinned buffer (_staging.py), a bf16 or fp16 CPU bucket exchanged as an fp32
         # copy; each gets the mean back in its own dtype and place.
@@ -475,11 +476,12 @@ class CompressionState:
 
     @property
     def on_device(self) -> bool:
-        """Whether CUDA buckets are compressed on their GPU, only messages crossing to the
-        host (the compressor is an allgather of a codec in ``gradcomp.device_codec_names()``
-        under ``ef``, ``efm`` or ``noef``), rather than staged through host memory. The first
-        step is staged either way. Read it after attaching ``gradcomp.torch.SGD``, which can
-        turn a bare codec into ``efm(...)``."""
+        """Whether CUDA buckets are compressed on their GPU, only messages (PowerSGD: its
+        P and Q factors) and the dense tensors crossing to the host (the compressor is an
+        allgather of a codec in ``gradcomp.device_codec_names()`` under ``ef``, ``efm`` or
+        ``noef``, or ``powersgd``), rather than staged through host memory. The first step
+        is staged either way. Read it after attaching ``gradcomp.torch.SGD``, which can turn
+        a bare codec into ``efm(...)``."""
         return self._exchanger.device_supported
 
     @property

@@ -142,12 +142,14 @@ class PyExchanger {
                              dist::Exchanger::DenseInput::kGradients, ready_of(ready));
   }
 
-  // Whether the compressor runs on the gradients' device (gradcomp/device/reducer.h);
-  // otherwise device buckets are staged through host memory and exchanged by submit().
-  bool device_supported() const { return device::DeviceReducer::supports(exchanger_->method()); }
+  // Whether the compressor runs on the gradients' device (gradcomp/device/reducer.h: an
+  // allgather of a device codec, or powersgd); otherwise device buckets are staged through
+  // host memory and exchanged by submit().
+  bool device_supported() const { return device::Reducer::supports(exchanger_->method()); }
 
   // Queues the exchange of one group whose buffer lives on a device (or, for tests, on the
-  // CPU): the device reducer compresses it there and only compressed bytes reach the host.
+  // CPU): the device reducer compresses it there and only what the collectives carry
+  // (messages, PowerSGD's factors, the dense buckets) reaches the host.
   // `stream`: (stream_id, device_index, device_type) of the stream the device work runs
   // on, already ordered after the gradients' production; None on the CPU.
   void submit_device(std::uint64_t key, const at::Tensor& buffer, const std::vector<Slot>& slots,
@@ -157,7 +159,7 @@ class PyExchanger {
       throw InvalidArgument(
           "gradcomp exchange: a device bucket must be a contiguous 1-D float32 tensor");
     }
-    device::DeviceReducer* reducer = device_group_for(key, slots, buffer.device());
+    device::Reducer* reducer = device_group_for(key, slots, buffer.device());
     std::vector<at::Tensor> views;
     // bool[] rather than vector<bool>, whose bits make no span; shared: the job is copied.
     const auto compressed = std::make_shared<bool[]>(slots.size());
@@ -306,13 +308,13 @@ class PyExchanger {
   }
 
   // A group's device reducer, built on first sight (the slots must repeat exactly).
-  device::DeviceReducer* device_group_for(std::uint64_t key, const std::vector<Slot>& slots,
-                                          const at::Device& device) {
+  device::Reducer* device_group_for(std::uint64_t key, const std::vector<Slot>& slots,
+                                    const at::Device& device) {
     const std::vector<BucketShape> shapes = shapes_of(slots);
     auto it = device_groups_.find(key);
     if (it == device_groups_.end()) {
-      DeviceGroup g{shapes, std::make_unique<device::DeviceReducer>(exchanger_->method(), *comm_,
-                                                                    shapes, device)};
+      DeviceGroup g{shapes,
+                    device::make_device_reducer(exchanger_->method(), *comm_, shapes, device)};
       it = device_groups_.emplace(key, std::move(g)).first;
     } else if (it->second.shapes != shapes) {
       throw InvalidArgument("gradcomp exchange: group " + std::to_string(key) +
@@ -323,7 +325,7 @@ class PyExchanger {
 
   void restore_device(std::uint64_t key, const std::vector<Slot>& slots,
                       const std::map<std::string, at::Tensor>& saved, const at::Device& device) {
-    device::DeviceReducer* reducer = device_group_for(key, slots, device);
+    device::Reducer* reducer = device_group_for(key, slots, device);
     std::map<std::string, at::Tensor> live;
     for (const auto& [name, t] : reducer->state()) live.emplace(name, t);
     for (const auto& [name, tensor] : saved) {
@@ -341,7 +343,7 @@ class PyExchanger {
 
   struct DeviceGroup {
     std::vector<BucketShape> shapes;
-    std::unique_ptr<device::DeviceReducer> reducer;
+    std::unique_ptr<device::Reducer> reducer;
   };
 
   std::unique_ptr<dist::Communicator> comm_;

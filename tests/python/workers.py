@@ -358,11 +358,10 @@ def mixed_precision_trains(rank, world, dtype, spec, steps):
     return losses, flat, {str(t.dtype) for m in memories for t in m.values()}
 
 
-def switched_equals_plain(rank, world, spec, steps, dtype, switch):
-    """The same training with a testing switch on (GRADCOMP_FORCE_STAGING: CPU buckets
-    staged as CUDA buckets are, host buffers per bucket, the ready wait, the copy back;
-    GRADCOMP_FORCE_DEVICE: CPU buckets through the device reducer) and off: identical
-    weights; the staged run's host buffer allocations (reused across steps); the stats."""
+def _switched_and_plain(rank, spec, steps, dtype, switch):
+    """The same training with a testing switch on, then off: per run the weights, the
+    staging's host buffer allocations (None without staging), the stats, the state_dict and
+    whether the buckets went through the device reducer; and the model's parameter count."""
     runs = []
     for on in ("1", "0"):
         os.environ[switch] = on
@@ -375,14 +374,47 @@ def switched_equals_plain(rank, world, spec, steps, dtype, switch):
         staging = state._staging.get(torch.device("cpu"))
         runs.append((torch.cat([p.detach().flatten() for p in model.parameters()]),
                      None if staging is None else staging.allocations, state.stats(),
-                     state.state_dict()))
-    (switched, allocations, stats_on, state_on), (plain, none, stats_off, state_off) = runs
+                     state.state_dict(), state._force_device and state.on_device))
+    return runs, len(list(model.parameters()))
+
+
+def switched_equals_plain(rank, world, spec, steps, dtype, switch):
+    """The same training with a testing switch on (GRADCOMP_FORCE_STAGING: CPU buckets
+    staged as CUDA buckets are, host buffers per bucket, the ready wait, the copy back;
+    GRADCOMP_FORCE_DEVICE: CPU buckets through the device reducer) and off: identical
+    weights; the staged run's host buffer allocations (reused across steps); the stats."""
+    runs, n_params = _switched_and_plain(rank, spec, steps, dtype, switch)
+    (switched, allocations, stats_on, state_on, _), (plain, none, stats_off, state_off, _) = runs
     same_state = all(
         torch.equal(state_on["memories"][i][k], state_off["memories"][i][k])
         for i in state_off["memories"] for k in state_off["memories"][i])
     same_state = same_state and state_on["memories"].keys() == state_off["memories"].keys()
-    return (torch.equal(switched, plain), allocations, none, len(list(model.parameters())),
+    return (torch.equal(switched, plain), allocations, none, n_params,
             stats_on, stats_off, same_state)
+
+
+def switched_close_to_plain(rank, world, spec, steps, dtype, switch):
+    """switched_equals_plain to a tolerance, for a device path whose arithmetic rounds
+    otherwise (PowerSGD's products are ATen matrix multiplications there): the largest
+    difference of the weights, and of any memory, each relative to the largest magnitude
+    of that tensor in the plain run; whether the memories have the same names and sizes;
+    both runs' stats; whether the switched run went through the device reducer."""
+    (switched, _, stats_on, state_on, on_device), (plain, _, stats_off, state_off, _) = (
+        _switched_and_plain(rank, spec, steps, dtype, switch)[0])
+
+    def relative(a, b):
+        return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)
+                ).item() if b.numel() else 0.0
+
+    mem_on, mem_off = state_on["memories"], state_off["memories"]
+    same_names = mem_on.keys() == mem_off.keys() and all(
+        mem_on[i].keys() == mem_off[i].keys()
+        and all(mem_on[i][k].shape == mem_off[i][k].shape for k in mem_off[i])
+        for i in mem_off)
+    worst_memory = max((relative(mem_on[i][k], mem_off[i][k]) for i in mem_off
+                        for k in mem_off[i]), default=0.0) if same_names else float("inf")
+    return (relative(switched, plain), worst_memory, same_names,
+            sum(len(v) for v in mem_off.values()), stats_on, stats_off, on_device)
 
 
 def device_support(rank, world, specs):

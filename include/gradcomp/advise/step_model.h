@@ -46,7 +46,9 @@ inline constexpr double kLinkEfficiency = 0.88;
 //                decode at the device's speed; this worker's messages cross once, the W
 //                gathered ones back, the dense share both ways;
 //   staged       any other compressed method: the whole gradient crosses both ways and the
-//                codec runs on the host, as without a device.
+//                codec runs on the host, as without a device. PowerSGD is priced so although
+//                the hook runs it on the device now (gradcomp/device/reducer.h): its device
+//                speed is not measured yet.
 // The device reducer also pays a fixed cost per compressed bucket (kernel launches, the
 // host synchronisations of each bucket's payload copy): bucket_overhead_s, in its encode.
 // step = compute + encode + decode + pcie + exposed.

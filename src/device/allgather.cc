@@ -1,0 +1,347 @@
+// The allgather reducer (gradcomp/dist/reducers.h) for gradients that live on a device:
+// only compressed bytes cross to the host.
+//
+// One step, every rank in the same order, as the host reducer's allgather mode:
+//   encode   each compressed bucket's memory step on the device (error feedback, momentum
+//            correction or none, memories kept on the device); the payloads copied to the
+//            host in one piece and framed there (the CPU codec's messages, byte for byte);
+//   pack     uncompressed buckets (and the dense fallback's) copied to one host fp32
+//            buffer: the small tensors dense_share keeps out of compression;
+//   comm     the fp32 allreduce, then the message allgather;
+//   decode   dense slices * 1/W back to the device; the gathered messages copied to the
+//            device in one piece and decoded there, grad = sum over ranks r = 0..W-1 of
+//            decode(msg_r) / W in rank order, so every rank ends bit-identical.
+// On CPU tensors it computes exactly what the host reducer does (tests hold it to that,
+// bit for bit); on CUDA its device codecs are checked against the CPU codecs by
+// tests/python/test_device_codec.py on a GPU.
+//
+// reduce() returns when the device work that writes the means is queued (it waits for the
+// payloads' copy, and the codecs' own checks and top-k's selection sizes wait for the
+// device too: about 1.5 ms a compressed bucket on an H100 with ResNet-50,
+// docs/measurements/gpu.md).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codecs/codecs.h"
+#include "device/reducers.h"
+#include "dist/step_recorder.h"
+#include "gradcomp/advise/collectives.h"
+#include "gradcomp/device/codec.h"
+#include "gradcomp/dist/reducers.h"
+#include "gradcomp/error.h"
+#include "gradcomp/memory.h"
+#include "gradcomp/wire.h"
+
+namespace gradcomp::device {
+
+namespace {
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+class DeviceAllgatherReducer final : public Reducer {
+ public:
+  // Buckets of the given shapes, memories on `device`. InvalidArgument when
+  // !allgather_runs(method).
+  DeviceAllgatherReducer(const Method& method, dist::Communicator& comm,
+                         std::span<const BucketShape> shapes, const at::Device& device);
+
+  void reduce(std::span<const at::Tensor> grads, std::span<const bool> compressed,
+              const StepContext& ctx) override;
+  ReduceStats take_stats() override { return std::exchange(stats_, {}); }
+  // "bucket<id>.<name>" as the host memories name theirs ("momentum", "residual").
+  std::vector<std::pair<std::string, at::Tensor>> state() override;
+  std::string describe() const override { return describe_; }
+
+ private:
+  struct Bucket {
+    std::uint32_t id = 0;
+    std::size_t n = 0;
+    std::uint32_t rows = 0;
+    at::Tensor residual;  // ef, efm
+    at::Tensor momentum;  // efm
+  };
+  at::Tensor compress(Bucket& bucket, const at::Tensor& grad, const StepContext& ctx);
+  void compress_dense(Bucket& bucket, const at::Tensor& grad, const StepContext& ctx);
+  bool dense_is_cheaper(const Bucket& bucket, const StepContext& ctx) const;
+
+  enum class MemoryKind { kNone, kErrorFeedback, kMomentum };
+  MemoryKind memory_;
+  bool dense_fallback_;
+  std::string describe_;
+  std::shared_ptr<const Codec> codec_;
+  std::unique_ptr<DeviceCodec> device_codec_;
+  dist::Communicator& comm_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::byte> send_;
+  std::vector<std::byte> gathered_;
+  std::vector<std::size_t> offsets_;
+  std::vector<std::span<const std::byte>> spans_;
+  std::vector<float> dense_;
+  ReduceStats stats_;
+};
+
+}  // namespace
+
+bool allgather_runs(const Method& method) {
+  if (method.is_scheme() || method.reducer() != ReducerKind::kAllgather || !method.codec()) {
+    return false;
+  }
+  const std::vector<std::string> names = device_codec_names();
+  if (std::find(names.begin(), names.end(), method.codec()->name()) == names.end()) return false;
+  // The memory, by what it calls itself (a memory of no elements allocates nothing):
+  // ef(...), efm(...), or the codec itself / noef(...) for none. dgc and the like differ.
+  const std::string memory = method.make_memory(0)->spec();
+  return starts_with(memory, "ef(") || starts_with(memory, "efm(") ||
+         starts_with(memory, "noef(") || memory == method.codec()->spec();
+}
+
+DeviceAllgatherReducer::DeviceAllgatherReducer(const Method& method, dist::Communicator& comm,
+                                               std::span<const BucketShape> shapes,
+                                               const at::Device& device)
+    : dense_fallback_(method.dense_fallback()),
+      describe_("allgather(" + method.canonical() + ") on " + device.str()),
+      codec_(method.codec()),
+      comm_(comm) {
+  if (!allgather_runs(method)) {
+    throw InvalidArgument("device reducer: " + method.canonical() +
+                          " does not run on the device (an allgather of " +
+                          "a device codec under ef, efm or noef does)");
+  }
+  device_codec_ = make_device_codec(*codec_);
+  const std::string memory = method.make_memory(0)->spec();
+  memory_ = starts_with(memory, "efm(")  ? MemoryKind::kMomentum
+            : starts_with(memory, "ef(") ? MemoryKind::kErrorFeedback
+                                         : MemoryKind::kNone;
+  const auto floats = at::TensorOptions().dtype(at::kFloat).device(device);
+  for (const BucketShape& s : shapes) {
+    Bucket b;
+    b.id = s.id;
+    b.n = s.numel;
+    b.rows = static_cast<std::uint32_t>(s.rows);
+    // Every bucket has its memory, the dense ones too, as the host reducer's do (their
+    // states match name for name, so a checkpoint restores into either).
+    if (memory_ != MemoryKind::kNone) {
+      b.residual = at::zeros({static_cast<std::int64_t>(s.numel)}, floats);
+      if (memory_ == MemoryKind::kMomentum) b.momentum = at::zeros_like(b.residual);
+    }
+    buckets_.push_back(std::move(b));
+  }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> DeviceAllgatherReducer::state() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (Bucket& b : buckets_) {
+    const std::string prefix = "bucket" + std::to_string(b.id) + ".";
+    if (b.momentum.defined()) out.emplace_back(prefix + "momentum", b.momentum);
+    if (b.residual.defined()) out.emplace_back(prefix + "residual", b.residual);
+  }
+  return out;
+}
+
+namespace {
+
+// efm's accumulation, as ResidualUpdate::apply writes it (codec.cc), rounding for rounding:
+// u <- m*u + g ; e <- e + u   (Nesterov: u <- m*(u + g) ; e <- e + (u + g)). The host
+// build contracts m*u + g into one fused multiply-add (GCC's default for C++ on FMA
+// targets), as ATen's add with alpha does on the CPU and nvcc's code does on CUDA.
+void accumulate_momentum(const at::Tensor& u, const at::Tensor& e, const at::Tensor& g,
+                         const StepContext& ctx) {
+  if (!(ctx.momentum >= 0.0f && ctx.momentum < 1.0f)) {
+    throw InvalidArgument("efm compress: momentum " + std::to_string(ctx.momentum) +
+                          " outside [0, 1)");
+  }
+  const double m = ctx.momentum;
+  if (ctx.nesterov) {
+    u.add_(g).mul_(m);
+    e.add_(u.add(g));
+  } else {
+    at::Tensor out = u;
+    at::add_out(out, g, u, m);
+    e.add_(u);
+  }
+}
+
+}  // namespace
+
+at::Tensor DeviceAllgatherReducer::compress(Bucket& bucket, const at::Tensor& grad,
+                                            const StepContext& ctx) {
+  switch (memory_) {
+    case MemoryKind::kNone:
+      return device_codec_->encode_payload(grad, ctx);
+    case MemoryKind::kErrorFeedback:
+      return device_codec_->encode_payload_with_residual(grad, bucket.residual, ctx);
+    case MemoryKind::kMomentum:
+      accumulate_momentum(bucket.momentum, bucket.residual, grad, ctx);
+      return device_codec_->encode_payload_feedback(bucket.residual, ctx);
+  }
+  return {};
+}
+
+// Memory::compress_dense: the step as if everything were sent exactly; grad receives it.
+void DeviceAllgatherReducer::compress_dense(Bucket& bucket, const at::Tensor& grad,
+                                            const StepContext& ctx) {
+  switch (memory_) {
+    case MemoryKind::kNone:
+      return;
+    case MemoryKind::kErrorFeedback:
+      grad.copy_(at::add(bucket.residual, grad));
+      bucket.residual.zero_();
+      return;
+    case MemoryKind::kMomentum:
+      accumulate_momentum(bucket.momentum, bucket.residual, grad, ctx);
+      grad.copy_(bucket.residual);
+      bucket.residual.zero_();
+      return;
+  }
+}
+
+// The host reducer's rule (reducers.cc, dense_is_cheaper), with these memories' bounds.
+bool DeviceAllgatherReducer::dense_is_cheaper(const Bucket& bucket, const StepContext& ctx) const {
+  const int w = comm_.world_size();
+  if (w < 2) return false;
+  const std::size_t planned =
+      std::min(codec_->max_encoded_bytes(bucket.n), codec_->planned_encoded_bytes(bucket.n, ctx));
+  return advise::allgather_bytes(static_cast<double>(planned), w) >
+         advise::allreduce_bytes(4.0 * static_cast<double>(bucket.n), w);
+}
+
+void DeviceAllgatherReducer::reduce(std::span<const at::Tensor> grads,
+                                    std::span<const bool> compressed, const StepContext& ctx) {
+  if (grads.size() != buckets_.size() || compressed.size() != buckets_.size()) {
+    throw InvalidArgument("device reduce: " + std::to_string(grads.size()) +
+                          " buckets, reducer built for " + std::to_string(buckets_.size()));
+  }
+  for (std::size_t b = 0; b < grads.size(); ++b) {
+    check_floats(grads[b], "device reduce");
+    if (static_cast<std::size_t>(grads[b].numel()) != buckets_[b].n) {
+      throw InvalidArgument("device reduce: bucket " + std::to_string(b) + " has " +
+                            std::to_string(grads[b].numel()) + " elements, expected " +
+                            std::to_string(buckets_[b].n));
+    }
+  }
+  dist::StepRecorder rec(comm_, stats_);
+  const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
+
+  // ---- encode on the device; payloads to the host, framed
+  std::vector<char> dense_now(buckets_.size(), 0);
+  std::size_t send_len = 0;
+  std::size_t n_messages = 0;
+  std::vector<at::Tensor> payloads;
+  std::vector<std::size_t> payload_buckets;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bk = buckets_[b];
+    if (!compressed[b]) {
+      dense_now[b] = 1;
+      continue;
+    }
+    StepContext c = ctx;
+    c.rank = static_cast<std::uint32_t>(comm_.rank());
+    c.world = static_cast<std::uint32_t>(comm_.world_size());
+    c.bucket = bk.id;
+    c.rows = bk.rows;
+    if (dense_fallback_ && dense_is_cheaper(bk, c)) {
+      compress_dense(bk, grads[b], c);
+      dense_now[b] = 1;
+      ++stats_.dense_fallbacks;
+      continue;
+    }
+    payloads.push_back(compress(bk, grads[b], c));
+    payload_buckets.push_back(b);
+    ++n_messages;
+  }
+  // Every payload crosses in one copy (one wait for the device), then each is framed.
+  if (!payloads.empty()) {
+    const at::Tensor host = at::cat(payloads).to(at::kCPU);
+    const auto* src = reinterpret_cast<const std::byte*>(host.data_ptr<std::uint8_t>());
+    for (std::size_t j = 0; j < payloads.size(); ++j) {
+      const auto bytes = static_cast<std::size_t>(payloads[j].numel());
+      send_.resize(std::max(send_.size(), send_len + kHeaderBytes + bytes));
+      const std::span<std::byte> msg(send_.data() + send_len, kHeaderBytes + bytes);
+      if (bytes > 0) std::memcpy(msg.data() + kHeaderBytes, src, bytes);
+      write_header(msg, codec_->wire_id(), codec_->config_tag(), buckets_[payload_buckets[j]].n,
+                   bytes);
+      src += bytes;
+      send_len += msg.size();
+    }
+  }
+  rec.encoded();
+
+  // ---- pack the dense buckets on the host: one copy for all of them (they are many and
+  // small: biases, normalisation layers)
+  std::size_t dense_total = 0;
+  std::vector<at::Tensor> dense_views;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    if (!dense_now[b]) continue;
+    dense_total += buckets_[b].n;
+    dense_views.push_back(grads[b]);
+  }
+  dense_.resize(dense_total);
+  const at::Tensor dense_host =
+      at::from_blob(dense_.data(), {static_cast<std::int64_t>(dense_total)},
+                    at::TensorOptions().dtype(at::kFloat));
+  if (!dense_views.empty()) dense_host.copy_(at::cat(dense_views));
+  const bool all_dense = n_messages == 0 && dense_total == [&] {
+    std::size_t all = 0;
+    for (const Bucket& bk : buckets_) all += bk.n;
+    return all;
+  }();
+
+  // ---- communicate: the host reducer's collectives, in its order (an all-dense step is
+  // its one in-place allreduce)
+  comm_.allreduce_sum(dense_);
+  if (!all_dense) {
+    comm_.allreduce_sum_f16({});
+    comm_.allgather_bytes(std::span<const std::byte>(send_.data(), send_len), gathered_, offsets_);
+  }
+  rec.communicated();
+
+  // ---- the dense means back to the device, in one copy
+  if (!dense_views.empty()) {
+    for (float& x : dense_) x *= inv_w;
+    const at::Tensor means = dense_host.to(grads.front().device());
+    std::size_t offset = 0;
+    for (const at::Tensor& view : dense_views) {
+      view.copy_(means.narrow(0, static_cast<std::int64_t>(offset), view.numel()));
+      offset += static_cast<std::size_t>(view.numel());
+    }
+  }
+
+  // ---- decode the gathered messages on the device, in rank order
+  if (!all_dense && n_messages > 0) {
+    const auto w = static_cast<std::size_t>(comm_.world_size());
+    dist::split_gathered(gathered_, offsets_, w, n_messages, spans_);
+    const at::Tensor on_device =
+        at::from_blob(gathered_.data(), {static_cast<std::int64_t>(gathered_.size())},
+                      at::TensorOptions().dtype(at::kByte))
+            .to(grads.front().device());
+    std::size_t j = 0;
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      if (dense_now[b]) continue;
+      grads[b].zero_();
+      for (std::size_t r = 0; r < w; ++r) {
+        const std::span<const std::byte> payload =
+            open_payload(spans_[r * n_messages + j], *codec_, buckets_[b].n);
+        const auto pos = static_cast<std::int64_t>(payload.data() - gathered_.data());
+        device_codec_->decode_payload_add(
+            on_device.narrow(0, pos, static_cast<std::int64_t>(payload.size())), grads[b], inv_w);
+      }
+      ++j;
+    }
+  }
+  rec.decoded();
+  rec.finish();
+}
+
+std::unique_ptr<Reducer> make_allgather_reducer(const Method& method, dist::Communicator& comm,
+                                                std::span<const BucketShape> shapes,
+                                                const at::Device& device) {
+  return std::make_unique<DeviceAllgatherReducer>(method, comm, shapes, device);
+}
+
+}  // namespace gradcomp::device
