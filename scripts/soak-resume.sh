@@ -5,7 +5,7 @@
 # configuration and cached).
 #
 #   usage: scripts/soak-resume.sh [--rounds N] [--seed S] [--only REGEX] [--gradcomp PATH] [--keep]
-#   (--only: the configurations 'topology|workers|servers|spec' matching REGEX, grep -E)
+#   (--only: the configurations 'topology|workers|servers|spec[|drift]' matching REGEX, grep -E)
 #
 # allreduce and ps-sync are deterministic: every checkpoint file of the resumed run (each
 # rank's, each server's) must be byte-identical to the uninterrupted run's, and so must the
@@ -13,6 +13,11 @@
 # the workers' pushes depends on timing), so there the resumed run must finish, resume from
 # the checkpoints and reach an accuracy within 0.05 of the uninterrupted run's.
 # The kill lands in epoch 1, 2 or 3 (after 0, 1 or 2 checkpoints; see the loop below).
+# Forced drift (the configurations marked 'drift', ps-async): one worker is stopped
+# (SIGSTOP) after its first checkpoint until another worker's checkpoint is three epochs
+# ahead of its own (they share no checkpointed step), then a random rank is killed and
+# the stopped one continued; a round where that drift was not reached is retried, then
+# skipped.
 # Prints one line per round and a summary; exits non-zero on any mismatch or failure.
 # Runs are tiny (synthetic data, 3 epochs of 32 steps); the work directory is
 # build/soak-resume/ (references cached in ref/, keyed by the binary's checksum).
@@ -31,7 +36,7 @@ while [ $# -gt 0 ]; do
     --gradcomp) gradcomp=${2:?--gradcomp needs a path}; shift 2 ;;
     --only) only=${2:?--only needs a regex}; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "soak-resume.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -63,6 +68,7 @@ configs=(
   "ps-sync|2|1|ef(topk:ratio=0.1)"
   "ps-sync|2|1|dgc"
   "ps-async|2|1|ef(topk:ratio=0.1)"
+  "ps-async|2|1|ef(topk:ratio=0.1)|drift"
 )
 if [ -n "$only" ]; then
   mapfile -t configs < <(printf '%s\n' "${configs[@]}" | grep -E -- "$only")
@@ -75,10 +81,14 @@ total_steps=$((steps_per_epoch * epochs))
 common=(--dataset synthetic --synthetic-train 2048 --mlp-hidden 128 --batch-size 32
         --epochs "$epochs" --lr 0.1 --seed 7 --timeout-ms 8000)
 
-# args TOPOLOGY WORKERS SERVERS SPEC: the run's flags
+# args TOPOLOGY WORKERS SERVERS SPEC [MODE]: the run's flags. Drift rounds run 6 epochs:
+# a run this small trains an epoch in about 0.1 s, so the stopped worker may be an epoch
+# past its first checkpoint when the stop lands, and the others need room to get three
+# checkpoints ahead of it before they finish.
 args_of() {
   local a=(--topology "$1" --workers "$2" --compressor "$4" "${common[@]}")
   [ "$3" -gt 0 ] && a+=(--servers "$3")
+  [ "${5:-}" != drift ] || a+=(--epochs 6)
   printf '%s\n' "${a[@]}"
 }
 
@@ -93,6 +103,13 @@ min_checkpoint_step() {
   echo "${min:-0}"
 }
 
+# The step in one rank's checkpoint (0 when it has none).
+checkpoint_step() {
+  local step
+  step=$(od -An -t u8 -j 24 -N 8 "$1/rank-$2.ckpt" 2>/dev/null | tr -d ' ')
+  echo "${step:-0}"
+}
+
 # The printed test accuracy and loss of a report.
 result_of() { grep -E '^  test (accuracy|loss)' "$1" | tr -s ' ' | sed 's/^ //' | tr '\n' ' '; }
 accuracy_of() { sed -n 's/^  test accuracy *//p' "$1" | head -n 1; }
@@ -101,10 +118,12 @@ passed=0
 failed=0
 for round in $(seq 1 "$rounds"); do
   cfg=${configs[$((RANDOM % ${#configs[@]}))]}
-  IFS='|' read -r topo workers servers spec <<<"$cfg"
-  mapfile -t args < <(args_of "$topo" "$workers" "$servers" "$spec")
+  IFS='|' read -r topo workers servers spec mode <<<"$cfg"
+  mapfile -t args < <(args_of "$topo" "$workers" "$servers" "$spec" "$mode")
+  run_steps=$total_steps
+  [ "$mode" != drift ] || run_steps=$((6 * steps_per_epoch))
   world=$((workers + servers))
-  key="$topo-$(printf '%s' "$spec" | tr -c 'a-zA-Z0-9=.:-' '_')-$binsum"
+  key="$topo-$(printf '%s' "$spec" | tr -c 'a-zA-Z0-9=.:-' '_')${mode:+-$mode}-$binsum"
   ref="$work/ref/$key"
   if [ ! -f "$ref/done" ]; then
     rm -rf "$ref" && mkdir -p "$ref"
@@ -157,7 +176,31 @@ for round in $(seq 1 "$rounds"); do
       [ "${#pids[@]}" -ge "$world" ] && break
       sleep 0.05
     done
-    if [ "$target_epoch" -gt 0 ]; then
+    drift=""
+    if [ "$mode" = drift ]; then
+      # Stop one worker until another's checkpoint is three epochs ahead of its own: they
+      # share no checkpointed step (each keeps two).
+      laggard=$((RANDOM % workers))
+      # Once it has written its first checkpoint: stopped earlier, it may hold up the
+      # servers' handshake, and every rank times out instead of drifting.
+      while kill -0 "$launcher" 2>/dev/null &&
+            [ "$(checkpoint_step "$run/ck" "$laggard")" -lt "$steps_per_epoch" ]; do
+        sleep 0.005
+      done
+      kill -STOP "${pids[$laggard]}" 2>/dev/null
+      while kill -0 "$launcher" 2>/dev/null; do
+        lag=$(checkpoint_step "$run/ck" "$laggard")
+        for ((r = 0; r < workers; r++)); do
+          [ "$r" -ne "$laggard" ] || continue
+          lead=$(checkpoint_step "$run/ck" "$r")
+          [ "$lead" -ge $((lag + 3 * steps_per_epoch)) ] &&
+            drift="rank $r at step $lead, rank $laggard stopped at $lag"
+        done
+        [ -z "$drift" ] || break
+        sleep 0.01
+      done
+      delay_ms=0
+    elif [ "$target_epoch" -gt 0 ]; then
       while kill -0 "$launcher" 2>/dev/null; do
         [ "$(min_checkpoint_step "$run/ck" "$workers")" -ge $((target_epoch * steps_per_epoch)) ] && break
         sleep 0.01
@@ -172,12 +215,14 @@ for round in $(seq 1 "$rounds"); do
       miss="the run ended before the kill at ${kill_ms} ms"
     else
       kill -KILL "${pids[$victim_rank]}" 2>/dev/null
+      [ "$mode" != drift ] || kill -CONT "${pids[$laggard]}" 2>/dev/null
       wait "$launcher"
       kstatus=$?
       launcher=""
       # Exit 0: the victim had finished already, nothing was killed.
       [ $kstatus -ne 0 ] || miss="rank $victim_rank had finished before the kill at ${kill_ms} ms"
     fi
+    [ "$mode" != drift ] || [ -n "$drift" ] || [ -n "$miss" ] || miss="no drift of three epochs"
     [ -n "$miss" ] || break
     retried+=" [attempt $attempt: $miss]"
     [ $attempt -lt 4 ] || break
@@ -191,7 +236,7 @@ for round in $(seq 1 "$rounds"); do
     2>"$run/resumed.err"
   rstatus=$?
   from=$(sed -n 's/.*resumed from .* at step \([0-9]*\).*/\1/p' "$run/resumed.txt" | head -n 1)
-  what="$topo $spec: rank $victim_rank of $world killed ${kill_ms} ms into a ${wall_ms} ms run (exit $kstatus), resumed from step ${from:-0} of $total_steps${retried:+ (after$retried)}"
+  what="$topo $spec${drift:+ (drift: $drift)}: rank $victim_rank of $world killed ${kill_ms} ms into a ${wall_ms} ms run (exit $kstatus), resumed from step ${from:-0} of $run_steps${retried:+ (after$retried)}"
   verdict=""
   if [ $rstatus -ne 0 ]; then
     verdict="FAIL: resume exited $rstatus: $(tail -n 1 "$run/resumed.err")"

@@ -600,5 +600,51 @@ TEST(PsAsync, ServerAppliesTheRulesMomentumAndLr) {
   }
 }
 
+// The servers checkpoint whenever a worker is the first to end an epoch, whichever worker
+// that is: here worker 0 never ends one (one step of an epoch of 2) while worker 1 ends
+// two, so the server saves after each of them (keyed to worker 0 alone it saved only at
+// the end, and a run whose worker 0 lagged had no server checkpoint beside worker 1's).
+TEST(PsAsync, ServersCheckpointWhenAnyWorkerLeadsIntoANewEpoch) {
+  const std::vector<BucketShape> shapes = {{.id = 0, .numel = 4, .compressible = false}};
+  PsConfig cfg;
+  cfg.topology = Topology::kPsAsync;
+  cfg.servers = 1;
+  cfg.workers = 2;
+  cfg.compressor = "none";
+  std::vector<float> init(4, 0.0f);
+  std::vector<std::span<const float>> init_spans = {init};
+  std::vector<std::uint64_t> saved_versions;
+  PsServerCheckpoints ck;
+  ck.save = [&](std::uint64_t step, std::span<const StateBuffer>, std::span<const std::int64_t>) {
+    saved_versions.push_back(step);
+  };
+  run_ranks(3, [&](Communicator& comm) {
+    if (cfg.is_server(comm.rank())) {
+      run_ps_server(cfg, comm, shapes, init_spans, builtin_registry(), ck);
+      return;
+    }
+    auto worker = make_ps_worker(cfg, comm, shapes);
+    auto* const weight_exchange = dynamic_cast<WeightExchange*>(worker.get());
+    ASSERT_NE(weight_exchange, nullptr);
+    std::vector<std::vector<float>> wts = {init}, grads = {std::vector<float>(4, 1.0f)};
+    std::vector<std::span<float>> wspans(wts.begin(), wts.end());
+    const int steps = comm.rank() == 0 ? 1 : 4;
+    for (int s = 0; s < steps; ++s) {
+      StepContext ctx;
+      ctx.step = static_cast<std::uint64_t>(s);
+      ctx.steps_per_epoch = 2;
+      ctx.lr = 0.1f;
+      weight_exchange->exchange_weights(refs_of(grads, shapes, true), wspans, ctx);
+    }
+    worker->finish();
+  });
+  // Worker 1's two epoch ends, then the final save (versions grow: 5 pushes in all); the
+  // final one is skipped when worker 1's last push was the 5th (that version is saved).
+  ASSERT_GE(saved_versions.size(), 2u);
+  ASSERT_LE(saved_versions.size(), 3u);
+  EXPECT_LT(saved_versions[0], saved_versions[1]);
+  EXPECT_EQ(saved_versions.back(), 5u);
+}
+
 }  // namespace
 }  // namespace gradcomp::dist

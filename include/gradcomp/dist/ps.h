@@ -201,8 +201,10 @@ struct PsServerReport {
 struct PsServerCheckpoints {
   // The state after `step` rounds. ps-sync: at the end of every epoch, before the reply
   // that completes it (so a worker's checkpoint of that step implies the server's), and
-  // when the workers finish; ps-async: when worker 0 ends an epoch, and at the end, with
-  // `step` the weights version (updates applied, growing across restarts).
+  // when the workers finish; ps-async: when a worker is the first to end its e-th epoch
+  // (before its reply, so a server checkpoint at least as new stands beside every
+  // worker's), and at the end, with `step` the weights version (updates applied, growing
+  // across restarts).
   std::function<void(std::uint64_t step, std::span<const StateBuffer> arrays,
                      std::span<const std::int64_t> counters)>
       save;

@@ -51,8 +51,33 @@ void Server::run_async() {
                                    : 0;
     return slowest() >= need;
   };
+  // Each worker's reply has bytes of its own and is sent without waiting: a worker that
+  // stops reading (stalled, swapped out, stopped) holds up only its own next reply, not
+  // every worker. With one shared buffer the server waited for each send, and a stopped
+  // worker with a reply in flight stalled the run until the timeout (the resume soak's
+  // forced drift found it). The previous send to w is waited for before w's next reply;
+  // w pushes again only after reading it, so that wait is over by then.
+  struct Outgoing {
+    std::vector<std::byte> payload;
+    ps::FrameBytes frame{};
+    P2PRequest frame_sent, payload_sent;
+    bool in_flight = false;
+  };
+  std::vector<Outgoing> outgoing(w_count);
+  auto finish_send = [&](std::size_t w) {
+    Outgoing& o = outgoing[w];
+    if (!o.in_flight) return;
+    o.in_flight = false;
+    guarded("reply to", static_cast<int>(w), [&] {
+      comm_.wait(o.frame_sent);
+      comm_.wait(o.payload_sent);
+    });
+  };
   auto reply_to = [&](std::size_t w, std::uint64_t staleness) {
-    ps::RecordWriter writer(reply_);
+    finish_send(w);
+    Outgoing& o = outgoing[w];
+    if (o.payload.size() != reply_.size()) o.payload.resize(reply_.size());
+    ps::RecordWriter writer(o.payload);
     for (std::size_t j = 0; j < mine_.size(); ++j) {
       const PsKey& k = keys_[mine_[j]];
       const auto out = writer.begin(k.id, RecordKind::kDense, 4 * k.numel);
@@ -67,10 +92,15 @@ void Server::run_async() {
     reply.payload_bytes = writer.size();
     reply.aux = static_cast<std::uint32_t>(std::min<std::uint64_t>(staleness, 0xFFFFFFFFu));
     reply.aux64 = version;
+    o.frame = ps::encode_frame(reply);
     const int wr = static_cast<int>(w);
     guarded("reply to", wr, [&] {
-      ps::send_message(comm_, wr, ps::kTagReplyFrame, ps::kTagReplyPayload, reply, reply_);
+      o.frame_sent = comm_.isend_bytes(wr, ps::kTagReplyFrame, o.frame);
+      o.payload_sent =
+          comm_.isend_bytes(wr, ps::kTagReplyPayload,
+                            std::span<const std::byte>(o.payload).first(reply.payload_bytes));
     });
+    o.in_flight = true;
   };
   auto release_held = [&] {
     for (std::size_t w = 0; w < w_count; ++w) {
@@ -83,6 +113,8 @@ void Server::run_async() {
 
   // Resumed: weights, velocity, version and clocks from the newest checkpoint; each
   // worker's first push then sets its clock (it resumes from its own checkpoint).
+  std::vector<std::uint64_t> epochs_ended(w_count, 0);
+  std::uint64_t epochs_saved = 0;
   std::vector<std::int64_t> counters(1 + w_count);
   std::vector<char> rejoining(w_count, 0);
   if (ckpt_.load && ckpt_.load(std::nullopt, state_arrays(), counters)) {
@@ -197,7 +229,14 @@ void Server::run_async() {
     ++version;
     ++clock[w];
     ++report_.steps;
-    if (w == 0 && f.aux == 1) save_async();  // worker 0 ended an epoch
+    // A checkpoint whenever a worker is the first to end its e-th epoch (since the start
+    // or the restart): saved before the reply, so every worker's checkpoint has a
+    // server checkpoint at least as new beside it however far the workers drift apart
+    // (keyed to worker 0 alone, a run whose worker 0 lagged had none to resume from).
+    if (f.aux == 1 && ++epochs_ended[w] > epochs_saved) {
+      epochs_saved = epochs_ended[w];
+      save_async();
+    }
     if (releasable(w)) {
       reply_to(w, staleness);
     } else {
@@ -207,6 +246,7 @@ void Server::run_async() {
     release_held();
   }
   save_async();
+  for (std::size_t w = 0; w < w_count; ++w) finish_send(w);
 }
 
 }  // namespace gradcomp::dist::ps
