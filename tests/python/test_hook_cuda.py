@@ -32,6 +32,20 @@ def test_replicas_stay_identical_on_cuda(spec):
     assert stats["compression_ratio"] > 1.0, stats
 
 
+# Exact gradients through the hook on CUDA buckets (the device path) and on CPU buckets
+# (the host reducer), memories carried over 5 steps: the deterministic codecs' means are
+# the same bits (their device codecs are the CPU codecs' byte for byte, and the means are
+# summed in rank order on both); PowerSGD's products round differently on the GPU.
+@pytest.mark.parametrize("spec,tolerance", [
+    ("efm(topk:ratio=0.05)", 0.0), ("ef(topk:ratio=0.05,select=exact)", 0.0),
+    ("2bit", 0.0), ("ef(1bit)", 0.0), ("powersgd:rank=2", 1e-4),
+    ("powersgd:rank=1,error_feedback=false", 1e-4)])
+def test_cuda_device_path_equals_the_cpu_host_path(spec, tolerance):
+    for worst, on_device in ddp_support.run(workers.buckets_on_two_devices_agree, 2, spec, 5):
+        assert on_device
+        assert worst <= tolerance, (spec, worst)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_mixed_precision_cuda_buckets_equal_ddp(dtype):
     for worst in ddp_support.run(workers.mixed_precision_equals_ddp, 2, dtype, "none", 3, "cuda"):

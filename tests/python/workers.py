@@ -119,6 +119,46 @@ def topk_equals_reference(rank, world, ratio, device="cpu"):
     return worst
 
 
+def buckets_on_two_devices_agree(rank, world, spec, steps, devices=("cpu", "cuda"),
+                                 force_device_on_second=False):
+    """The same gradients, exact on any device, through the hook on buckets of two devices
+    (CUDA's device path against the CPU's host reducer), step after step with the memories
+    carried: the largest difference of the means relative to the largest mean, and whether
+    the second state ran on the device. Every gradient is exactly c: the loss is
+    sum(p * c) plus the forward times 0 (DDP needs its forward)."""
+    models = []
+    for i, device in enumerate(devices):
+        model = ddp(small_model().to(device))
+        if force_device_on_second and i == 1:
+            os.environ["GRADCOMP_FORCE_DEVICE"] = "1"
+        try:
+            state = gc.CompressionState(spec, dense_share=0.0, seed=7)
+        finally:
+            os.environ.pop("GRADCOMP_FORCE_DEVICE", None)
+        model.register_comm_hook(state, gc.hook)
+        # Attached for the memories that carry momentum (efm; the state holds it weakly);
+        # never stepped: the weights stay put, so every step's gradients are exact again.
+        opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+        models.append((model, state, device, opt))
+    worst = 0.0
+    for step in range(steps):
+        g = torch.Generator().manual_seed(100 * step + rank)
+        cs = [torch.randn(p.shape, generator=g) for p in models[0][0].parameters()]
+        x, _ = batch(rank, step)
+        means = []
+        for model, _, device, _ in models:
+            model.zero_grad()
+            loss = (model(x.to(device)) * 0).sum()
+            for p, c in zip(model.parameters(), cs):
+                loss = loss + (p * c.to(device)).sum()
+            loss.backward()
+            means.append([p.grad.detach().cpu().clone() for p in model.parameters()])
+        for a, b in zip(*means):
+            scale = max(a.abs().max().item(), 1e-30)
+            worst = max(worst, (a - b).abs().max().item() / scale)
+    return worst, models[1][1].on_device
+
+
 def train_spec(rank, world, spec, steps, device="cpu"):
     model = ddp(small_model().to(device))
     state = gc.CompressionState(spec, dense_share=0.0, seed=7)
