@@ -243,6 +243,14 @@ std::optional<double> accuracy_cost(const std::string& spec) {
       {"sketch", -2.95},
       {"sketched-sgd:ratio=0.01,rows=5,table=0.025", -2.58},  // an earlier default geometry
       {"fetchsgd:rows=5,ratio=0.01,table=0.1", -3.93},
+      // Outer loops (docs/algorithms/outer-loop.md's table: the 3-epoch MLP, one seed).
+      {"none+--sync-every=10", -0.64},
+      {"none+--sync-every=30", -0.12},
+      {"none+--sync-every=30+--outer=average", -0.96},
+      {"fp16+--sync-every=30", -0.18},
+      {"none+--sync-every=50", -0.28},
+      {"none+--sync-every=100", -0.65},
+      {"ef(chunktopk)+--sync-every=30+--outer=sparseloco", -1.72},
   };
   auto it = table.find(spec);
   if (it == table.end()) return std::nullopt;
