@@ -22,6 +22,7 @@
 #include <utility>
 
 #include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -101,6 +102,9 @@ struct GradientExchange::Impl {
   // and hands out spans of them; the next step copies them back first (the caller may
   // have written a checkpoint into them). Per group, in the reducer's order.
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> state_mirrors;
+  // Per group: the host buffer a dense step's allreduce runs on (see
+  // hand_over_device_dense).
+  std::vector<std::vector<float>> dense_host;
   // Groups: consecutive buckets in hand-over order (backward's), one exchange job each.
   struct Group {
     std::vector<std::size_t> buckets;  // plan indices, in hand-over order
@@ -273,6 +277,7 @@ struct GradientExchange::Impl {
     device_groups = std::make_unique<device::Groups>(*exchanger, *comm);
     group_slots.resize(groups.size());
     state_mirrors.resize(groups.size());
+    dense_host.resize(groups.size());
     for (std::size_t g = 0; g < groups.size(); ++g) {
       for (std::size_t b : groups[g].buckets) {
         group_slots[g].push_back({{plan[b].id, plan[b].numel, plan[b].compressible, plan[b].rows},
@@ -339,9 +344,12 @@ struct GradientExchange::Impl {
     }
     const std::size_t b = param_bucket[i];
     if (on_device) {
-      // Into the device arena, on this thread's stream; the finite check and the
-      // dense share are the device reducer's business (see hand_over_device).
-      device_slot(i).view(params[i].sizes()).copy_(grad);
+      // Into the device arena, on this thread's stream; the finite check runs on the
+      // exchange thread (see hand_over_device). A dense group's share of the mean is
+      // taken here, as the host path does (the same float products).
+      at::Tensor slot = device_slot(i);
+      slot.view(params[i].sizes()).copy_(grad);
+      if (dense_now(bucket_group[b])) slot.mul_(inv_world);
       side_waits_for_this_stream();
       seen[i] = 1;
       --missing[bucket_group[b]];
@@ -421,10 +429,17 @@ struct GradientExchange::Impl {
     exchanger->submit(g, groups[g].shapes, std::move(refs), ctx, std::move(complete));
   }
 
-  // The device path's hand-over: the whole group through its device reducer, dense
-  // buckets (and every bucket during the warm-up) with compressed = false, as the Python
-  // hook's device path does.
+  // The device path's hand-over: a group to compress through its device reducer (its
+  // dense buckets with compressed = false, as the host reducer takes them); a group that
+  // is dense now (the dense bucket alone, any group during the warm-up) averaged as the
+  // host path averages it: its shares (scaled in the hook) copied to a host buffer, one
+  // allreduce, copied back. So both paths compute the same sums in the same order for
+  // any number of ranks (the device reducer would sum first and scale after).
   void hand_over_device(std::size_t g, const StepContext& ctx, dist::Exchanger::Done complete) {
+    if (dense_now(g)) {
+      hand_over_device_dense(g, ctx, std::move(complete));
+      return;
+    }
     const bool compress = step >= options.dense_steps;
     if (compress && threshold_check_due &&
         static_cast<std::uint64_t>(step) >= Method::kThresholdCheckStep) {
@@ -455,6 +470,53 @@ struct GradientExchange::Impl {
                           std::move(hooks));
   }
 
+  void hand_over_device_dense(std::size_t g, const StepContext& ctx,
+                              dist::Exchanger::Done complete) {
+    std::vector<float>& host = dense_host[g];
+    host.resize(groups[g].numel);
+    const at::Tensor data = device_data(g);
+    const at::Tensor staged =
+        at::from_blob(host.data(), {static_cast<std::int64_t>(host.size())}, at::kFloat);
+    auto ready = [this, g, data, staged, step = step] {
+      std::optional<c10::StreamGuard> guard;
+      if (side) guard.emplace(*side);
+      staged.copy_(data);  // waits for the side stream, so for the gradients' copies
+      if (!options.check_finite) return;
+      const std::span<const float> values(staged.data_ptr<float>(), groups[g].numel);
+      const std::size_t bad = find_non_finite(values);
+      if (bad < values.size()) throw non_finite_at(g, bad, values[bad], step);
+    };
+    auto done = [this, g, data, staged, complete = std::move(complete)](std::exception_ptr e) {
+      if (!e) {
+        try {
+          std::optional<c10::StreamGuard> guard;
+          if (side) guard.emplace(*side);
+          data.copy_(staged);
+          if (side) reduced[g]->record(*side);
+        } catch (...) {
+          e = std::current_exception();
+        }
+      }
+      complete(e);
+    };
+    exchanger->submit_dense(host, ctx, std::move(done), dist::Exchanger::DenseInput::kSharesGiven,
+                            std::move(ready));
+  }
+
+  // NonFiniteGradient for element `bad` of group g's buffer: the tensor that holds it.
+  NonFiniteGradient non_finite_at(std::size_t g, std::size_t bad, float value,
+                                  std::int64_t at_step) const {
+    for (std::size_t b : groups[g].buckets) {
+      for (const BucketPlan::Slot& s : plan[b].slots) {
+        const std::size_t start = bucket_offset[b] - groups[g].offset + s.offset;
+        if (bad >= start && bad < start + s.numel) {
+          return NonFiniteGradient(names[s.param], s.param, bad - start, value, at_step);
+        }
+      }
+    }
+    return NonFiniteGradient("(outside every tensor)", 0, bad, value, at_step);
+  }
+
   // On the exchange thread, before group g's reducer: NonFiniteGradient (out of finish())
   // for the first NaN or infinity in its buffer. One reduction over the group, and a
   // wait for it: the device path cannot throw out of backward without waiting for every
@@ -464,15 +526,7 @@ struct GradientExchange::Impl {
     const at::Tensor host = data.to(at::kCPU);
     const std::span<const float> values(host.data_ptr<float>(), groups[g].numel);
     const std::size_t bad = find_non_finite(values);
-    for (std::size_t b : groups[g].buckets) {
-      for (const BucketPlan::Slot& s : plan[b].slots) {
-        const std::size_t start = bucket_offset[b] - groups[g].offset + s.offset;
-        if (bad >= start && bad < start + s.numel) {
-          throw NonFiniteGradient(names[s.param], s.param, bad - start, values[bad], at_step);
-        }
-      }
-    }
-    throw NonFiniteGradient("(a bucket's padding)", 0, bad, values[bad], at_step);
+    throw non_finite_at(g, bad, values[bad], at_step);
   }
 
   // A codec knows the bucket it failed on, the user the tensor: one line with both.

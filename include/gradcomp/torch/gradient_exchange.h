@@ -34,7 +34,9 @@
 //            gradient into it there, and the exchange thread runs the group's device
 //            reducer (gradcomp/device/reducer.h, the same one the Python hook uses) on a
 //            side stream; only compressed bytes (PowerSGD: its factors, and the dense
-//            buckets) cross to the host. Memories stay on the device.
+//            buckets) cross to the host. Memories stay on the device. A group that is
+//            dense this step (the dense bucket alone, the warm-up) is averaged as on the
+//            host: shares taken in the hook, copied to the host, one allreduce, back.
 //   staged   everything else: the buffer is host memory and the host reducers run. A
 //            CUDA gradient is copied to the host in its hook (synchronously) and the
 //            mean back into .grad by finish().
