@@ -609,27 +609,46 @@ TEST(GradientExchange, ParametersOnSeveralDevicesAreRefused) {
 }
 
 // On the device path a non-finite gradient is found on the exchange thread, before its
-// group's reducer, and finish() throws it naming the tensor.
+// group's reducer (a compressed step) or its allreduce (a dense group, the warm-up), and
+// finish() throws it naming the tensor.
 TEST(GradientExchange, DevicePathNonFiniteGradientComesOutOfFinish) {
-  run_ranks(1, [](Communicator& comm) {
-    OddNet net;
-    GradientExchange exchange(net.named_parameters(), comm,
-                              odd_options("efm(topk:ratio=0.1)", 0.0, true));
-    net.fc2->weight.register_hook([](torch::Tensor g) {
-      g = g.clone();
-      g.view({-1})[7] = std::nanf("");
-      return g;
+  // (the tensor poisoned, the step: 0 is the dense warm-up, 1 compresses fc2.weight;
+  // fc3.bias is in the dense bucket, a group of its own with min_group_mb 0)
+  const std::vector<std::tuple<std::string, int>> cases = {
+      {"fc2.weight", 0}, {"fc2.weight", 1}, {"fc3.bias", 1}};
+  for (const auto& [name, poisoned_step] : cases) {
+    SCOPED_TRACE(name + " at step " + std::to_string(poisoned_step));
+    run_ranks(1, [&, name = name, poisoned_step = poisoned_step](Communicator& comm) {
+      OddNet net;
+      GradientExchange exchange(net.named_parameters(), comm,
+                                odd_options("efm(topk:ratio=0.1)", 0.0, true));
+      auto poison = std::make_shared<bool>(false);
+      net.named_parameters()[name].register_hook([poison](torch::Tensor g) {
+        if (!*poison) return g;
+        g = g.clone();
+        g.view({-1})[3] = std::nanf("");
+        return g;
+      });
+      for (int step = 0; step <= poisoned_step; ++step) {
+        *poison = step == poisoned_step;
+        net.zero_grad();
+        odd_loss(net, 0, step).backward();
+        if (!*poison) {
+          exchange.finish();
+          continue;
+        }
+        try {
+          exchange.finish();
+          FAIL() << "no NonFiniteGradient";
+        } catch (const NonFiniteGradient& e) {
+          EXPECT_EQ(e.parameter(), name);
+          EXPECT_EQ(e.element(), 3u);
+          EXPECT_EQ(e.step(), step);
+          EXPECT_TRUE(std::isnan(e.value()));
+        }
+      }
     });
-    odd_loss(net, 0, 0).backward();
-    try {
-      exchange.finish();
-      FAIL() << "no NonFiniteGradient";
-    } catch (const NonFiniteGradient& e) {
-      EXPECT_EQ(e.parameter(), "fc2.weight");
-      EXPECT_EQ(e.element(), 7u);
-      EXPECT_TRUE(std::isnan(e.value()));
-    }
-  });
+  }
 }
 
 // The fixed 2-bit threshold check reads the device buffer as it reads the host's.
