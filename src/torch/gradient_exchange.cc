@@ -486,7 +486,7 @@ struct GradientExchange::Impl {
       const std::size_t bad = find_non_finite(values);
       if (bad < values.size()) throw non_finite_at(g, bad, values[bad], step);
     };
-    auto done = [this, g, data, staged, complete = std::move(complete)](std::exception_ptr e) {
+    auto finished = [this, g, data, staged, complete = std::move(complete)](std::exception_ptr e) {
       if (!e) {
         try {
           std::optional<c10::StreamGuard> guard;
@@ -499,8 +499,8 @@ struct GradientExchange::Impl {
       }
       complete(e);
     };
-    exchanger->submit_dense(host, ctx, std::move(done), dist::Exchanger::DenseInput::kSharesGiven,
-                            std::move(ready));
+    exchanger->submit_dense(host, ctx, std::move(finished),
+                            dist::Exchanger::DenseInput::kSharesGiven, std::move(ready));
   }
 
   // NonFiniteGradient for element `bad` of group g's buffer: the tensor that holds it.
