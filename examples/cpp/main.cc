@@ -1,6 +1,8 @@
 // Your own LibTorch model and loop, with gradcomp compressing the gradient exchange.
 // The ranks meet like `gradcomp train`'s: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or
 // mpirun's / Slurm's variables). Arguments: [compressor spec] [steps] [device: cpu, cuda].
+// On CUDA, a compressor with a device reducer (efm(topk:...), the default here) keeps the
+// buckets and memories on the GPU; the report's first line says which path ran.
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -84,10 +86,11 @@ int main(int argc, char** argv) try {
   const gradcomp::ExchangeStats s = exchange.take_stats();
   if (comm.rank() == 0) {
     std::printf(
-        "%s: %d ranks, %d steps, loss %.4f, held-out accuracy %.3f, %.1f kB sent "
+        "%s (%s path): %d ranks, %d steps, loss %.4f, held-out accuracy %.3f, %.1f kB sent "
         "per step, %.1f ms per step exposed after backward\n",
-        exchange.describe().c_str(), comm.world_size(), steps, loss_value, accuracy,
-        static_cast<double>(s.reduce.bytes_sent) / 1e3 / steps, 1e3 * s.exposed_seconds / steps);
+        exchange.describe().c_str(), exchange.on_device() ? "device" : "host", comm.world_size(),
+        steps, loss_value, accuracy, static_cast<double>(s.reduce.bytes_sent) / 1e3 / steps,
+        1e3 * s.exposed_seconds / steps);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -7,7 +7,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <c10/core/Stream.h>
-#include <c10/core/StreamGuard.h>
 
 #include <chrono>
 #include <map>
@@ -19,6 +18,7 @@
 
 #include "bindings.h"
 #include "gradcomp/config_agreement.h"
+#include "gradcomp/device/groups.h"
 #include "gradcomp/device/reducer.h"
 #include "gradcomp/dist/config_check.h"
 #include "gradcomp/dist/exchanger.h"
@@ -81,6 +81,15 @@ dist::Exchanger::Ready ready_of(const py::object& ready) {
 
 // (id, offset, numel, rows, compressible) of one tensor inside a group's flat buffer.
 using Slot = std::tuple<std::uint32_t, std::size_t, std::size_t, std::size_t, bool>;
+
+std::vector<device::Groups::Slot> device_slots(const std::vector<Slot>& slots) {
+  std::vector<device::Groups::Slot> out;
+  out.reserve(slots.size());
+  for (const auto& [id, offset, numel, rows, compressible] : slots) {
+    out.push_back({{id, numel, compressible, rows}, offset});
+  }
+  return out;
+}
 
 std::vector<BucketShape> shapes_of(const std::vector<Slot>& slots) {
   std::vector<BucketShape> out;
@@ -155,43 +164,16 @@ class PyExchanger {
   void submit_device(std::uint64_t key, const at::Tensor& buffer, const std::vector<Slot>& slots,
                      bool compress, const StepContext& ctx, const py::function& done,
                      const py::object& stream) {
-    if (buffer.scalar_type() != at::kFloat || buffer.dim() != 1 || !buffer.is_contiguous()) {
-      throw InvalidArgument(
-          "gradcomp exchange: a device bucket must be a contiguous 1-D float32 tensor");
-    }
-    device::Reducer* reducer = device_group_for(key, slots, buffer.device());
-    std::vector<at::Tensor> views;
-    // bool[] rather than vector<bool>, whose bits make no span; shared: the job is copied.
-    const auto compressed = std::make_shared<bool[]>(slots.size());
-    std::size_t i = 0;
-    const auto size = static_cast<std::size_t>(buffer.numel());
-    for (const auto& [id, offset, numel, rows, compressible] : slots) {
-      (void)rows;
-      if (offset > size || numel > size - offset) {
-        throw InvalidArgument("gradcomp exchange: tensor " + std::to_string(id) + " at " +
-                              std::to_string(offset) + " + " + std::to_string(numel) +
-                              " outside a bucket of " + std::to_string(size));
-      }
-      views.push_back(
-          buffer.narrow(0, static_cast<std::int64_t>(offset), static_cast<std::int64_t>(numel)));
-      compressed[i++] = compress && compressible;
-    }
-    std::optional<c10::Stream> on;
+    device::Groups::Hooks hooks;
     if (!stream.is_none()) {
       const auto [id, index, type] = stream.cast<std::tuple<std::int64_t, int, int>>();
-      on = c10::Stream(
+      hooks.stream = c10::Stream(
           c10::Stream::UNSAFE,
           c10::Device(static_cast<c10::DeviceType>(type), static_cast<c10::DeviceIndex>(index)),
           static_cast<c10::StreamId>(id));
     }
-    exchanger_->submit_task(
-        [reducer, views = std::move(views), compressed, ctx, on] {
-          std::optional<c10::StreamGuard> guard;
-          if (on) guard.emplace(*on);
-          reducer->reduce(views, std::span<const bool>(compressed.get(), views.size()), ctx);
-          return reducer->take_stats();
-        },
-        ctx, completion(buffer, done));
+    device_groups_.submit(key, buffer, device_slots(slots), compress, ctx, completion(buffer, done),
+                          std::move(hooks));
   }
 
   py::dict take_stats() {
@@ -206,8 +188,8 @@ class PyExchanger {
   // Copies of the group's memory state, in the reducer's fixed order.
   std::vector<std::pair<std::string, at::Tensor>> state(std::uint64_t key) {
     std::vector<std::pair<std::string, at::Tensor>> out;
-    if (const auto it = device_groups_.find(key); it != device_groups_.end()) {
-      for (const auto& [name, t] : it->second.reducer->state()) {
+    if (device_groups_.has(key)) {
+      for (const auto& [name, t] : device_groups_.state(key)) {
         out.emplace_back(name, t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
       }
       return out;
@@ -225,7 +207,7 @@ class PyExchanger {
   void restore(std::uint64_t key, const std::vector<Slot>& slots,
                const std::map<std::string, at::Tensor>& saved, const py::object& device) {
     if (!device.is_none()) {
-      restore_device(key, slots, saved, device.cast<at::Device>());
+      device_groups_.restore(key, device_slots(slots), device.cast<at::Device>(), saved);
       return;
     }
     exchanger_->prepare(key, shapes_of(slots));
@@ -250,11 +232,11 @@ class PyExchanger {
     py::gil_scoped_release release;
     exchanger_->drain();
     exchanger_->drop(key);
-    device_groups_.erase(key);
+    device_groups_.drop(key);
   }
 
   bool has_group(std::uint64_t key) const {
-    return exchanger_->has_group(key) || device_groups_.count(key) > 0;
+    return exchanger_->has_group(key) || device_groups_.has(key);
   }
 
   void drain() {
@@ -307,49 +289,10 @@ class PyExchanger {
     return [callback, buffer](std::exception_ptr error) { (*callback)(error); };
   }
 
-  // A group's device reducer, built on first sight (the slots must repeat exactly).
-  device::Reducer* device_group_for(std::uint64_t key, const std::vector<Slot>& slots,
-                                    const at::Device& device) {
-    const std::vector<BucketShape> shapes = shapes_of(slots);
-    auto it = device_groups_.find(key);
-    if (it == device_groups_.end()) {
-      DeviceGroup g{shapes,
-                    device::make_device_reducer(exchanger_->method(), *comm_, shapes, device)};
-      it = device_groups_.emplace(key, std::move(g)).first;
-    } else if (it->second.shapes != shapes) {
-      throw InvalidArgument("gradcomp exchange: group " + std::to_string(key) +
-                            " submitted with other tensors than it was built for");
-    }
-    return it->second.reducer.get();
-  }
-
-  void restore_device(std::uint64_t key, const std::vector<Slot>& slots,
-                      const std::map<std::string, at::Tensor>& saved, const at::Device& device) {
-    device::Reducer* reducer = device_group_for(key, slots, device);
-    std::map<std::string, at::Tensor> live;
-    for (const auto& [name, t] : reducer->state()) live.emplace(name, t);
-    for (const auto& [name, tensor] : saved) {
-      const auto it = live.find(name);
-      if (it == live.end() || it->second.numel() != tensor.numel()) {
-        throw InvalidArgument(
-            "gradcomp state: the checkpoint's " + name + " (" + std::to_string(tensor.numel()) +
-            " values) has no counterpart in " + reducer->describe() +
-            (it == live.end() ? "" : " of " + std::to_string(it->second.numel()) + " values") +
-            " (was it saved with another compressor or model?)");
-      }
-      it->second.copy_(tensor.reshape({-1}));
-    }
-  }
-
-  struct DeviceGroup {
-    std::vector<BucketShape> shapes;
-    std::unique_ptr<device::Reducer> reducer;
-  };
-
   std::unique_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::Exchanger> exchanger_;
-  // Groups whose buckets live on a device (submit_device); node-stable: jobs hold pointers.
-  std::map<std::uint64_t, DeviceGroup> device_groups_;
+  // Groups whose buckets live on a device (submit_device, gradcomp/device/groups.h).
+  device::Groups device_groups_{*exchanger_, *comm_};
 };
 
 // Completes a torch future with `error` as its exception, so that waiting for it

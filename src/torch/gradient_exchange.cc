@@ -1,7 +1,14 @@
 // GradientExchange (gradcomp/torch/gradient_exchange.h): gradient hooks fill flat
 // bucket buffers, laid out back to back in hand-over order; complete groups of buckets
 // go, in order, to the Exchanger, which runs each group's reducer on its own thread while
-// backward goes on.
+// backward goes on. Two places for the buffers:
+//   staged   host memory (std::vector<float>), the host reducers (dist::Exchanger's
+//            groups): CPU parameters, and CUDA ones under a method with no device
+//            reducer (copied to the host in the hook, the means back in finish());
+//   device   one fp32 tensor on the parameters' device, the device reducers
+//            (gradcomp/device/groups.h, as the Python hook's device path): CUDA
+//            parameters under a method device::Reducer::supports(), or CPU ones with
+//            ExchangeOptions::device_path_on_cpu (CI's check of this path).
 #include "gradcomp/torch/gradient_exchange.h"
 
 #include <algorithm>
@@ -14,9 +21,14 @@
 #include <optional>
 #include <utility>
 
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "gradcomp/device/groups.h"
+#include "gradcomp/device/reducer.h"
 #include "gradcomp/dist/communicator.h"
 #include "gradcomp/dist/exchanger.h"
 #include "gradcomp/dist/process_group.h"
@@ -68,16 +80,40 @@ struct GradientExchange::Impl {
   // Every bucket's gradient, back to back in hand-over order: a group's buckets are one
   // span, which a dense reducer allreduces where it lies (no packing copy).
   std::vector<float> arena;
-  std::vector<std::span<float>> buffers;  // per bucket, into arena
-  std::vector<std::size_t> param_bucket;  // per parameter
-  std::vector<std::size_t> param_offset;  // per parameter, in its bucket
+  std::vector<std::span<float>> buffers;   // per bucket, into arena
+  std::vector<std::size_t> param_bucket;   // per parameter
+  std::vector<std::size_t> param_offset;   // per parameter, in its bucket
+  std::vector<std::size_t> bucket_offset;  // per bucket, in the arena (hand-over order)
+  at::Device param_device{at::kCPU};       // every exchanged parameter's
+
+  // The device path (see the top of this file); empty otherwise.
+  bool on_device = false;
+  at::Tensor device_arena;  // the arena's counterpart on param_device
+  std::unique_ptr<device::Groups> device_groups;
+  std::vector<std::vector<device::Groups::Slot>> group_slots;  // per group, in its data
+  // CUDA only: the stream the device reducers run on (one of the pool's, so that they
+  // overlap backward), waiting for each gradient's copy (the hook records `copied` on
+  // its own stream); per group, `reduced`, recorded after its reducer, which finish()
+  // waits for before it reads the means.
+  std::optional<c10::Stream> side;
+  std::unique_ptr<c10::Event> copied;
+  std::vector<std::shared_ptr<c10::Event>> reduced;
+  // Checkpoints on the device path: state() copies the memories into these host tensors
+  // and hands out spans of them; the next step copies them back first (the caller may
+  // have written a checkpoint into them). Per group, in the reducer's order.
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> state_mirrors;
+  // Per group: the host buffer a dense step's allreduce runs on (see
+  // hand_over_device_dense).
+  std::vector<std::vector<float>> dense_host;
   // Groups: consecutive buckets in hand-over order (backward's), one exchange job each.
   struct Group {
     std::vector<std::size_t> buckets;  // plan indices, in hand-over order
     std::vector<BucketShape> shapes;   // what its reducer is built for
     std::size_t params = 0;            // parameters in its buckets
-    std::span<float> data;             // its buckets, back to back in the arena
-    bool compressible = false;         // any of its buckets
+    std::span<float> data;             // its buckets, back to back in the arena (staged)
+    std::size_t offset = 0;            // where they start in the arena (either path)
+    std::size_t numel = 0;
+    bool compressible = false;  // any of its buckets
   };
   std::vector<Group> groups;
   std::vector<std::size_t> bucket_group;  // per bucket
@@ -128,12 +164,20 @@ struct GradientExchange::Impl {
     std::vector<ParamInfo> infos;
     for (const auto& item : named) {
       const torch::Tensor& p = item.value();
+      // One device for every exchanged parameter: their buckets share one buffer.
+      if (p.requires_grad() && !params.empty() && p.device() != param_device) {
+        throw InvalidArgument("GradientExchange: parameters on several devices (" + names.front() +
+                              " on " + param_device.str() + ", " + item.key() + " on " +
+                              p.device().str() +
+                              "); give every exchanged parameter the same device");
+      }
       if (p.scalar_type() != torch::kFloat || !p.is_contiguous() ||
           !(p.device().is_cpu() || p.device().is_cuda())) {
         throw InvalidArgument("GradientExchange: parameter " + item.key() +
                               " is not a contiguous float32 tensor on the CPU or a CUDA device");
       }
       if (!p.requires_grad()) continue;  // frozen: nothing to exchange
+      if (params.empty()) param_device = p.device();
       names.push_back(item.key());
       params.push_back(p);
       infos.push_back({item.key(), p.numel(), p.dim(), p.dim() > 0 ? p.size(0) : 0});
@@ -147,26 +191,39 @@ struct GradientExchange::Impl {
         param_offset[s.param] = s.offset;
       }
     }
-    const std::vector<std::size_t> order = hand_over_order(plan);
-    std::size_t total = 0;
-    for (std::size_t b : order) total += plan[b].numel;
-    arena.assign(total, 0.0f);
-    buffers.resize(plan.size());
-    std::size_t at = 0;
-    for (std::size_t b : order) {
-      buffers[b] = std::span<float>(arena.data() + at, plan[b].numel);
-      at += plan[b].numel;
-    }
     if (options.compressor.empty()) options.compressor = default_compressor(options.reducer);
     // Once, for this optimizer: a bare biased codec gets efm(...) under momentum.
     Method method = Method::parse(
         options.compressor,
         {.reducer = options.reducer, .momentum = options.momentum, .nesterov = options.nesterov});
     options.compressor = method.spec();
+    on_device =
+        device::Reducer::supports(method) && (param_device.is_cuda() || options.device_path_on_cpu);
+    const std::vector<std::size_t> order = hand_over_order(plan);
+    std::size_t total = 0;
+    bucket_offset.assign(plan.size(), 0);
+    for (std::size_t b : order) {
+      bucket_offset[b] = total;
+      total += plan[b].numel;
+    }
+    if (on_device) {
+      device_arena = torch::zeros({static_cast<std::int64_t>(total)},
+                                  torch::TensorOptions().dtype(torch::kFloat).device(param_device));
+    } else {
+      arena.assign(total, 0.0f);
+      buffers.resize(plan.size());
+      for (std::size_t b : order) {
+        buffers[b] = std::span<float>(arena.data() + bucket_offset[b], plan[b].numel);
+      }
+    }
     exchanger = std::make_unique<dist::Exchanger>(*comm, std::move(method));
     form_groups();  // the default group size depends on whether the exchange is dense
     inv_world = 1.0f / static_cast<float>(comm->world_size());
-    for (std::size_t g = 0; g < groups.size(); ++g) exchanger->prepare(g, groups[g].shapes);
+    if (on_device) {
+      build_device_groups();
+    } else {
+      for (std::size_t g = 0; g < groups.size(); ++g) exchanger->prepare(g, groups[g].shapes);
+    }
     warnings = exchanger->method().start_warnings(run_shape());
     threshold_check_due = exchanger->method().fixed_threshold() > 0.0;
     reset_step();
@@ -202,7 +259,9 @@ struct GradientExchange::Impl {
     for (std::size_t g = 0; g < groups.size(); ++g) {
       std::size_t numel = 0;
       for (std::size_t b : groups[g].buckets) numel += plan[b].numel;
-      groups[g].data = std::span<float>(buffers[groups[g].buckets.front()].data(), numel);
+      groups[g].offset = bucket_offset[groups[g].buckets.front()];
+      groups[g].numel = numel;
+      if (!on_device) groups[g].data = std::span<float>(arena.data() + groups[g].offset, numel);
       for (std::size_t b : groups[g].buckets) {
         bucket_group[b] = g;
         groups[g].compressible = groups[g].compressible || plan[b].compressible;
@@ -210,6 +269,51 @@ struct GradientExchange::Impl {
         groups[g].params += plan[b].slots.size();
       }
     }
+  }
+
+  // The device path: a device reducer per group, built now so that state() can be
+  // restored before the first step; CUDA: the side stream and the events.
+  void build_device_groups() {
+    device_groups = std::make_unique<device::Groups>(*exchanger, *comm);
+    group_slots.resize(groups.size());
+    state_mirrors.resize(groups.size());
+    dense_host.resize(groups.size());
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      for (std::size_t b : groups[g].buckets) {
+        group_slots[g].push_back({{plan[b].id, plan[b].numel, plan[b].compressible, plan[b].rows},
+                                  bucket_offset[b] - groups[g].offset});
+      }
+      (void)device_groups->group(g, group_slots[g], param_device);
+    }
+    if (param_device.is_cuda()) {
+      const c10::impl::VirtualGuardImpl impl(param_device.type());
+      side = impl.getStreamFromGlobalPool(param_device);
+      copied = std::make_unique<c10::Event>(param_device.type());
+      for (std::size_t g = 0; g < groups.size(); ++g) {
+        reduced.push_back(std::make_shared<c10::Event>(param_device.type()));
+      }
+    }
+  }
+
+  // CUDA: the side stream waits for what this thread's stream has queued so far (a
+  // gradient's copy into the arena). No wait on the host.
+  void side_waits_for_this_stream() {
+    if (!side) return;
+    const c10::impl::VirtualGuardImpl impl(param_device.type());
+    copied->record(impl.getStream(param_device));
+    copied->block(*side);
+  }
+
+  // Group g of the device arena.
+  at::Tensor device_data(std::size_t g) const {
+    return device_arena.narrow(0, static_cast<std::int64_t>(groups[g].offset),
+                               static_cast<std::int64_t>(groups[g].numel));
+  }
+  // Parameter i's place in the device arena.
+  at::Tensor device_slot(std::size_t i) const {
+    return device_arena.narrow(
+        0, static_cast<std::int64_t>(bucket_offset[param_bucket[i]] + param_offset[i]),
+        params[i].numel());
   }
 
   void reset_step() {
@@ -239,9 +343,21 @@ struct GradientExchange::Impl {
                             "supported)");
     }
     const std::size_t b = param_bucket[i];
-    // A CUDA gradient is staged into the host bucket here, synchronously: the exchange
-    // runs on the host (the device path of the Python hook, gradcomp/device/reducer.h,
-    // is not wired into GradientExchange yet).
+    if (on_device) {
+      // Into the device arena, on this thread's stream; the finite check runs on the
+      // exchange thread (see hand_over_device). A dense group's share of the mean is
+      // taken here, as the host path does (the same float products).
+      at::Tensor slot = device_slot(i);
+      slot.view(params[i].sizes()).copy_(grad);
+      if (dense_now(bucket_group[b])) slot.mul_(inv_world);
+      side_waits_for_this_stream();
+      seen[i] = 1;
+      --missing[bucket_group[b]];
+      hand_over_ready();
+      return;
+    }
+    // Staged: a CUDA gradient is copied to its host bucket here, synchronously (the
+    // method has no device reducer: device::Reducer::supports).
     const torch::Tensor g = grad.to(torch::kCPU, torch::kFloat).contiguous();
     const std::span<float> slot(buffers[b].data() + param_offset[i],
                                 static_cast<std::size_t>(g.numel()));
@@ -292,6 +408,10 @@ struct GradientExchange::Impl {
         promise.set_value();
       }
     };
+    if (on_device) {
+      hand_over_device(g, ctx, std::move(complete));
+      return;
+    }
     if (dense_now(g)) {
       exchanger->submit_dense(groups[g].data, ctx, std::move(complete),
                               dist::Exchanger::DenseInput::kSharesGiven);
@@ -307,6 +427,106 @@ struct GradientExchange::Impl {
       refs.push_back({plan[b].id, buffers[b], compress});
     }
     exchanger->submit(g, groups[g].shapes, std::move(refs), ctx, std::move(complete));
+  }
+
+  // The device path's hand-over: a group to compress through its device reducer (its
+  // dense buckets with compressed = false, as the host reducer takes them); a group that
+  // is dense now (the dense bucket alone, any group during the warm-up) averaged as the
+  // host path averages it: its shares (scaled in the hook) copied to a host buffer, one
+  // allreduce, copied back. So both paths compute the same sums in the same order for
+  // any number of ranks (the device reducer would sum first and scale after).
+  void hand_over_device(std::size_t g, const StepContext& ctx, dist::Exchanger::Done complete) {
+    if (dense_now(g)) {
+      hand_over_device_dense(g, ctx, std::move(complete));
+      return;
+    }
+    const bool compress = step >= options.dense_steps;
+    if (compress && threshold_check_due &&
+        static_cast<std::uint64_t>(step) >= Method::kThresholdCheckStep) {
+      for (std::size_t b : groups[g].buckets) {
+        if (!plan[b].compressible) continue;
+        const at::Tensor t = device_arena
+                                 .narrow(0, static_cast<std::int64_t>(bucket_offset[b]),
+                                         static_cast<std::int64_t>(plan[b].numel))
+                                 .to(at::kCPU);
+        threshold_grads.emplace_back(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+      }
+    }
+    device::Groups::Hooks hooks;
+    hooks.stream = side;
+    const at::Tensor data = device_data(g);
+    hooks.before = [this, g, data, step = step, mirrors = std::exchange(state_mirrors[g], {})]() {
+      // A checkpoint written into state()'s spans since the last step.
+      if (!mirrors.empty()) {
+        std::vector<std::pair<std::string, at::Tensor>> live = device_groups->state(g);
+        for (std::size_t k = 0; k < live.size() && k < mirrors.size(); ++k) {
+          live[k].second.copy_(mirrors[k].second);
+        }
+      }
+      if (options.check_finite) check_finite_device(g, data, step);
+    };
+    if (side) hooks.after = [event = reduced[g], stream = *side] { event->record(stream); };
+    device_groups->submit(g, data, group_slots[g], compress, ctx, std::move(complete),
+                          std::move(hooks));
+  }
+
+  void hand_over_device_dense(std::size_t g, const StepContext& ctx,
+                              dist::Exchanger::Done complete) {
+    std::vector<float>& host = dense_host[g];
+    host.resize(groups[g].numel);
+    const at::Tensor data = device_data(g);
+    const at::Tensor staged =
+        at::from_blob(host.data(), {static_cast<std::int64_t>(host.size())}, at::kFloat);
+    auto ready = [this, g, data, staged, step = step] {
+      std::optional<c10::StreamGuard> guard;
+      if (side) guard.emplace(*side);
+      staged.copy_(data);  // waits for the side stream, so for the gradients' copies
+      if (!options.check_finite) return;
+      const std::span<const float> values(staged.data_ptr<float>(), groups[g].numel);
+      const std::size_t bad = find_non_finite(values);
+      if (bad < values.size()) throw non_finite_at(g, bad, values[bad], step);
+    };
+    auto finished = [this, g, data, staged, complete = std::move(complete)](std::exception_ptr e) {
+      if (!e) {
+        try {
+          std::optional<c10::StreamGuard> guard;
+          if (side) guard.emplace(*side);
+          data.copy_(staged);
+          if (side) reduced[g]->record(*side);
+        } catch (...) {
+          e = std::current_exception();
+        }
+      }
+      complete(e);
+    };
+    exchanger->submit_dense(host, ctx, std::move(finished),
+                            dist::Exchanger::DenseInput::kSharesGiven, std::move(ready));
+  }
+
+  // NonFiniteGradient for element `bad` of group g's buffer: the tensor that holds it.
+  NonFiniteGradient non_finite_at(std::size_t g, std::size_t bad, float value,
+                                  std::int64_t at_step) const {
+    for (std::size_t b : groups[g].buckets) {
+      for (const BucketPlan::Slot& s : plan[b].slots) {
+        const std::size_t start = bucket_offset[b] - groups[g].offset + s.offset;
+        if (bad >= start && bad < start + s.numel) {
+          return NonFiniteGradient(names[s.param], s.param, bad - start, value, at_step);
+        }
+      }
+    }
+    return NonFiniteGradient("(outside every tensor)", 0, bad, value, at_step);
+  }
+
+  // On the exchange thread, before group g's reducer: NonFiniteGradient (out of finish())
+  // for the first NaN or infinity in its buffer. One reduction over the group, and a
+  // wait for it: the device path cannot throw out of backward without waiting for every
+  // gradient's copy in the hook.
+  void check_finite_device(std::size_t g, const at::Tensor& data, std::int64_t at_step) const {
+    if (at::isfinite(data).all().item<bool>()) return;
+    const at::Tensor host = data.to(at::kCPU);
+    const std::span<const float> values(host.data_ptr<float>(), groups[g].numel);
+    const std::size_t bad = find_non_finite(values);
+    throw non_finite_at(g, bad, values[bad], at_step);
   }
 
   // A codec knows the bucket it failed on, the user the tensor: one line with both.
@@ -326,6 +546,23 @@ struct GradientExchange::Impl {
 
   // Group g's means from its buckets into its parameters' .grad.
   void write_means(std::size_t g) {
+    if (on_device) {
+      // On this thread's stream, after the side stream's reducer (CUDA).
+      if (side) {
+        const c10::impl::VirtualGuardImpl impl(param_device.type());
+        reduced[g]->block(impl.getStream(param_device));
+      }
+      for (const std::size_t b : groups[g].buckets) {
+        for (const BucketPlan::Slot& s : plan[b].slots) {
+          torch::Tensor& p = params[s.param];
+          if (!p.grad().defined() || !p.grad().is_contiguous()) {
+            p.mutable_grad() = torch::empty_like(p);
+          }
+          p.mutable_grad().view({-1}).copy_(device_slot(s.param));
+        }
+      }
+      return;
+    }
     for (const std::size_t b : groups[g].buckets) {
       for (const BucketPlan::Slot& s : plan[b].slots) {
         torch::Tensor& p = params[s.param];
@@ -349,7 +586,12 @@ struct GradientExchange::Impl {
       for (std::size_t i = 0; i < params.size(); ++i) {
         if (seen[i]) continue;
         const std::size_t b = param_bucket[i];
-        std::fill_n(buffers[b].data() + param_offset[i], params[i].numel(), 0.0f);
+        if (on_device) {
+          device_slot(i).zero_();
+          side_waits_for_this_stream();
+        } else {
+          std::fill_n(buffers[b].data() + param_offset[i], params[i].numel(), 0.0f);
+        }
         seen[i] = 1;
         --missing[bucket_group[b]];
       }
@@ -414,6 +656,8 @@ GradientExchange::~GradientExchange() {
     impl_->accumulators[i]->del_post_hook(impl_->hook_keys[i]);
   }
   impl_->exchanger.reset();  // waits for exchanges in flight (they hold our buffers)
+  // And for the device work they queued, before the arena goes back to the allocator.
+  if (impl_->side) impl_->side->synchronize();
 }
 
 void GradientExchange::set_learning_rate(float lr) {
@@ -435,7 +679,16 @@ bool GradientExchange::compressed_this_step(std::size_t i) const {
 
 const std::vector<BucketPlan>& GradientExchange::buckets() const { return impl_->plan; }
 
-std::string GradientExchange::describe() const { return impl_->exchanger->describe(); }
+std::string GradientExchange::describe() const {
+  if (impl_->on_device) return impl_->device_groups->describe();
+  if (impl_->param_device.is_cuda()) {
+    return impl_->exchanger->describe() + " staged through the host from " +
+           impl_->param_device.str();
+  }
+  return impl_->exchanger->describe();
+}
+
+bool GradientExchange::on_device() const { return impl_->on_device; }
 
 std::string GradientExchange::schedule() const {
   return impl_->exchanger->method().schedule(impl_->run_shape());
@@ -455,9 +708,27 @@ ExchangeStats GradientExchange::take_stats() {
 
 std::vector<StateBuffer> GradientExchange::state() {
   impl_->exchanger->drain();
+  if (impl_->side) impl_->side->synchronize();  // the device reducers' last writes
   std::vector<StateBuffer> out;
   for (std::size_t g = 0; g < impl_->groups.size(); ++g) {
-    for (StateBuffer& s : impl_->exchanger->state(g)) out.push_back(std::move(s));
+    if (!impl_->on_device) {
+      for (StateBuffer& s : impl_->exchanger->state(g)) out.push_back(std::move(s));
+      continue;
+    }
+    // Host copies of the device memories (kept, and copied back before the group's next
+    // step, so that what the caller writes into them is restored). Copied again only
+    // after a step: until then the ones handed out last hold what counts.
+    auto& mirrors = impl_->state_mirrors[g];
+    if (mirrors.empty()) {
+      for (const auto& [name, t] : impl_->device_groups->state(g)) {
+        mirrors.emplace_back(
+            name, t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous().view({-1}));
+      }
+    }
+    for (auto& [name, t] : mirrors) {
+      out.push_back(
+          {name, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel()))});
+    }
   }
   // Reducers name their state "bucket<id>.<name>" (gradcomp/reducer.h): in bucket id
   // order, as a reducer over every bucket lists it, whatever the grouping.

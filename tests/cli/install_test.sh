@@ -40,6 +40,12 @@ if [ "$status" -ne 0 ]; then
   exit 1
 fi
 grep -q "held-out accuracy" "$work/rank0.log"
+# On CUDA the example's compressor (efm(topk)) has a device reducer: GradientExchange must
+# take the device path, not stage through the host.
+if [ "${GRADCOMP_EXAMPLE_DEVICE:-cpu}" = cuda ] && ! grep -q "(device path)" "$work/rank0.log"; then
+  echo "install_test: on CUDA the example did not take GradientExchange's device path" >&2
+  exit 1
+fi
 
 if [ -n "$py" ]; then
   site=$(find "$work/prefix" -name _C*.so -path '*gradcomp*' -printf '%h\n' | head -n 1)

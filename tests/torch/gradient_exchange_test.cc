@@ -1,11 +1,15 @@
 // GradientExchange (hooks during backward, buckets handed over as they complete) against
 // the after-backward exchange the trainer runs: the same layout's buckets through one
 // reducer after backward, bit for bit. Two ranks as threads over Gloo on 127.0.0.1.
+// The device path (device reducers over a device buffer; on CPU tensors here, through
+// ExchangeOptions::device_path_on_cpu) against the host path, and checkpoints across them.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -309,6 +313,358 @@ TEST(GradientExchange, ScheduleAndWarnings) {
       } else {
         EXPECT_TRUE(w.empty()) << step << ": " << (w.empty() ? "" : w[0]);
       }
+    }
+  });
+}
+
+// A model of odd sizes for the device path: two compressible matrices (37x53 and 53x53,
+// the second applied twice), and a dense bucket (fc3's 7x53, the biases, an unused
+// 13x37) under min_elements 1000.
+struct OddNet : torch::nn::Module {
+  OddNet() {
+    fc1 = register_module("fc1", torch::nn::Linear(37, 53));
+    fc2 = register_module("fc2", torch::nn::Linear(53, 53));
+    fc3 = register_module("fc3", torch::nn::Linear(53, 7));
+    unused = register_parameter("unused", torch::zeros({13, 37}));
+    torch::NoGradGuard no_grad;
+    float k = 0.0f;
+    for (auto& p : parameters()) {
+      p.copy_(torch::sin(torch::arange(p.numel(), torch::kFloat).reshape(p.sizes()) * 0.41f + k) *
+              0.3f);
+      k += 1.0f;
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::tanh(fc1->forward(x));
+    x = torch::tanh(fc2->forward(x));
+    x = torch::tanh(fc2->forward(x));
+    return fc3->forward(x);
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+  torch::Tensor unused;
+};
+
+torch::Tensor odd_loss(OddNet& net, int rank, int step) {
+  const auto x = torch::cos(torch::arange(9 * 37, torch::kFloat).reshape({9, 37}) *
+                                (0.13f + 0.02f * static_cast<float>(rank)) +
+                            0.7f * static_cast<float>(step));
+  const auto y = torch::arange(9, torch::kLong).remainder(7);
+  return torch::nn::functional::cross_entropy(net.forward(x), y);
+}
+
+ExchangeOptions odd_options(const std::string& spec, double min_group_mb, bool device_path) {
+  ExchangeOptions o;
+  o.compressor = spec;
+  o.layout = {0.0, 1000, 0.0};
+  o.min_group_mb = min_group_mb;
+  o.dense_steps = 1;  // the warm-up step too: every bucket dense, through the device reducer
+  o.seed = 11;
+  o.momentum = 0.9f;
+  o.device_path_on_cpu = device_path;
+  return o;
+}
+
+// Steps both nets alike (SGD, lr 0.1) with `grads`, so their next step starts alike.
+void step_alike(std::initializer_list<OddNet*> nets, const std::vector<torch::Tensor>& grads) {
+  torch::NoGradGuard no_grad;
+  for (OddNet* net : nets) {
+    auto params = net->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].sub_(0.1 * grads[i]);
+  }
+}
+
+std::vector<torch::Tensor> grads_of(OddNet& net) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : net.parameters()) out.push_back(p.grad().clone());
+  return out;
+}
+
+// The largest |a - b| over the tensors, relative to the largest |b|.
+double largest_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b,
+                          double* scale = nullptr) {
+  double diff = 0, top = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
+    top = std::max(top, b[i].abs().max().item<double>());
+  }
+  if (scale) *scale = top;
+  return diff;
+}
+
+// (spec, min_group_mb, tolerance relative to the largest gradient: 0 = bit for bit,
+// ranks). Three ranks: 1/3 is inexact, so a dense group's average must be taken as the
+// host path takes it (each rank's share, then the sum), not as sum * 1/3.
+class DeviceVsHost : public ::testing::TestWithParam<std::tuple<std::string, double, double, int>> {
+};
+
+TEST_P(DeviceVsHost, SameMeansAndState) {
+  const auto& [spec, min_group_mb, tolerance, world] = GetParam();
+  run_ranks(world, [&](Communicator& comm) {
+    OddNet on_device, on_host;
+    GradientExchange device_path(on_device.named_parameters(), comm,
+                                 odd_options(spec, min_group_mb, true));
+    GradientExchange host_path(on_host.named_parameters(), comm,
+                               odd_options(spec, min_group_mb, false));
+    ASSERT_TRUE(device_path.on_device()) << device_path.describe();
+    ASSERT_FALSE(host_path.on_device()) << host_path.describe();
+    EXPECT_NE(device_path.describe().find(" on cpu"), std::string::npos) << device_path.describe();
+    double worst = 0;
+    for (int step = 0; step < 5; ++step) {
+      for (OddNet* net : {&on_device, &on_host}) {
+        net->zero_grad();
+        odd_loss(*net, comm.rank(), step).backward();
+        (net == &on_device ? device_path : host_path).finish();
+      }
+      const auto got = grads_of(on_device);
+      const auto want = grads_of(on_host);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (tolerance == 0) {
+          ASSERT_TRUE(torch::equal(got[i], want[i]))
+              << spec << " step " << step << " parameter " << i;
+        }
+      }
+      double scale = 0;
+      const double diff = largest_difference(got, want, &scale);
+      worst = std::max(worst, diff / scale);
+      EXPECT_LE(diff, tolerance * scale) << spec << " step " << step;
+      step_alike({&on_device, &on_host}, want);
+    }
+    if (comm.rank() == 0) {
+      std::printf(
+          "[ device vs host ] %s, groups of %g MiB, %d ranks: largest difference %.3g of the "
+          "largest gradient\n",
+          spec.c_str(), min_group_mb, world, worst);
+    }
+    EXPECT_EQ(device_path.take_stats().reduce.steps, 5u);
+    // The same memories, names and order: the device path's host copies of them.
+    const auto mine = device_path.state();
+    const auto theirs = host_path.state();
+    ASSERT_EQ(mine.size(), theirs.size());
+    ASSERT_FALSE(mine.empty() && spec.rfind("noef", 0) != 0);
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      EXPECT_EQ(mine[i].name, theirs[i].name);
+      ASSERT_EQ(mine[i].data.size(), theirs[i].data.size()) << mine[i].name;
+      double d = 0, top = 0;
+      for (std::size_t k = 0; k < mine[i].data.size(); ++k) {
+        d = std::max(d, static_cast<double>(std::abs(mine[i].data[k] - theirs[i].data[k])));
+        top = std::max(top, static_cast<double>(std::abs(theirs[i].data[k])));
+      }
+      EXPECT_LE(d, tolerance == 0 ? 0.0 : 1e-4 * std::max(top, 1.0)) << mine[i].name;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Specs, DeviceVsHost,
+                         ::testing::Values(std::make_tuple("efm(topk:ratio=0.1)", 0.0, 0.0, 2),
+                                           std::make_tuple("efm(topk:ratio=0.1)", 1.0, 0.0, 2),
+                                           std::make_tuple("ef(2bit)", 0.0, 0.0, 2),
+                                           std::make_tuple("ef(2bit)", 1.0, 0.0, 2),
+                                           std::make_tuple("noef(1bit)", 1.0, 0.0, 2),
+                                           std::make_tuple("ef(signsgd)", 0.0, 0.0, 2),
+                                           std::make_tuple("powersgd:rank=2", 0.0, 1e-5, 2),
+                                           std::make_tuple("powersgd:rank=2", 1.0, 1e-5, 2),
+                                           std::make_tuple("efm(topk:ratio=0.1)", 0.0, 0.0, 3),
+                                           std::make_tuple("ef(2bit)", 1.0, 0.0, 3),
+                                           std::make_tuple("powersgd:rank=2", 0.0, 1e-5, 3)));
+
+// A method with no device reducer stays on the host path, switch or not.
+TEST(GradientExchange, MethodsWithoutADeviceReducerStayOnTheHost) {
+  run_ranks(1, [](Communicator& comm) {
+    OddNet net;
+    GradientExchange exchange(net.named_parameters(), comm, odd_options("dgc", 0.0, true));
+    EXPECT_FALSE(exchange.on_device()) << exchange.describe();
+    GradientExchange linear(net.named_parameters(), comm, [] {
+      ExchangeOptions o = odd_options("fp16", 0.0, true);
+      o.reducer = ReducerKind::kAllreduce;
+      return o;
+    }());
+    EXPECT_FALSE(linear.on_device()) << linear.describe();
+  });
+}
+
+// A checkpoint of either path restores into the other: after 3 steps on path A, its state
+// (and weights) go into a fresh exchange on path B, and both go on for 3 steps with the
+// same means (bit for bit for an allgather codec, to rounding for PowerSGD).
+class CheckpointAcrossPaths
+    : public ::testing::TestWithParam<std::tuple<std::string, bool, double>> {};
+
+TEST_P(CheckpointAcrossPaths, RestoresIntoTheOtherPath) {
+  const auto& [spec, from_device, tolerance] = GetParam();
+  run_ranks(2, [&](Communicator& comm) {
+    OddNet first, second;
+    GradientExchange a(first.named_parameters(), comm, odd_options(spec, 0.0, from_device));
+    for (int step = 0; step < 3; ++step) {
+      first.zero_grad();
+      odd_loss(first, comm.rank(), step).backward();
+      a.finish();
+      step_alike({&first}, grads_of(first));
+    }
+    // The checkpoint: weights, memories, step.
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < first.parameters().size(); ++i) {
+        second.parameters()[i].copy_(first.parameters()[i]);
+      }
+    }
+    std::vector<std::pair<std::string, std::vector<float>>> saved;
+    for (const StateBuffer& s : a.state())
+      saved.emplace_back(s.name, std::vector<float>(s.data.begin(), s.data.end()));
+    ASSERT_FALSE(saved.empty());
+    GradientExchange b(second.named_parameters(), comm, odd_options(spec, 0.0, !from_device));
+    ASSERT_NE(a.on_device(), b.on_device());
+    const auto target = b.state();
+    ASSERT_EQ(target.size(), saved.size());
+    for (std::size_t i = 0; i < target.size(); ++i) {
+      ASSERT_EQ(target[i].name, saved[i].first);
+      ASSERT_EQ(target[i].data.size(), saved[i].second.size());
+      std::copy(saved[i].second.begin(), saved[i].second.end(), target[i].data.begin());
+    }
+    b.set_step(a.step());
+    for (int step = 3; step < 6; ++step) {
+      for (OddNet* net : {&first, &second}) {
+        net->zero_grad();
+        odd_loss(*net, comm.rank(), step).backward();
+        (net == &first ? a : b).finish();
+      }
+      const auto want = grads_of(first);
+      const auto got = grads_of(second);
+      double scale = 0;
+      const double diff = largest_difference(got, want, &scale);
+      if (tolerance == 0) {
+        EXPECT_EQ(diff, 0.0) << spec << " step " << step;
+      } else {
+        EXPECT_LE(diff, tolerance * scale) << spec << " step " << step;
+      }
+      step_alike({&first, &second}, want);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Specs, CheckpointAcrossPaths,
+                         ::testing::Values(std::make_tuple("efm(topk:ratio=0.1)", true, 0.0),
+                                           std::make_tuple("efm(topk:ratio=0.1)", false, 0.0),
+                                           std::make_tuple("ef(2bit)", true, 0.0),
+                                           std::make_tuple("powersgd:rank=2", true, 1e-5),
+                                           std::make_tuple("powersgd:rank=2", false, 1e-5)));
+
+// Without the restore the next steps differ: the test above can tell a restored memory
+// from a fresh one.
+TEST(GradientExchange, AFreshMemoryDiffersFromARestoredOne) {
+  run_ranks(2, [](Communicator& comm) {
+    OddNet first, second;
+    GradientExchange a(first.named_parameters(), comm,
+                       odd_options("efm(topk:ratio=0.1)", 0.0, false));
+    for (int step = 0; step < 3; ++step) {
+      first.zero_grad();
+      odd_loss(first, comm.rank(), step).backward();
+      a.finish();
+      step_alike({&first}, grads_of(first));
+    }
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < first.parameters().size(); ++i) {
+        second.parameters()[i].copy_(first.parameters()[i]);
+      }
+    }
+    GradientExchange b(second.named_parameters(), comm,
+                       odd_options("efm(topk:ratio=0.1)", 0.0, true));
+    b.set_step(a.step());
+    for (OddNet* net : {&first, &second}) {
+      net->zero_grad();
+      odd_loss(*net, comm.rank(), 3).backward();
+      (net == &first ? a : b).finish();
+    }
+    EXPECT_GT(largest_difference(grads_of(second), grads_of(first)), 0.0);
+  });
+}
+
+// Parameters on two devices are refused at construction, in one line naming both. (A
+// meta tensor stands in for the second device where there is no GPU.)
+TEST(GradientExchange, ParametersOnSeveralDevicesAreRefused) {
+  run_ranks(1, [](Communicator& comm) {
+    const at::Device other =
+        torch::cuda::is_available() ? at::Device(at::kCUDA, 0) : at::Device(at::kMeta);
+    GradientExchange::NamedParameters params;
+    params.insert("a", torch::zeros({4, 4}, torch::requires_grad()));
+    params.insert("b",
+                  torch::zeros({4, 4}, torch::TensorOptions().device(other).requires_grad(true)));
+    try {
+      GradientExchange exchange(params, comm, {});
+      FAIL() << "accepted parameters on cpu and " << other.str();
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("parameters on several devices (a on cpu, b on " + other.str()),
+                std::string::npos)
+          << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+    // A frozen parameter on a GPU is not exchanged, so not refused (a frozen meta tensor
+    // is, as every tensor on neither the CPU nor a CUDA device).
+    if (!torch::cuda::is_available()) return;
+    GradientExchange::NamedParameters frozen;
+    frozen.insert("a", torch::zeros({4, 4}, torch::requires_grad()));
+    frozen.insert("b", torch::zeros({4, 4}, torch::TensorOptions().device(other)));
+    EXPECT_NO_THROW(GradientExchange(frozen, comm, {}));
+  });
+}
+
+// On the device path a non-finite gradient is found on the exchange thread, before its
+// group's reducer (a compressed step) or its allreduce (a dense group, the warm-up), and
+// finish() throws it naming the tensor.
+TEST(GradientExchange, DevicePathNonFiniteGradientComesOutOfFinish) {
+  // (the tensor poisoned, the step: 0 is the dense warm-up, 1 compresses fc2.weight;
+  // fc3.bias is in the dense bucket, a group of its own with min_group_mb 0)
+  const std::vector<std::tuple<std::string, int>> cases = {
+      {"fc2.weight", 0}, {"fc2.weight", 1}, {"fc3.bias", 1}};
+  for (const auto& [name, poisoned_step] : cases) {
+    SCOPED_TRACE(name + " at step " + std::to_string(poisoned_step));
+    run_ranks(1, [&, name = name, poisoned_step = poisoned_step](Communicator& comm) {
+      OddNet net;
+      GradientExchange exchange(net.named_parameters(), comm,
+                                odd_options("efm(topk:ratio=0.1)", 0.0, true));
+      auto poison = std::make_shared<bool>(false);
+      net.named_parameters()[name].register_hook([poison](torch::Tensor g) {
+        if (!*poison) return g;
+        g = g.clone();
+        g.view({-1})[3] = std::nanf("");
+        return g;
+      });
+      for (int step = 0; step <= poisoned_step; ++step) {
+        *poison = step == poisoned_step;
+        net.zero_grad();
+        odd_loss(net, 0, step).backward();
+        if (!*poison) {
+          exchange.finish();
+          continue;
+        }
+        try {
+          exchange.finish();
+          FAIL() << "no NonFiniteGradient";
+        } catch (const NonFiniteGradient& e) {
+          EXPECT_EQ(e.parameter(), name);
+          EXPECT_EQ(e.element(), 3u);
+          EXPECT_EQ(e.step(), step);
+          EXPECT_TRUE(std::isnan(e.value()));
+        }
+      }
+    });
+  }
+}
+
+// The fixed 2-bit threshold check reads the device buffer as it reads the host's.
+TEST(GradientExchange, DevicePathWarnsOfAFixedThresholdAsTheHostPath) {
+  run_ranks(1, [](Communicator& comm) {
+    Net net;
+    ExchangeOptions o = options_for("2bit:threshold=50");
+    o.device_path_on_cpu = true;
+    GradientExchange exchange(net.named_parameters(), comm, o);
+    ASSERT_TRUE(exchange.on_device());
+    for (int step = 0; step < 12; ++step) {
+      net.zero_grad();
+      loss_of(net, 0, step).backward();
+      exchange.finish();
+      const auto w = exchange.take_warnings();
+      EXPECT_EQ(w.size(), step == 10 ? 1u : 0u) << step;
     }
   });
 }

@@ -1,8 +1,9 @@
 // Reducers for gradients that live on a device: the buckets, the memories and the heavy
 // arithmetic stay on the device, and only what the collectives carry crosses to the host
 // (the communicator is Gloo's, over host memory). Callers (the Python hook's device path,
-// python/src/exchanger_bindings.cc) see this interface only; which reducer runs follows
-// from the method:
+// python/src/exchanger_bindings.cc, and GradientExchange's, src/torch/, both through
+// gradcomp/device/groups.h) see this interface only; which reducer runs follows from the
+// method:
 //   allgather   a codec with a device implementation (device_codec_names()) under the
 //               allgather reducer, with ef, efm or noef (src/device/allgather.cc): the
 //               host allgather reducer's step, only compressed messages crossing;

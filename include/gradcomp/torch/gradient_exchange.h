@@ -25,6 +25,24 @@
 // the ones before it), so every rank issues the same collectives in the same order. finish() hands
 // over what is left (parameters that got no gradient this step count as zeros, on every rank
 // alike), waits, and writes the means into .grad.
+//
+// Where the buffer lives (describe() and on_device() say which):
+//   device   CUDA parameters under a method with a device reducer
+//            (device::Reducer::supports: an allgather of a device codec under ef, efm or
+//            noef, such as efm(topk:...), ef(2bit), 1bit, signsgd, fp16; and powersgd):
+//            the buffer is one fp32 tensor on the parameters' device, the hook copies the
+//            gradient into it there, and the exchange thread runs the group's device
+//            reducer (gradcomp/device/reducer.h, the same one the Python hook uses) on a
+//            side stream; only compressed bytes (PowerSGD: its factors, and the dense
+//            buckets) cross to the host. Memories stay on the device. A group that is
+//            dense this step (the dense bucket alone, the warm-up) is averaged as on the
+//            host: shares taken in the hook, copied to the host, one allreduce, back.
+//   staged   everything else: the buffer is host memory and the host reducers run. A
+//            CUDA gradient is copied to the host in its hook (synchronously) and the
+//            mean back into .grad by finish().
+// Both compute the same means: bit for bit for the allgather codecs, to rounding for
+// PowerSGD (its device products are ATen matmuls). tests/torch holds them to that on
+// CPU tensors (ExchangeOptions::device_path_on_cpu).
 #pragma once
 
 #include <torch/torch.h>
@@ -85,14 +103,22 @@ struct ExchangeOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   // Look for NaN and infinity in every gradient as its hook copies it (one extra read of
   // memory that is in cache): a non-finite gradient throws NonFiniteGradient out of
-  // backward() before its bucket reaches a codec or another rank.
+  // backward() before its bucket reaches a codec or another rank. On the device path,
+  // once per group on the exchange thread, out of finish() (see NonFiniteGradient).
   bool check_finite = true;
+  // A test switch: CPU parameters take the device path that CUDA parameters take (see
+  // GradientExchange), its buffers and device reducers on CPU tensors, so that CI checks
+  // it against the host path without a GPU. No use in training: on the CPU the host
+  // path is the one to run.
+  bool device_path_on_cpu = false;
 };
 
 // A gradient held a NaN or an infinity (ExchangeOptions::check_finite). Thrown by the
 // gradient hook, so out of backward(); buckets handed over before it are still in
-// flight. Like a communication failure it ends the exchange: stop the run (every rank
-// does, as the others lose this one), lower the learning rate, resume from a checkpoint.
+// flight. On the device path the check runs on the exchange thread, once per group
+// before its reducer (no wait for the device in the hook), and finish() throws it. Like a
+// communication failure it ends the exchange: stop the run (every rank does, as the others lose
+// this one), lower the learning rate, resume from a checkpoint.
 class NonFiniteGradient : public InvalidArgument {
  public:
   NonFiniteGradient(std::string parameter, std::size_t index, std::size_t element, float value,
@@ -122,9 +148,10 @@ class GradientExchange {
  public:
   using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
 
-  // Parameters: float32, contiguous, on the CPU or a CUDA device (a CUDA gradient is copied
-  // to its host bucket in the hook, the mean back into .grad by finish(): the exchange runs
-  // on the host). Over a c10d process group made elsewhere: torch 1.13's ProcessGroupGloo, or a
+  // Parameters: float32, contiguous, all on the CPU or all on one CUDA device (parameters
+  // on several devices: InvalidArgument). CUDA parameters take the device path when the
+  // method has a device reducer, else they are staged through the host (see above).
+  // Over a c10d process group made elsewhere: torch 1.13's ProcessGroupGloo, or a
   // torch 2.x ProcessGroup whose backend for CPU tensors is Gloo ("gloo", "cpu:gloo,cuda:nccl").
   // Any other group: InvalidArgument saying what to create.
   GradientExchange(const NamedParameters& params, c10::intrusive_ptr<c10d::ProcessGroup> group,
@@ -144,7 +171,8 @@ class GradientExchange {
 
   // Waits for this step's exchanges and writes the mean gradients into .grad. Throws
   // gradcomp::CommError (a peer failed or timed out) or InvalidArgument (a codec could
-  // not encode a bucket: the message names the bucket's tensors); afterwards the
+  // not encode a bucket: the message names the bucket's tensors; on the device path also
+  // NonFiniteGradient, which the staged path throws out of backward); afterwards the
   // exchange is unusable, as after any communication failure.
   void finish();
 
@@ -161,8 +189,12 @@ class GradientExchange {
 
   // The layout: one plan per bucket (ids, the parameters in it, compressible or not).
   const std::vector<BucketPlan>& buckets() const;
-  // "allgather(efm(topk:ratio=0.01,...))".
+  // "allgather(efm(topk:ratio=0.01,...))" on the host; on the device path the device
+  // reducer's "allgather(efm(topk:...)) on cuda:0"; CUDA parameters staged through the
+  // host: "... staged through the host from cuda:0".
   std::string describe() const;
+  // Whether the buffers and memories live on the parameters' device (the device path).
+  bool on_device() const;
   // The compressor's effective schedule for this run in one line, for the run's header
   // (DGC: "dgc warm-up: 58 steps (...): density 0.25, ... then 0.001"); empty when it has
   // none. Depends on options.steps_per_epoch and options.total_steps.
@@ -177,6 +209,10 @@ class GradientExchange {
   // Every memory's state (error feedback, momenta, PowerSGD's Q), named
   // "bucket<id>.<name>", writable: save it with the model, restore it before the first
   // step of a resumed run (copy into the spans). The step counter is step()/set_step().
+  // Both paths name and order it alike, so a checkpoint from one restores into the other.
+  // On the device path the spans are host copies of the device memories, taken by the
+  // first call after a step and copied back to the device before the next step (what
+  // was written into them then counts); the spans stay valid until that step.
   std::vector<StateBuffer> state();
   std::int64_t step() const;
   void set_step(std::int64_t step);
