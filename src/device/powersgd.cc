@@ -89,20 +89,13 @@ class DevicePowerSgdReducer final : public Reducer {
     for (const BucketShape& b : shapes) {
       Slot s;
       s.shape = b;
-      if (b.rows > 0 && b.numel % b.rows != 0) {
-        throw InvalidArgument("powersgd: bucket " + std::to_string(b.id) + " of " +
-                              std::to_string(b.numel) + " elements is not a matrix of " +
-                              std::to_string(b.rows) + " rows");
-      }
-      if (b.compressible && b.rows > 0) {
-        const std::size_t cols = b.numel / b.rows;
-        if (kernels::low_rank_pays(b.rows, cols, rank_)) {
-          s.low_rank = true;
-          s.lr = {b.rows, cols, rank_};
-          s.q = at::zeros({i64(s.lr.q_size())}, floats_);  // all-zero columns: drawn at first use
-          s.q_zero.assign(rank_, 1);
-          if (error_feedback_) s.e = at::zeros({i64(b.numel)}, floats_);
-        }
+      if (const auto lr =
+              kernels::powersgd_factorisation(b.id, b.numel, b.rows, b.compressible, rank_)) {
+        s.low_rank = true;
+        s.lr = *lr;
+        s.q = at::zeros({i64(s.lr.q_size())}, floats_);  // all-zero columns: drawn at first use
+        s.q_zero.assign(rank_, 1);
+        if (error_feedback_) s.e = at::zeros({i64(b.numel)}, floats_);
       }
       slots_.push_back(std::move(s));
     }
@@ -153,15 +146,7 @@ class DevicePowerSgdReducer final : public Reducer {
     for (Slot& s : slots_) {
       if (!s.active) continue;
       const std::span<float> p(fused_.data() + s.at, s.lr.p_size());
-      // Every rank holds the same sum, so every rank throws here alike (no collective
-      // is left half-issued).
-      for (float v : p) {
-        if (!std::isfinite(v)) {
-          throw InvalidArgument("powersgd: bucket " + std::to_string(s.shape.id) + " step " +
-                                std::to_string(ctx.step) +
-                                ": non-finite value in M Q (the gradient is not finite)");
-        }
-      }
+      kernels::check_projection_finite(p, s.shape.id, ctx.step);
       kernels::lr_orthonormalize(p, s.lr.rows, s.lr.rank);
     }
     for (Slot& s : slots_) {

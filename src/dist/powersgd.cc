@@ -61,20 +61,13 @@ class PowerSgdReducer final : public Reducer {
     for (const BucketShape& b : shapes) {
       Slot s;
       s.shape = b;
-      if (b.rows > 0 && b.numel % b.rows != 0) {
-        throw InvalidArgument("powersgd: bucket " + std::to_string(b.id) + " of " +
-                              std::to_string(b.numel) + " elements is not a matrix of " +
-                              std::to_string(b.rows) + " rows");
-      }
-      if (b.compressible && b.rows > 0) {
-        const std::size_t cols = b.numel / b.rows;
-        if (kernels::low_rank_pays(b.rows, cols, rank_)) {
-          s.low_rank = true;
-          s.lr = {b.rows, cols, rank_};
-          s.q.assign(s.lr.q_size(), 0.0f);  // all-zero columns: drawn at first use
-          if (error_feedback_) s.e.assign(b.numel, 0.0f);
-          q_cap += s.lr.q_size();
-        }
+      if (const auto lr =
+              kernels::powersgd_factorisation(b.id, b.numel, b.rows, b.compressible, rank_)) {
+        s.low_rank = true;
+        s.lr = *lr;
+        s.q.assign(s.lr.q_size(), 0.0f);  // all-zero columns: drawn at first use
+        if (error_feedback_) s.e.assign(b.numel, 0.0f);
+        q_cap += s.lr.q_size();
       }
       fused_cap += std::max(b.numel, s.low_rank ? s.lr.p_size() : std::size_t{0});
       slots_.push_back(std::move(s));
@@ -120,15 +113,7 @@ class PowerSgdReducer final : public Reducer {
       if (!active_[b]) continue;
       Slot& s = slots_[b];
       const std::span<float> p = s.p;
-      // Every rank holds the same sum, so every rank throws here alike (no collective
-      // is left half-issued).
-      for (float v : p) {
-        if (!std::isfinite(v)) {
-          throw InvalidArgument("powersgd: bucket " + std::to_string(s.shape.id) + " step " +
-                                std::to_string(ctx.step) +
-                                ": non-finite value in M Q (the gradient is not finite)");
-        }
-      }
+      kernels::check_projection_finite(p, s.shape.id, ctx.step);
       kernels::lr_orthonormalize(p, s.lr.rows, s.lr.rank);
       const std::span<const float> m =
           error_feedback_ ? std::span<const float>(s.e) : std::span<const float>(buckets[b].grad);

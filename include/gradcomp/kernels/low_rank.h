@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "gradcomp/rng.h"
@@ -49,6 +50,19 @@ struct LowRankShape {
 inline bool low_rank_pays(std::size_t rows, std::size_t cols, std::size_t rank) {
   return rows * cols > 2 * rank * (rows + cols);
 }
+
+// The factorisation PowerSGD gives bucket `id` (numel elements, `rows` rows of its matrix
+// view, 0 for none) at `rank`: nullopt when the bucket goes dense (not compressible, no
+// matrix view, or low_rank_pays says no). InvalidArgument when rows does not divide numel.
+// The host scheme and the device reducer both plan their buckets with it.
+std::optional<LowRankShape> powersgd_factorisation(std::uint32_t id, std::size_t numel,
+                                                   std::size_t rows, bool compressible,
+                                                   std::size_t rank);
+
+// PowerSGD's check of the allreduced M Q of bucket `id` at `step`: InvalidArgument when it
+// holds a non-finite value. Every rank holds the same sum, so every rank throws alike and
+// no collective is left half-issued.
+void check_projection_finite(std::span<const float> p, std::uint32_t id, std::uint64_t step);
 
 // ---- fast kernels -------------------------------------------------------------------
 

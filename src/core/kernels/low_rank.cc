@@ -10,6 +10,30 @@
 
 namespace gradcomp::kernels {
 
+std::optional<LowRankShape> powersgd_factorisation(std::uint32_t id, std::size_t numel,
+                                                   std::size_t rows, bool compressible,
+                                                   std::size_t rank) {
+  if (rows > 0 && numel % rows != 0) {
+    throw InvalidArgument("powersgd: bucket " + std::to_string(id) + " of " +
+                          std::to_string(numel) + " elements is not a matrix of " +
+                          std::to_string(rows) + " rows");
+  }
+  if (!compressible || rows == 0) return std::nullopt;
+  const std::size_t cols = numel / rows;
+  if (!low_rank_pays(rows, cols, rank)) return std::nullopt;
+  return LowRankShape{rows, cols, rank};
+}
+
+void check_projection_finite(std::span<const float> p, std::uint32_t id, std::uint64_t step) {
+  for (float v : p) {
+    if (!std::isfinite(v)) {
+      throw InvalidArgument("powersgd: bucket " + std::to_string(id) + " step " +
+                            std::to_string(step) +
+                            ": non-finite value in M Q (the gradient is not finite)");
+    }
+  }
+}
+
 namespace {
 
 // Columns of Q (or P) handled together: 8 accumulators of 8 lanes fit AVX2's 16
