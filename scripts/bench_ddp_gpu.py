@@ -8,7 +8,9 @@ alone is what a hook costs on the device and the host: for methods the device re
 (top-k, 2bit, efsign, PowerSGD here) their work on the device and the copies of what the
 collectives carry (messages; PowerSGD's factors); for the others the bucket's round trip
 through pinned host memory and the method on the CPU. Each gradcomp row names its path as
-CompressionState.on_device reports it ("device" or "staged"). Variants: DDP alone,
+CompressionState.on_device reports it ("device" or "staged"), and for the device path whether
+the codecs ran gradcomp's fused CUDA kernels or ATen operations (a spec ending in "@aten"
+switches the kernels off: the same method both ways in one run). Variants: DDP alone,
 torch's PowerSGD hook, gradcomp's hook with each --specs entry. Synthetic ImageNet-sized
 batches; the median step of --steps after --warmup. Prints a Markdown table; --json writes
 the record.
@@ -27,6 +29,7 @@ import torchvision
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import gradcomp
 import gradcomp.torch as gc
 
 
@@ -46,10 +49,13 @@ def step_times(model_name, batch, hook, steps, warmup, device):
         ddp.register_comm_hook(state, torch_powersgd.powerSGD_hook)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     else:
-        state = gc.CompressionState(hook)
+        spec, _, mode = hook.partition("@")
+        kernels = mode != "aten" and gradcomp.cuda_kernels_built()
+        previous = gradcomp.set_cuda_kernels(kernels)
+        state = gc.CompressionState(spec)
         ddp.register_comm_hook(state, gc.hook)
         opt = gc.SGD(ddp.parameters(), lr=0.01, momentum=0.9, state=state)
-        path = "device" if state.on_device else "staged"
+        path = ("device, " + ("kernels" if kernels else "aten")) if state.on_device else "staged"
     x = torch.randn(batch, 3, 224, 224, device=device)
     y = torch.randint(0, 1000, (batch,), device=device)
     times = []
@@ -62,6 +68,8 @@ def step_times(model_name, batch, hook, steps, warmup, device):
         torch.cuda.synchronize(device)
         if i >= warmup:
             times.append(time.perf_counter() - t)
+    if hook not in ("ddp",) and not hook.startswith("torch-powersgd"):
+        gradcomp.set_cuda_kernels(previous)
     del ddp, model, opt
     torch.cuda.empty_cache()
     return statistics.median(times), path
@@ -70,7 +78,8 @@ def step_times(model_name, batch, hook, steps, warmup, device):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet50:64,alexnet:128", help="name:batch,...")
-    ap.add_argument("--specs", default="powersgd:rank=2;efm(topk:ratio=0.01);2bit;efsign",
+    ap.add_argument("--specs", default="powersgd:rank=2;efm(topk:ratio=0.01);efm(topk:ratio=0.01)@aten;"
+                    "2bit;2bit@aten;efsign",
                     help="gradcomp compressors, ';'-separated")
     ap.add_argument("--torch-powersgd-rank", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)

@@ -8,8 +8,12 @@ For a bucket of N float32 elements (default 100 M) on the device:
   payload left on the device. Its least memory traffic is 12N bytes (read g and e, write
   e); "of copy bw" is 12N / time over the copy's bandwidth: a kernel at the copy's speed
   scores 100%;
+- encode: DeviceCodec.payload (no error feedback: x = g, read once);
 - decode: decode_payload_add of that payload into a float32 bucket;
-- torch.topk(|g|, k): the exact top-k gradcomp's exact selection is compared with.
+- torch.topk(|g|, k): the exact top-k gradcomp's exact selection is compared with, against
+  top-k's encode without error feedback (torch.topk has none either) and with it.
+Where the build has gradcomp's fused CUDA kernels, each codec is timed twice in the same
+run: with them (the default) and with the ATen operations they replace.
 Times are medians over --reps runs after warm-up (CUDA events on a GPU). Writes a JSON
 record (--json) and prints a Markdown table.
 """
@@ -94,6 +98,7 @@ def main():
     print(f"torch.topk(|g|, {k}): {t_torch_topk * 1e3:.3f} ms", flush=True)
 
     available = set(gradcomp.device_codec_names())
+    paths = ["kernels", "aten"] if device.type == "cuda" and gradcomp.cuda_kernels_built() else ["aten"]
     rows = []
     for spec in args.specs.split(";"):
         if spec.split(":")[0] not in available:
@@ -103,43 +108,38 @@ def main():
         except ValueError as e:
             print(f"{spec}: {e}", file=sys.stderr)
             continue
-        e = torch.zeros_like(g)
-        step = [0]
-
-        def encode():
-            step[0] += 1
-            return codec.payload_with_residual(g, e, seed=1, step=step[0])
-
-        try:
-            payload = encode()
-            encode()
-            t_enc = measure(encode, args.reps)
-            out = torch.zeros_like(g)
-            codec.decode_payload_add(payload, out)
-            t_dec = measure(lambda: codec.decode_payload_add(payload, out), args.reps)
-        except (RuntimeError, ValueError) as err:  # e.g. out of memory for a variant
-            print(f"{spec}: failed: {err}", file=sys.stderr)
-            continue
-        row = dict(spec=codec.spec, encode_ef_seconds=t_enc, decode_seconds=t_dec,
-                   payload_bytes=int(payload.numel()),
-                   encode_ef_share_of_copy=(12 * n / t_enc) / copy_bw,
-                   decode_share_of_copy=(8 * n / t_dec) / copy_bw)
-        if "topk" in spec and "0.001" in spec:
-            row["vs_torch_topk"] = t_torch_topk / t_enc
-        record["codecs"].append(row)
-        rows.append(row)
-        print(f"{spec}: encode+EF {t_enc * 1e3:.3f} ms, decode {t_dec * 1e3:.3f} ms", flush=True)
-        del e, out, payload
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        for path in paths:
+            previous = gradcomp.set_cuda_kernels(path == "kernels")
+            try:
+                row = measure_codec(codec, g, measure, args.reps)
+            except (RuntimeError, ValueError) as err:  # e.g. out of memory for a variant
+                print(f"{spec} ({path}): failed: {err}", file=sys.stderr)
+                continue
+            finally:
+                gradcomp.set_cuda_kernels(previous)
+            row.update(path=path, encode_ef_share_of_copy=(12 * n / row["encode_ef_seconds"]) / copy_bw,
+                       decode_share_of_copy=(8 * n / row["decode_seconds"]) / copy_bw)
+            if "topk" in spec and "0.001" in spec:
+                row["vs_torch_topk"] = t_torch_topk / row["encode_seconds"]
+                row["vs_torch_topk_with_ef"] = t_torch_topk / row["encode_ef_seconds"]
+            record["codecs"].append(row)
+            rows.append(row)
+            print(f"{spec} ({path}): encode {row['encode_seconds'] * 1e3:.3f} ms, encode+EF "
+                  f"{row['encode_ef_seconds'] * 1e3:.3f} ms, decode {row['decode_seconds'] * 1e3:.3f} ms",
+                  flush=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
 
     print()
-    print("| codec | payload bytes | encode + EF (ms) | of copy bw | decode (ms) | vs torch.topk |")
-    print("|---|---|---|---|---|---|")
+    print("| codec | path | payload bytes | encode (ms) | encode + EF (ms) | of copy bw | decode (ms) "
+          "| vs torch.topk (no EF / EF) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        vs = f"{r['vs_torch_topk']:.1f}x" if "vs_torch_topk" in r else ""
-        print(f"| `{r['spec']}` | {r['payload_bytes']} | {r['encode_ef_seconds'] * 1e3:.2f} | "
-              f"{100 * r['encode_ef_share_of_copy']:.0f}% | {r['decode_seconds'] * 1e3:.2f} | {vs} |")
+        vs = (f"{r['vs_torch_topk']:.1f}x / {r['vs_torch_topk_with_ef']:.1f}x"
+              if "vs_torch_topk" in r else "")
+        print(f"| `{r['spec']}` | {r['path']} | {r['payload_bytes']} | {r['encode_seconds'] * 1e3:.2f} | "
+              f"{r['encode_ef_seconds'] * 1e3:.2f} | {100 * r['encode_ef_share_of_copy']:.0f}% | "
+              f"{r['decode_seconds'] * 1e3:.2f} | {vs} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)
@@ -147,12 +147,41 @@ def main():
         write_jsonl(record, args.jsonl)
 
 
+def measure_codec(codec, g, measure, reps):
+    """Median times of encode (no error feedback), encode with it, and decode, on g's
+    device."""
+    e = torch.zeros_like(g)
+    step = [0]
+
+    def encode_ef():
+        step[0] += 1
+        return codec.payload_with_residual(g, e, seed=1, step=step[0])
+
+    def encode():
+        step[0] += 1
+        return codec.payload(g, seed=1, step=step[0])
+
+    payload = encode_ef()
+    encode_ef()
+    t_enc_ef = measure(encode_ef, reps)
+    encode()
+    t_enc = measure(encode, reps)
+    out = torch.zeros_like(g)
+    codec.decode_payload_add(payload, out)
+    t_dec = measure(lambda: codec.decode_payload_add(payload, out), reps)
+    return dict(spec=codec.spec, encode_seconds=t_enc, encode_ef_seconds=t_enc_ef,
+                decode_seconds=t_dec, payload_bytes=int(payload.numel()))
+
+
 def write_jsonl(record, path):
     """The codecs' rows as `gradcomp bench codec --json` writes them (kind, spec, n,
     encode_ms with error feedback, decode_ms, message_bytes), which `gradcomp advise
     --device-speeds` reads as the device's speeds."""
     with open(path, "w") as f:
+        default = record["codecs"][0]["path"] if record["codecs"] else None
         for r in record["codecs"]:
+            if r["path"] != default:  # the path the codecs take by default
+                continue
             f.write(json.dumps(dict(
                 kind="codec", spec=r["spec"], n=record["elements"],
                 encode_ms=r["encode_ef_seconds"] * 1e3, decode_ms=r["decode_seconds"] * 1e3,

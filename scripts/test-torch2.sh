@@ -4,7 +4,7 @@
 # --torch2), as a user with their own torch builds it.
 #   1. C++: gradcomp_dist, the exchange and their tests against the wheel's LibTorch
 #      (build-torch2/): the communicator, reducers, schemes, dead peers, GradientExchange,
-#      the device codecs on CPU tensors;
+#      the device codecs on CPU tensors; the CUDA kernels compiled with the machine's nvcc;
 #   2. Python: `pip install --no-build-isolation .` into the venv (reusing build-torch2/, so
 #      nothing compiles twice), then every Python test against the installed package;
 #   3. the installed C++ package: examples/cpp built with find_package(Torch) +
@@ -22,9 +22,13 @@ version=$("$py" -c 'import torch; print(torch.__version__)')
 
 echo "== torch $version: build (build-torch2/) (at ${SECONDS} s)"
 # -U SKBUILD*: a tree that pip's build (step 2) configured last keeps its markers.
+# The device codecs' CUDA kernels compile and link wherever nvcc is (this torch is a CPU
+# build, so AUTO would skip them); nothing runs them without a GPU (scripts/gpu-check.sh).
+cuda_kernels=OFF
+if command -v nvcc >/dev/null; then cuda_kernels=ON; fi
 cmake -S . -B build-torch2 -G Ninja -DCMAKE_BUILD_TYPE=Release -U 'SKBUILD*' \
   -DGRADCOMP_TORCH_PYTHON="$py" -DGRADCOMP_BUILD_TESTS=ON -DGRADCOMP_BUILD_TOOLS=OFF \
-  -DGRADCOMP_BUILD_BENCH=OFF -DGRADCOMP_BUILD_PYTHON=ON >/dev/null
+  -DGRADCOMP_BUILD_BENCH=OFF -DGRADCOMP_BUILD_PYTHON=ON -DGRADCOMP_CUDA_KERNELS=$cuda_kernels >/dev/null
 cmake --build build-torch2 -j "$jobs" --target gradcomp_dist_tests gradcomp_torch_tests gradcomp_device_tests \
   gradcomp_python -- "${quiet[@]}"
 

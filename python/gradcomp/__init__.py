@@ -8,13 +8,17 @@ The codecs are gradcomp's C++ core, the same the ``gradcomp`` CLI runs::
     approx = codec.decode(message)                    # float32, 10_000 elements
 
 ``gradcomp.DeviceCodec(spec)`` runs a codec on the tensor's own device (CUDA) with the same
-messages; ``gradcomp.device_codec_names()`` lists those that have one.
+messages; ``gradcomp.device_codec_names()`` lists those that have one. On CUDA tensors
+1bit, signsgd, 2bit and top-k run fused CUDA kernels where the build has them
+(``gradcomp.cuda_kernels_built()``; ``gradcomp.set_cuda_kernels(False)`` keeps ATen's).
 ``gradcomp.list_codecs()`` lists every codec, memory and scheme with its defaults.
 To compress a DistributedDataParallel model's gradients, see ``gradcomp.torch``.
 """
 import torch as _torch  # noqa: F401  (loads LibTorch before the extension links to it)
 
-from ._C import Codec, CommError, DeviceCodec, device_codec_names, list_codecs
+from ._C import (Codec, CommError, DeviceCodec, cuda_kernels_built, device_codec_names,
+                 list_codecs, set_cuda_kernels)
 
-__all__ = ["Codec", "CommError", "DeviceCodec", "device_codec_names", "list_codecs", "__version__"]
+__all__ = ["Codec", "CommError", "DeviceCodec", "cuda_kernels_built", "device_codec_names",
+           "list_codecs", "set_cuda_kernels", "__version__"]
 __version__ = "0.1.0"

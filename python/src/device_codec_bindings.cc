@@ -47,6 +47,13 @@ class PyDeviceCodec {
                    device_->encode_payload_with_residual(flat(g, "g"), flat(e, "e"), ctx));
   }
 
+  at::Tensor payload(const at::Tensor& g, std::uint64_t seed, std::uint64_t step,
+                     std::uint32_t rank, std::uint32_t bucket) const {
+    const StepContext ctx = codec_call_context(g, seed, step, rank, bucket);
+    py::gil_scoped_release release;
+    return device_->encode_payload(flat(g, "g"), ctx);
+  }
+
   at::Tensor payload_with_residual(const at::Tensor& g, const at::Tensor& e, std::uint64_t seed,
                                    std::uint64_t step, std::uint32_t rank,
                                    std::uint32_t bucket) const {
@@ -106,6 +113,12 @@ class PyDeviceCodec {
 void bind_device_codecs(py::module_& m) {
   m.def("device_codec_names", &device::device_codec_names,
         "The codecs that also run on the gradients' device (gradcomp.DeviceCodec).");
+  m.def("cuda_kernels_built", &device::cuda_kernels_built,
+        "Whether this build has the device codecs' fused CUDA kernels.");
+  m.def("set_cuda_kernels", &device::set_cuda_kernels, py::arg("enabled"),
+        "Whether the device codecs use their fused CUDA kernels on CUDA tensors (default:\n"
+        "yes where built; GRADCOMP_DEVICE_KERNELS=0 in the environment says no). False keeps\n"
+        "the ATen operations the kernels are tested against. Returns the previous setting.");
 
   py::class_<PyDeviceCodec>(m, "DeviceCodec", R"doc(
 A codec run on the tensors' own device (CUDA, or the CPU), e.g. ``DeviceCodec("fp16")``.
@@ -125,6 +138,9 @@ no device implementation (``device_codec_names()`` lists those with one).)doc")
            py::arg("bucket") = 0,
            "One error-feedback step: e += g, returns the message of e (CPU uint8), then\n"
            "e -= decode(message). g and e on the same device.")
+      .def("payload", &PyDeviceCodec::payload, py::arg("g"), py::kw_only(), py::arg("seed") = 0,
+           py::arg("step") = 0, py::arg("rank") = 0, py::arg("bucket") = 0,
+           "encode's payload (no header), left on the device.")
       .def("payload_with_residual", &PyDeviceCodec::payload_with_residual, py::arg("g"),
            py::arg("e"), py::kw_only(), py::arg("seed") = 0, py::arg("step") = 0,
            py::arg("rank") = 0, py::arg("bucket") = 0,

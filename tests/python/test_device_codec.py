@@ -97,3 +97,109 @@ def test_corrupt_messages_refused_with_out_untouched(spec, device):
 def test_a_codec_without_a_device_implementation_is_named():
     with pytest.raises(ValueError, match="no device implementation"):
         gradcomp.DeviceCodec("qsgd")
+
+
+# The fused CUDA kernels (src/device/cuda/) against the ATen operations they replace, on
+# the GPU: sizes around the kernels' 32-value chunks and 128-value tiles, and past the
+# thresholds where top-k samples (2^18) and 2bit samples its mean (2^20).
+KERNEL_SPECS = [
+    "topk:ratio=0.01",
+    "topk:ratio=0.001",
+    "topk:ratio=0.01,select=sampled",
+    "topk:ratio=0.001,select=exact",
+    "topk:ratio=0.01,values=fp16",
+    "2bit",
+    "2bit:threshold=0.5",
+    "1bit",
+    "signsgd",
+]
+KERNEL_SIZES = [1, 31, 32, 33, 127, 129, 4097, 262_147, 1_048_583]
+needs_kernels = pytest.mark.skipif(
+    not torch.cuda.is_available() or not gradcomp.cuda_kernels_built(),
+    reason="the CUDA kernels need a GPU and a build with them")
+
+
+def _run_steps(dev, n, kernels):
+    """Three error-feedback steps, plain encodes and decodes on CUDA, with the kernels on or
+    off: the messages, the residual and the decoded outputs."""
+    previous = gradcomp.set_cuda_kernels(kernels)
+    try:
+        e = (_gradient(n, n + 1) * 0.5).cuda()
+        messages, decoded = [], []
+        for step in range(3):
+            g = _gradient(n, 100 * step + n).cuda()
+            messages.append(dev.encode(g, seed=42, step=step))
+            messages.append(dev.encode_with_residual(g, e, seed=42, step=step))
+            out = torch.full((n,), 0.25, device="cuda")
+            dev.decode_add(messages[-1], out, -0.5)
+            decoded.append(out.cpu())
+        return messages, e.cpu(), decoded
+    finally:
+        gradcomp.set_cuda_kernels(previous)
+
+
+@needs_kernels
+@pytest.mark.parametrize("spec", KERNEL_SPECS)
+def test_cuda_kernels_write_what_aten_writes(spec):
+    cpu, dev = _device_spec(spec)
+    for n in KERNEL_SIZES:
+        fused, fused_e, fused_out = _run_steps(dev, n, True)
+        aten, aten_e, aten_out = _run_steps(dev, n, False)
+        for i, (a, b) in enumerate(zip(fused, aten)):
+            assert torch.equal(a, b), f"{spec} n={n} message {i}"
+        assert torch.equal(fused_e.view(torch.int32), aten_e.view(torch.int32)), f"{spec} n={n}"
+        for a, b in zip(fused_out, aten_out):
+            assert torch.equal(a.view(torch.int32), b.view(torch.int32)), f"{spec} n={n} decode"
+        # And the first plain message is the CPU codec's.
+        assert torch.equal(fused[0], cpu.encode(_gradient(n, n), seed=42, step=0)), f"{spec} n={n}"
+
+
+@needs_kernels
+def test_cuda_kernels_refuse_non_finite_input_as_aten_does():
+    for spec in ["topk:ratio=0.01", "2bit"]:
+        _, dev = _device_spec(spec)
+        g = _gradient(1_048_583, 5)
+        g[777_777] = float("nan")
+        errors = []
+        for kernels in (True, False):
+            previous = gradcomp.set_cuda_kernels(kernels)
+            try:
+                with pytest.raises(ValueError) as err:
+                    dev.encode(g.cuda())
+                errors.append(str(err.value))
+            finally:
+                gradcomp.set_cuda_kernels(previous)
+        assert errors[0] == errors[1], spec
+
+
+def _switches():
+    return [True, False] if gradcomp.cuda_kernels_built() else [False]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("spec", ["2bit", "2bit:threshold=0.5", "1bit", "signsgd"])
+def test_corrupt_payloads_refused_with_out_untouched(spec, device):
+    """Payload contents the CPU codec refuses (padding bits, 2bit's code 01), with the
+    kernels' checks and with ATen's."""
+    cpu, dev = _device_spec(spec)
+    n = 1001  # codes in the last word's padding
+    payload = cpu.encode(_gradient(n, 7), seed=42, step=1)[24:]
+    header = 4 if spec == "2bit" else 0
+    dirty_padding = payload.clone()
+    dirty_padding[-1] |= 1
+    corrupt = [dirty_padding]
+    if spec.startswith("2bit"):
+        code01 = payload.clone()
+        code01[header] = 0x40  # the first value's code 01
+        corrupt.append(code01)
+    for kernels in _switches():
+        previous = gradcomp.set_cuda_kernels(kernels)
+        try:
+            for bad in corrupt:
+                out = torch.randn(n, device=device)
+                before = out.clone()
+                with pytest.raises(ValueError):
+                    dev.decode_payload_add(bad.to(device), out)
+                assert torch.equal(out, before), spec
+        finally:
+            gradcomp.set_cuda_kernels(previous)

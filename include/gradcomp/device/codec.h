@@ -83,6 +83,16 @@ std::unique_ptr<DeviceCodec> make_device_codec(const Codec& codec);
 // The codec names with a device implementation, e.g. {"fp16", "topk", ...}.
 std::vector<std::string> device_codec_names();
 
+// The fused CUDA kernels (src/device/cuda/: 1bit, signsgd, 2bit and top-k's selection, each
+// encode one pass over g and e): whether this build has them (a CUDA torch and nvcc, or
+// -DGRADCOMP_CUDA_KERNELS=ON), and whether the codecs use them on CUDA tensors. They do by
+// default; GRADCOMP_DEVICE_KERNELS=0 in the environment or set_cuda_kernels(false) keeps
+// the ATen operations, the reference the GPU tests hold the kernels to, byte for byte.
+// set_cuda_kernels returns whether they were in use.
+bool cuda_kernels_built();
+bool cuda_kernels_enabled();
+bool set_cuda_kernels(bool on);
+
 // The message of `payload` (a CPU uint8 tensor: the device's payload once copied over)
 // for n elements: header + payload, byte for byte Codec::encode's message.
 std::vector<std::byte> frame_message(const Codec& codec, std::size_t n, const at::Tensor& payload);

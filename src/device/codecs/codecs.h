@@ -42,6 +42,13 @@ void pack2(const at::Tensor& codes, const at::Tensor& out);
 at::Tensor unpack1(const at::Tensor& packed);
 at::Tensor unpack2(const at::Tensor& packed);
 
+// 1bit's and signsgd's encode (onebit.cc): the payload (the 1-bit layout) of x = a + b (b defined:
+// the error-feedback step, out is then a) or of a: bit = x >= tau (at_least) or x > tau; where out
+// is defined, out = x + (bit ? -1 : +1), x minus its decode. One fused kernel on CUDA, ATen
+// operations elsewhere.
+at::Tensor encode_signs(const at::Tensor& a, const at::Tensor& b, float tau, bool at_least,
+                        const at::Tensor& out);
+
 // 1bit's and signsgd's decode (onebit.cc): checks packed (packed1_bytes(n), padding bits
 // 0; one sync), then out += `one` where a bit is 1, `zero` where it is 0. CorruptMessage
 // naming `op`, out unchanged, on a refusal.

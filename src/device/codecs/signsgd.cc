@@ -28,18 +28,17 @@ class SignSgdDeviceCodec final : public DeviceCodec {
   explicit SignSgdDeviceCodec(const Codec& codec) : DeviceCodec(codec) {}
 
   at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    at::Tensor payload = packed_bits(g, 0);
-    pack1(g.ge(0.0f), payload);
-    return payload;
+    return encode_signs(g, {}, 0.0f, /*at_least=*/true, {});
   }
 
   // p += lut[bit] with sign_lut(-1, 1) = {+1, -1}.
+  at::Tensor encode_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
+                                       const StepContext& /*ctx*/) const override {
+    return encode_signs(e, g, 0.0f, /*at_least=*/true, e);
+  }
+
   at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
-    at::Tensor payload = packed_bits(p, 0);
-    const at::Tensor bits = p.ge(0.0f);
-    pack1(bits, payload);
-    p.add_(at::where(bits, -1.0f, 1.0f));
-    return payload;
+    return encode_signs(p, {}, 0.0f, /*at_least=*/true, p);
   }
 
   void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,

@@ -19,6 +19,7 @@
 #include "codecs.h"
 #include "detail/abs_sample.h"
 #include "detail/bitpack.h"
+#include "device/fused_kernels.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp::device {
@@ -31,21 +32,16 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
       : DeviceCodec(codec), tau_(tau), scale_(scale) {}
 
   at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    at::Tensor payload = empty_payload(g);
-    const float tau = message_tau(g, payload);
-    const Codes c = codes(g, tau);
-    pack2(c.code, payload.narrow(0, header_bytes(), payload.numel() - header_bytes()));
-    return payload;
+    return encode(g, {}, {});
+  }
+
+  at::Tensor encode_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
+                                       const StepContext& /*ctx*/) const override {
+    return encode(e, g, e);
   }
 
   at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
-    at::Tensor payload = empty_payload(p);
-    const float tau = message_tau(p, payload);
-    const Codes c = codes(p, tau);
-    pack2(c.code, payload.narrow(0, header_bytes(), payload.numel() - header_bytes()));
-    // p += lut[code] with lut(tau, -1) = {-0, ., +tau, -tau}: p - c * tau.
-    if (tau > 0.0f) p.sub_(c.sign, tau);
-    return payload;
+    return encode(p, {}, p);
   }
 
   void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
@@ -54,16 +50,22 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
     const std::string op = "2bit decode";
     expect_payload_size(
         payload, header_bytes() + static_cast<std::int64_t>(detail::packed2_bytes(n)), op, n);
-    const at::Tensor codes =
-        unpack2(payload.narrow(0, header_bytes(), payload.numel() - header_bytes()));
-    const at::Tensor head = codes.narrow(0, 0, n);
-    const at::Tensor tail = codes.narrow(0, n, codes.numel() - n);
+    const at::Tensor packed = payload.narrow(0, header_bytes(), payload.numel() - header_bytes());
+    const bool kernels = fused::usable(out);
+    const at::Tensor tau_t =
+        adaptive() ? payload.narrow(0, 0, 4).view(at::kFloat) : at::full({1}, tau_, out.options());
     // One sync: [tau, padding dirty, any 01, any nonzero] in the CPU codec's order of checks.
-    const at::Tensor flags =
-        at::stack({adaptive() ? payload.narrow(0, 0, 4).view(at::kFloat).squeeze(0)
-                              : at::full({}, tau_, out.options()),
-                   tail.ne(0).any().to(at::kFloat), head.eq(1).any().to(at::kFloat),
-                   head.ne(0).any().to(at::kFloat)});
+    at::Tensor flags;
+    at::Tensor codes;  // every code, padding included (the ATen path)
+    if (kernels) {
+      flags = at::cat({tau_t, fused::check_codes2(packed, n).to(at::kFloat)});
+    } else {
+      codes = unpack2(packed);
+      const at::Tensor head = codes.narrow(0, 0, n);
+      const at::Tensor tail = codes.narrow(0, n, codes.numel() - n);
+      flags = at::stack({tau_t.squeeze(0), tail.ne(0).any().to(at::kFloat),
+                         head.eq(1).any().to(at::kFloat), head.ne(0).any().to(at::kFloat)});
+    }
     const at::Tensor host = flags.to(at::kCPU);
     const float* f = host.data_ptr<float>();
     const float tau = f[0];
@@ -74,7 +76,8 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
     }
     if (f[2] != 0.0f) {
       // The error path only: a second sync for the element's index.
-      const std::int64_t i = head.eq(1).nonzero().select(1, 0)[0].item<std::int64_t>();
+      const std::int64_t i =
+          unpack2(packed).narrow(0, 0, n).eq(1).nonzero().select(1, 0)[0].item<std::int64_t>();
       throw CorruptMessage(op + ": invalid code 01 at element " + std::to_string(i) + " (n " +
                            std::to_string(n) + ")");
     }
@@ -84,6 +87,12 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
     }
     // All 00 still adds alpha * 0 everywhere, as the CPU does (-0 + +0 is +0).
     if (n == 0) return;
+    // lut[code] = {alpha * 0, (01: refused above), alpha * -tau, alpha * tau}.
+    if (kernels) {
+      fused::add_codes2(packed, {alpha * 0.0f, 0.0f, alpha * -tau, alpha * tau}, out);
+      return;
+    }
+    const at::Tensor head = codes.narrow(0, 0, n);
     out.add_(at::where(head.eq(3), alpha * tau, at::where(head.eq(2), alpha * -tau, alpha * 0.0f)));
   }
 
@@ -100,6 +109,35 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
     return at::empty({header_bytes() + static_cast<std::int64_t>(detail::packed2_bytes(
                                            static_cast<std::size_t>(p.numel())))},
                      p.options().dtype(at::kByte));
+  }
+
+  // The payload of x = a + b (b defined: the error-feedback step, out is then a) or of a;
+  // where out is defined, out = x - c * tau (x minus its decode). On CUDA: the fixed
+  // threshold is one fused kernel (read g and e, write e and the codes); the adaptive one
+  // first sums x with its finiteness check (a second kernel), since tau needs all of x.
+  at::Tensor encode(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const {
+    at::Tensor payload = empty_payload(a);
+    const at::Tensor packed = payload.narrow(0, header_bytes(), payload.numel() - header_bytes());
+    if (fused::usable(a)) {
+      at::Tensor sum = b;
+      at::Tensor all_finite;
+      if (adaptive()) {
+        all_finite = fused::accumulate(a, b, b.defined() ? a : at::Tensor()).eq(0);
+        sum = at::Tensor();
+      }
+      const float tau = message_tau(a, payload, all_finite);
+      // tau = 0 (an all-zero x) sends no codes and leaves the residual x.
+      const float t = tau > 0.0f ? tau : std::numeric_limits<float>::infinity();
+      fused::encode_codes2(a, sum, t, tau > 0.0f ? out : at::Tensor(), -tau, packed);
+      return payload;
+    }
+    if (b.defined()) a.add_(b);
+    const float tau = message_tau(a, payload, {});
+    const Codes c = codes(a, tau);
+    pack2(c.code, packed);
+    // p += lut[code] with lut(tau, -1) = {-0, ., +tau, -tau}: p - c * tau.
+    if (out.defined() && tau > 0.0f) out.sub_(c.sign, tau);
+    return payload;
   }
 
   // The codes of p against tau (tau = 0, the all-zero p's, sends nothing).
@@ -119,8 +157,10 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
         "gradient");
   }
 
-  // The fixed tau, or scale * mean |p| written to the payload's first 4 bytes.
-  float message_tau(const at::Tensor& p, const at::Tensor& payload) const {
+  // The fixed tau, or scale * mean |p| written to the payload's first 4 bytes. all_finite:
+  // p's finiteness as a device flag where the caller has it, else computed here.
+  float message_tau(const at::Tensor& p, const at::Tensor& payload,
+                    const at::Tensor& all_finite) const {
     if (!adaptive()) return tau_;
     const std::int64_t n = p.numel();
     float tau = 0.0f;
@@ -128,8 +168,8 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
       const bool sampled = static_cast<std::size_t>(n) >= detail::kAbsSampleMinN;
       double sum = 0.0;
       if (sampled) {
-        const std::vector<float> v =
-            sample_and_flag(p, p.isfinite().all(), sample_index(n, p.device()));
+        const std::vector<float> v = sample_and_flag(
+            p, all_finite.defined() ? all_finite : p.isfinite().all(), sample_index(n, p.device()));
         if (v.back() == 0.0f) throw_non_finite();
         sum = sampled_abs_sum(v.data());
       } else {

@@ -20,11 +20,12 @@
 // Non-finite input: thr <= +inf's pattern, so S holds every non-finite entry; the first of
 // them in S is the first in x, the index the CPU's InvalidArgument names.
 //
-// Host syncs per encode (common case): 2 (nonzero's count; the non-finite check of S).
-// Each DGC retry adds one, the exact top-k of the whole tensor one more.
-// Passes over the full tensor per encode: u = |x| (read x, write u), u >= thr (read u,
-// write a bool mask), nonzero (reads the mask twice on CUDA); with error feedback the
-// p = e + g pass before them. The rest touches the sample and the <= 1.3k selected.
+// Host syncs per encode (common case): 2 (the candidates' count; the non-finite check of
+// S). Each DGC retry adds one, the exact top-k of the whole tensor one more.
+// Passes over the full tensor per encode, on CUDA: one fused kernel (src/device/cuda/
+// select.cu) reads x (e and g with error feedback, writing e + g) and keeps the indices at
+// or above thr. Elsewhere: p = e + g, u = |x| (read x, write u), u >= thr (a bool mask),
+// nonzero. The rest touches the sample and the <= 1.3k selected.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "codecs.h"
+#include "device/fused_kernels.h"
 #include "gradcomp/error.h"
 #include "gradcomp/kernels/select.h"
 #include "gradcomp/rng.h"
@@ -55,6 +57,41 @@ at::Tensor abs_bits(const at::Tensor& x) { return x.abs().view(at::kInt); }
 
 at::Tensor no_indices(const at::Tensor& x) { return at::empty({0}, x.options().dtype(at::kLong)); }
 
+// The values selected from: x = a + b where b is defined (the error-feedback step e + g,
+// not yet added: the first full pass over x writes it into a), else a.
+struct Values {
+  at::Tensor a;
+  at::Tensor b;
+};
+
+// a <- a + b now, where the first pass is not the fused selection; returns x.
+const at::Tensor& materialise(Values& x) {
+  if (x.b.defined()) {
+    x.a.add_(x.b);
+    x.b = at::Tensor();
+  }
+  return x.a;
+}
+
+// x at `pos` (the sample), without a pass over x.
+at::Tensor values_at(const Values& x, const at::Tensor& pos) {
+  const at::Tensor v = x.a.index_select(0, pos);
+  return x.b.defined() ? v.add_(x.b.index_select(0, pos)) : v;
+}
+
+// The candidates {i : |x_i|'s pattern >= thr}, ascending (int64). On CUDA one fused pass
+// (src/device/cuda/select.cu) that also writes a pending e + g; up to `slots` candidates
+// come from its slots, more from a second pass. Elsewhere |x| >= thr, then nonzero.
+at::Tensor candidates(Values& x, const at::Tensor& thr, std::int64_t slots) {
+  if (fused::usable(x.a)) {
+    const at::Tensor out = x.b.defined() ? x.a : at::Tensor();
+    at::Tensor idx = fused::select_at_least(x.a, x.b, thr, out, slots);
+    x.b = at::Tensor();
+    return idx;
+  }
+  return at::nonzero(abs_bits(materialise(x)).ge(thr)).view(-1);
+}
+
 // The top k (0 < k < idx.numel()) of candidates idx (int64, ascending) whose patterns are
 // u (int32, finite): larger u first, ties to the lower index; returned ascending.
 at::Tensor top_among(const at::Tensor& idx, const at::Tensor& u, std::int64_t k) {
@@ -70,23 +107,20 @@ class TopkDeviceCodec final : public DeviceCodec {
       : DeviceCodec(codec), ratio_(ratio), select_(select), fp16_(fp16), sample_(sample) {}
 
   at::Tensor encode_impl(const at::Tensor& g, const StepContext& ctx) const override {
-    const at::Tensor idx = select(g, ctx);
+    Values x{g, {}};
+    const at::Tensor idx = select(x, ctx);
     return payload(idx, g.index_select(0, idx)).payload;
   }
 
-  // p <- p with the sent entries zeroed (fp32 values) or left with the fp16 rounding error
-  // (subtract_sent): touches only the selected entries, no decode.
+  // On CUDA, e + g is written by the selection's pass over it (no pass of its own).
+  at::Tensor encode_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
+                                       const StepContext& ctx) const override {
+    if (!fused::usable(e)) return DeviceCodec::encode_with_residual_impl(g, e, ctx);
+    return encode_feedback(Values{e, g}, ctx);
+  }
+
   at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& ctx) const override {
-    const at::Tensor idx = select(p, ctx);
-    const at::Tensor vals = p.index_select(0, idx);
-    Encoded enc = payload(idx, vals);
-    if (idx.numel() == 0) return enc.payload;
-    if (fp16_) {
-      p.index_copy_(0, idx, vals.sub(enc.halves.to(at::kFloat)));
-    } else {
-      p.index_fill_(0, idx, 0.0);  // p - p is +0, as the CPU writes
-    }
-    return enc.payload;
+    return encode_feedback(Values{p, {}}, ctx);
   }
 
   void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
@@ -172,6 +206,25 @@ class TopkDeviceCodec final : public DeviceCodec {
     return sampled(n) ? static_cast<std::int64_t>(kernels::sampled_max_count(k(n))) : k(n);
   }
 
+  // x <- x with the sent entries zeroed (fp32 values) or left with the fp16 rounding error
+  // (subtract_sent): touches only the selected entries, no decode. Returns the payload.
+  at::Tensor encode_feedback(Values x, const StepContext& ctx) const {
+    const at::Tensor idx = select(x, ctx);
+    const at::Tensor& p = materialise(x);
+    const at::Tensor vals = p.index_select(0, idx);
+    Encoded enc = payload(idx, vals);
+    if (idx.numel() == 0) return enc.payload;
+    if (fp16_) {
+      p.index_copy_(0, idx, vals.sub(enc.halves.to(at::kFloat)));
+    } else {
+      p.index_fill_(0, idx, 0.0);  // p - p is +0, as the CPU writes
+    }
+    return enc.payload;
+  }
+
+  // Slots for the fused selection's candidates: the thresholds aim at 1-1.5 k.
+  static std::int64_t slots(std::int64_t n, std::int64_t k) { return std::min(n, 2 * k + 4096); }
+
   // write_sparse's payload for indices idx (ascending) and their values.
   Encoded payload(const at::Tensor& idx, const at::Tensor& vals) const {
     const std::int64_t c = idx.numel();
@@ -192,12 +245,13 @@ class TopkDeviceCodec final : public DeviceCodec {
     return enc;
   }
 
-  // The selected indices of x, ascending (int64 on x's device).
-  at::Tensor select(const at::Tensor& x, const StepContext& ctx) const {
-    const std::int64_t n = x.numel();
+  // The selected indices of x, ascending (int64 on x's device). x is written (a <- a + b)
+  // on the way.
+  at::Tensor select(Values& x, const StepContext& ctx) const {
+    const std::int64_t n = x.a.numel();
     const std::int64_t kk = std::min(k(n), n);
-    if (kk == 0) return no_indices(x);
-    return sampled(n) ? select_sampled(x, kk, ctx) : select_exact(x, kk);
+    if (kk == 0) return no_indices(materialise(x));
+    return sampled(n) ? select_sampled(x, kk, ctx) : select_exact(materialise(x), kk);
   }
 
   // InvalidArgument naming the first non-finite entry if any of the candidates (which
@@ -213,9 +267,9 @@ class TopkDeviceCodec final : public DeviceCodec {
   // select_topk_exact: the min(k, n) largest |x|, ties to the lower index.
   at::Tensor select_exact(const at::Tensor& x, std::int64_t k) const {
     const std::int64_t n = x.numel();
-    const at::Tensor u = abs_bits(x);
-    const at::Tensor all = at::arange(n, x.options().dtype(at::kLong));
     const auto whole = [&] {
+      const at::Tensor u = abs_bits(x);
+      const at::Tensor all = at::arange(n, x.options().dtype(at::kLong));
       check_finite(all, u);
       return k == n ? all : top_among(all, u, k);
     };
@@ -230,36 +284,37 @@ class TopkDeviceCodec final : public DeviceCodec {
                                             static_cast<double>(n))) +
         16;
     if (r >= s / 2) return whole();
-    const at::Tensor sample = u.slice(0, 0, s * stride, stride);
+    const at::Tensor sample = abs_bits(x.slice(0, 0, s * stride, stride));
     const at::Tensor thr = std::get<0>(at::topk(sample, r, 0, true, false))
                                .min()
                                .clamp_max(kNonFiniteBits)
                                .reshape({1});
-    const at::Tensor idx = at::nonzero(u.ge(thr)).view(-1);
+    Values values{x, {}};
+    const at::Tensor idx = candidates(values, thr, slots(n, k));
     const std::int64_t c = idx.numel();
     if (c < k) return whole();
-    const at::Tensor us = u.index_select(0, idx);
+    const at::Tensor us = abs_bits(x.index_select(0, idx));
     check_finite(idx, us);
     return c == k ? idx : top_among(idx, us, k);
   }
 
   // select_topk_sampled with the CPU's sample positions.
-  at::Tensor select_sampled(const at::Tensor& x, std::int64_t k, const StepContext& ctx) const {
-    const std::int64_t n = x.numel();
-    if (k == n) return select_exact(x, k);
+  at::Tensor select_sampled(Values& x, std::int64_t k, const StepContext& ctx) const {
+    const std::int64_t n = x.a.numel();
+    if (k == n) return select_exact(materialise(x), k);
     const auto un = static_cast<std::size_t>(n);
     const std::int64_t min_samples = (2 * n + k - 1) / k;
     const std::int64_t want =
         std::max(static_cast<std::int64_t>(kernels::count_for_fraction(sample_, un)), min_samples);
     const std::int64_t lines_total = n / kLine;
     const std::int64_t lines = (want + kLine - 1) / kLine;
-    if (lines >= lines_total) return select_exact(x, k);
+    if (lines >= lines_total) return select_exact(materialise(x), k);
     const std::int64_t samples = lines * kLine;
 
     // The lines' first elements, one uniform draw in each of `lines` equal strata.
     const CounterRng rng = CounterRng::for_step(ctx, RngScope::kPerRank);
     at::Tensor starts = at::empty(
-        {lines}, at::TensorOptions().dtype(at::kLong).pinned_memory(x.device().is_cuda()));
+        {lines}, at::TensorOptions().dtype(at::kLong).pinned_memory(x.a.device().is_cuda()));
     std::int64_t* s = starts.data_ptr<std::int64_t>();
     for (std::int64_t j = 0; j < lines; ++j) {
       const std::int64_t begin = j * lines_total / lines;
@@ -268,9 +323,9 @@ class TopkDeviceCodec final : public DeviceCodec {
           begin + rng.below(static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(end - begin));
       s[j] = line * kLine;
     }
-    const at::Tensor pos = starts.to(x.device(), /*non_blocking=*/true)
+    const at::Tensor pos = starts.to(x.a.device(), /*non_blocking=*/true)
                                .unsqueeze(1)
-                               .add(at::arange(kLine, x.options().dtype(at::kLong)))
+                               .add(at::arange(kLine, x.a.options().dtype(at::kLong)))
                                .view(-1);
     // thr = the ks-th largest sampled pattern (ks = ceil(density * samples)), clamped to
     // +inf's pattern so that the selection meets every non-finite entry.
@@ -279,23 +334,22 @@ class TopkDeviceCodec final : public DeviceCodec {
     const auto us64 = static_cast<std::uint64_t>(samples);
     const auto ks =
         static_cast<std::int64_t>(std::clamp<std::uint64_t>((uk * us64 + un - 1) / un, 1, us64));
-    at::Tensor thr = std::get<0>(at::topk(abs_bits(x.index_select(0, pos)), ks, 0, true, false))
+    at::Tensor thr = std::get<0>(at::topk(abs_bits(values_at(x, pos)), ks, 0, true, false))
                          .min()
                          .clamp_max(kNonFiniteBits)
                          .reshape({1});
 
-    const at::Tensor u = abs_bits(x);
     for (int attempt = 0;; ++attempt) {
-      const at::Tensor idx = at::nonzero(u.ge(thr)).view(-1);
+      const at::Tensor idx = candidates(x, thr, slots(n, k));  // writes x on the first
       const std::int64_t c = idx.numel();
       at::Tensor us;
-      if (attempt == 0 || 10 * c > 13 * k) us = u.index_select(0, idx);
+      if (attempt == 0 || 10 * c > 13 * k) us = abs_bits(x.a.index_select(0, idx));
       // Later attempts' lower thresholds add only finite entries.
       if (attempt == 0) check_finite(idx, us);
       if (10 * c > 13 * k) return top_among(idx, us, k);  // hierarchical re-selection
       if (10 * c < 8 * k) {
         // Too few: thr *= 0.8f (DGC's rule) in float, as the host computes it.
-        if (attempt == kMaxRetries) return select_exact(x, k);
+        if (attempt == kMaxRetries) return select_exact(x.a, k);
         thr = thr.view(at::kFloat).mul(0.8).view(at::kInt);
         continue;
       }

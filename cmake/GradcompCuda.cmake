@@ -1,0 +1,30 @@
+# The fused CUDA kernels of the device codecs (src/device/cuda/). GRADCOMP_CUDA_KERNELS:
+#   AUTO (default)  where torch is a CUDA build and CMake finds a CUDA compiler;
+#   ON              wherever a CUDA compiler is (CI compiles and links them against a CPU
+#                   torch with the machine's nvcc; nothing runs them without a GPU);
+#   OFF             never: the device codecs run their ATen operations on CUDA too.
+# Architectures: CMAKE_CUDA_ARCHITECTURES (or CUDAARCHS) where set, else sm_80 and sm_90
+# machine code with compute_90 PTX for later GPUs.
+set(GRADCOMP_CUDA_KERNELS AUTO CACHE STRING "Build the device codecs' CUDA kernels: AUTO, ON or OFF")
+set_property(CACHE GRADCOMP_CUDA_KERNELS PROPERTY STRINGS AUTO ON OFF)
+set(GRADCOMP_CUDA_KERNELS_BUILT OFF)
+if(GRADCOMP_CUDA_KERNELS STREQUAL "ON" OR (GRADCOMP_CUDA_KERNELS STREQUAL "AUTO" AND TORCH_CUDA_LIBRARIES))
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
+      set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
+    endif()
+    if(CCACHE_PROGRAM)
+      set(CMAKE_CUDA_COMPILER_LAUNCHER ${CMAKE_CXX_COMPILER_LAUNCHER})
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(GRADCOMP_CUDA_KERNELS_BUILT ON)
+    message(STATUS "gradcomp: CUDA kernels for ${CMAKE_CUDA_ARCHITECTURES} (nvcc ${CMAKE_CUDA_COMPILER_VERSION})")
+  elseif(GRADCOMP_CUDA_KERNELS STREQUAL "ON")
+    message(FATAL_ERROR "GRADCOMP_CUDA_KERNELS=ON, but CMake finds no CUDA compiler (set CUDACXX to nvcc)")
+  else()
+    message(STATUS "gradcomp: no CUDA compiler; the device codecs run ATen operations on CUDA")
+  endif()
+endif()

@@ -1,0 +1,73 @@
+// Top-k's candidates above a device-side threshold, and the error-feedback sum with the
+// finiteness check: both while writing p = e + g.
+#include "tiles.cuh"
+
+namespace gradcomp::device::cuda {
+
+namespace {
+
+__global__ void select_at_least_kernel(Values x, const std::int32_t* thr, float* out,
+                                       std::int64_t* idx, std::int64_t cap,
+                                       unsigned long long* count) {
+  const std::int64_t start = warp_tile_start();
+  if (start >= x.n) return;  // the whole warp
+  const int lane = lane_id();
+  const std::int32_t threshold = *thr;
+  float v[kChunks];
+  bool valid[kChunks];
+  load_tile(x, start, v, valid);
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const std::int64_t i = start + j * kWarp + lane;
+    if (out != nullptr && valid[j]) out[i] = v[j];
+    // |x|'s pattern: the sign bit cleared (as ATen's abs), compared as int32.
+    const std::int32_t u = __float_as_int(v[j]) & 0x7fffffff;
+    const bool take = valid[j] && u >= threshold;
+    const unsigned ballot = __ballot_sync(kFullMask, take);
+    if (ballot == 0) continue;
+    // One atomic per chunk: the first taker reserves the chunk's slots.
+    const int leader = __ffs(ballot) - 1;
+    unsigned long long first = 0;
+    if (lane == leader) first = atomicAdd(count, static_cast<unsigned long long>(__popc(ballot)));
+    first = __shfl_sync(kFullMask, first, leader);
+    if (take) {
+      const unsigned long long slot = first + __popc(ballot & ((1u << lane) - 1u));
+      if (slot < static_cast<unsigned long long>(cap)) idx[slot] = i;
+    }
+  }
+}
+
+__global__ void accumulate_kernel(Values x, float* out, std::int32_t* non_finite) {
+  const std::int64_t start = warp_tile_start();
+  if (start >= x.n) return;
+  float v[kChunks];
+  bool valid[kChunks];
+  load_tile(x, start, v, valid);
+  bool bad = false;
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    if (!valid[j]) continue;
+    if (out != nullptr) out[start + j * kWarp + lane_id()] = v[j];
+    bad |= !isfinite(v[j]);
+  }
+  if (__any_sync(kFullMask, bad) && lane_id() == 0) atomicOr(non_finite, 1);
+}
+
+}  // namespace
+
+const char* select_at_least(Values x, const std::int32_t* thr, float* out, std::int64_t* idx,
+                            std::int64_t cap, unsigned long long* count, void* stream) {
+  if (x.n == 0) return nullptr;
+  select_at_least_kernel<<<tile_blocks(x.n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      x, thr, out, idx, cap, count);
+  return launched();
+}
+
+const char* accumulate(Values x, float* out, std::int32_t* non_finite, void* stream) {
+  if (x.n == 0) return nullptr;
+  accumulate_kernel<<<tile_blocks(x.n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      x, out, non_finite);
+  return launched();
+}
+
+}  // namespace gradcomp::device::cuda
