@@ -13,7 +13,9 @@ the codecs ran gradcomp's fused CUDA kernels or ATen operations (a spec ending i
 switches the kernels off: the same method both ways in one run). Variants: DDP alone,
 torch's PowerSGD hook, gradcomp's hook with each --specs entry. Synthetic ImageNet-sized
 batches; the median step of --steps after --warmup. Prints a Markdown table; --json writes
-the record.
+the record. --profile FILE adds, for each gradcomp variant, torch.profiler's table of three
+more steps (the operators by CUDA time, then by host time, with their call counts): where
+a hook's time goes on the device and on the host.
 """
 import argparse
 import datetime
@@ -33,7 +35,7 @@ import gradcomp
 import gradcomp.torch as gc
 
 
-def step_times(model_name, batch, hook, steps, warmup, device):
+def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
     """The median step time, and the path gradcomp's hook takes ("device" or "staged";
     "-" for the other variants)."""
     torch.manual_seed(0)
@@ -68,6 +70,19 @@ def step_times(model_name, batch, hook, steps, warmup, device):
         torch.cuda.synchronize(device)
         if i >= warmup:
             times.append(time.perf_counter() - t)
+    if profile is not None and path != "-":
+        from torch.profiler import ProfilerActivity
+        with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                nn.functional.cross_entropy(ddp(x), y).backward()
+                opt.step()
+            torch.cuda.synchronize(device)
+        table = prof.key_averages()
+        profile.write(f"\n## {model_name} batch {batch} {hook} ({path}), 3 steps\n")
+        profile.write(table.table(sort_by="cuda_time_total", row_limit=20) + "\n")
+        profile.write(table.table(sort_by="cpu_time_total", row_limit=20) + "\n")
+        profile.flush()
     if hook not in ("ddp",) and not hook.startswith("torch-powersgd"):
         gradcomp.set_cuda_kernels(previous)
     del ddp, model, opt
@@ -85,6 +100,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--profile", help="write torch.profiler tables of each gradcomp variant here")
     args = ap.parse_args()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
@@ -97,11 +113,12 @@ def main():
                   steps=args.steps, warmup=args.warmup, results=[])
     print(f"# {record['device']}, torch {torch.__version__}, world of one over "
           "cpu:gloo,cuda:nccl", flush=True)
+    profile = open(args.profile, "w") if args.profile else None
     for entry in args.models.split(","):
         name, batch = entry.split(":")
         base = None
         for v in variants:
-            t, path = step_times(name, int(batch), v, args.steps, args.warmup, device)
+            t, path = step_times(name, int(batch), v, args.steps, args.warmup, device, profile)
             base = base or t
             record["results"].append(dict(model=name, batch=int(batch), variant=v, path=path,
                                           step_seconds=t, vs_ddp=t / base))

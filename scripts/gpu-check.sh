@@ -14,7 +14,7 @@
 #      (GradientExchange with CUDA parameters).
 # Every phase runs even if an earlier one failed (a later one may still say something);
 # the exit status is the first failure's. Arguments name the phases after the build to run
-# (tests codecs ddp libtorch; default all); GPU_CHECK_TESTS replaces the test selection
+# (tests codecs ddp libtorch, and profile, which only runs when named; default the four); GPU_CHECK_TESTS replaces the test selection
 # (test files, relative to tests/python) and GPU_CHECK_K adds a pytest -k expression, e.g.
 # for a short second run:
 #   GPU_CHECK_K="not world_of_one and not nccl_only" bash scripts/gpu-check.sh tests codecs ddp Logs and JSON records go to $OUT (the device
@@ -94,6 +94,13 @@ if wanted ddp; then
   phase "DDP alone against DDP + hooks (ResNet-50, AlexNet)"
   timeout 150 "$py" scripts/bench_ddp_gpu.py --models resnet50:64,alexnet:128 --steps 15 --warmup 5 \
     --json "$out/ddp-hooks.json" 2>&1 | tee "$out/ddp-hooks.log" | tail -18 || fail "DDP benchmark"
+fi
+
+if wanted profile; then
+  phase "profile: where a ResNet-50 step's hook time goes (torch.profiler)"
+  timeout 90 "$py" scripts/bench_ddp_gpu.py --models resnet50:64 --steps 5 --warmup 3 \
+    --specs "efm(topk:ratio=0.01);2bit" --profile "$out/profile.txt" > "$out/profile.log" 2>&1 \
+    && tail -6 "$out/profile.log" || { tail -20 "$out/profile.log"; fail "profile"; }
 fi
 
 if wanted libtorch; then

@@ -63,10 +63,11 @@ void add_sign_bits(const at::Tensor& bytes, float one, float zero, const at::Ten
 }
 
 void encode_codes2(const at::Tensor& a, const at::Tensor& b, float tau, const at::Tensor& out,
-                   float neg_tau, const at::Tensor& codes) {
+                   float neg_tau, const at::Tensor& codes, const at::Tensor& non_finite) {
   const c10::DeviceGuard guard(a.device());
-  check(cuda::encode_codes2(values(a, b), tau, floats(out), neg_tau, codes.data_ptr<std::uint8_t>(),
-                            codes.numel(), stream_of(a)),
+  check(cuda::encode_codes2(
+            values(a, b), tau, floats(out), neg_tau, codes.data_ptr<std::uint8_t>(), codes.numel(),
+            non_finite.defined() ? non_finite.data_ptr<std::int32_t>() : nullptr, stream_of(a)),
         "encode_codes2");
 }
 
@@ -87,6 +88,17 @@ void add_codes2(const at::Tensor& codes, const float (&lut)[4], const at::Tensor
         "add_codes2");
 }
 
+at::Tensor encode_halves(const at::Tensor& a, const at::Tensor& b, float max_finite,
+                         const at::Tensor& out, const at::Tensor& halves) {
+  const c10::DeviceGuard guard(a.device());
+  at::Tensor flag = at::zeros({1}, a.options().dtype(at::kInt));
+  check(cuda::encode_halves(values(a, b), halves.scalar_type() == at::kBFloat16, max_finite,
+                            floats(out), reinterpret_cast<std::uint16_t*>(halves.data_ptr()),
+                            flag.data_ptr<std::int32_t>(), stream_of(a)),
+        "encode_halves");
+  return flag;
+}
+
 at::Tensor select_at_least(const at::Tensor& a, const at::Tensor& b, const at::Tensor& thr,
                            const at::Tensor& out, std::int64_t cap) {
   const c10::DeviceGuard guard(a.device());
@@ -103,6 +115,16 @@ at::Tensor select_at_least(const at::Tensor& a, const at::Tensor& b, const at::T
   // the values, where the kernel wrote them or as they were.
   const at::Tensor x = out.defined() ? out : (b.defined() ? a.add(b) : a);
   return at::nonzero(x.abs().view(at::kInt).ge(thr)).view(-1);
+}
+
+at::Tensor sample_line_starts(std::uint64_t key, std::int64_t lines, std::int64_t lines_total,
+                              std::int64_t line, const at::Tensor& like) {
+  const c10::DeviceGuard guard(like.device());
+  at::Tensor starts = at::empty({lines}, like.options().dtype(at::kLong));
+  check(cuda::sample_line_starts(key, lines, lines_total, line, starts.data_ptr<std::int64_t>(),
+                                 stream_of(like)),
+        "sample_line_starts");
+  return starts;
 }
 
 at::Tensor accumulate(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
@@ -130,16 +152,24 @@ void add_sign_bits(const at::Tensor&, float, float, const at::Tensor&) {
   not_built("add_sign_bits");
 }
 void encode_codes2(const at::Tensor&, const at::Tensor&, float, const at::Tensor&, float,
-                   const at::Tensor&) {
+                   const at::Tensor&, const at::Tensor&) {
   not_built("encode_codes2");
 }
 at::Tensor check_codes2(const at::Tensor&, std::int64_t) { not_built("check_codes2"); }
 void add_codes2(const at::Tensor&, const float (&)[4], const at::Tensor&) {
   not_built("add_codes2");
 }
+at::Tensor encode_halves(const at::Tensor&, const at::Tensor&, float, const at::Tensor&,
+                         const at::Tensor&) {
+  not_built("encode_halves");
+}
 at::Tensor select_at_least(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                            const at::Tensor&, std::int64_t) {
   not_built("select_at_least");
+}
+at::Tensor sample_line_starts(std::uint64_t, std::int64_t, std::int64_t, std::int64_t,
+                              const at::Tensor&) {
+  not_built("sample_line_starts");
 }
 at::Tensor accumulate(const at::Tensor&, const at::Tensor&, const at::Tensor&) {
   not_built("accumulate");

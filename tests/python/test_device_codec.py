@@ -103,6 +103,8 @@ def test_a_codec_without_a_device_implementation_is_named():
 # the GPU: sizes around the kernels' 32-value chunks and 128-value tiles, and past the
 # thresholds where top-k samples (2^18) and 2bit samples its mean (2^20).
 KERNEL_SPECS = [
+    "fp16",
+    "fp16:format=bf16",
     "topk:ratio=0.01",
     "topk:ratio=0.001",
     "topk:ratio=0.01,select=sampled",
@@ -156,7 +158,7 @@ def test_cuda_kernels_write_what_aten_writes(spec):
 
 @needs_kernels
 def test_cuda_kernels_refuse_non_finite_input_as_aten_does():
-    for spec in ["topk:ratio=0.01", "2bit"]:
+    for spec in ["topk:ratio=0.01", "topk:ratio=0.001", "2bit", "fp16"]:
         _, dev = _device_spec(spec)
         g = _gradient(1_048_583, 5)
         g[777_777] = float("nan")

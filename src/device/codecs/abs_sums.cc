@@ -66,10 +66,8 @@ at::Tensor segment_abs_sums(const at::Tensor& x, std::int64_t segment) {
   return sequential_sum_rows(per_block.t().contiguous());
 }
 
-std::vector<float> sample_and_flag(const at::Tensor& x, const at::Tensor& flag,
-                                   const at::Tensor& index) {
-  const at::Tensor host =
-      at::cat({x.index_select(0, index), flag.to(at::kFloat).view({1})}).to(at::kCPU);
+std::vector<float> sample_and_flag(const at::Tensor& sample, const at::Tensor& flag) {
+  const at::Tensor host = at::cat({sample, flag.to(at::kFloat).view({1})}).to(at::kCPU);
   std::vector<float> v(static_cast<std::size_t>(host.numel()));
   std::memcpy(v.data(), host.data_ptr<float>(), v.size() * sizeof(float));
   return v;

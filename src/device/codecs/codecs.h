@@ -58,12 +58,11 @@ void decode_sign_bits(const at::Tensor& packed, const at::Tensor& out, float one
 // The CPU codecs' sums of |x| (abs_sums.cc). segment_abs_sums: detail::abs_sum over each
 // run of `segment` values of x (the last may be shorter), as a double tensor on x's
 // device, bit for bit. abs_sample_index: the positions of detail::sampled_abs_sum's
-// sample of n values (a CPU int64 tensor). sample_and_flag: x at `index` and one flag
-// after them, on the host (the one sync). sampled_abs_sum: that sum from the sample.
+// sample of n values (a CPU int64 tensor). sample_and_flag: the sample's values and one
+// flag after them, on the host (the one sync). sampled_abs_sum: that sum from the sample.
 at::Tensor segment_abs_sums(const at::Tensor& x, std::int64_t segment);
 at::Tensor abs_sample_index(std::int64_t n);
-std::vector<float> sample_and_flag(const at::Tensor& x, const at::Tensor& flag,
-                                   const at::Tensor& index);
+std::vector<float> sample_and_flag(const at::Tensor& sample, const at::Tensor& flag);
 double sampled_abs_sum(const float* sample);
 
 // One factory per device codec (the CPU codec's name in a comment beside it).

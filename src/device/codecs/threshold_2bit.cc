@@ -119,20 +119,30 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
     at::Tensor payload = empty_payload(a);
     const at::Tensor packed = payload.narrow(0, header_bytes(), payload.numel() - header_bytes());
     if (fused::usable(a)) {
-      at::Tensor sum = b;
-      at::Tensor all_finite;
-      if (adaptive()) {
-        all_finite = fused::accumulate(a, b, b.defined() ? a : at::Tensor()).eq(0);
-        sum = at::Tensor();
+      at::Tensor addend = b;
+      at::Tensor non_finite;  // the codes pass's flag, where it checks x
+      float tau = tau_;
+      if (adaptive() && sampled_mean(a.numel())) {
+        // tau from the sample of x (gathered from e and g), x checked by the codes pass:
+        // one pass over e and g, two syncs.
+        tau = message_tau(a, b, payload, {}, /*checked_later=*/true);
+        non_finite = at::zeros({1}, a.options().dtype(at::kInt));
+      } else if (adaptive()) {
+        // The exact mean needs all of x first: x = e + g written, then tau, then the codes.
+        const at::Tensor all_finite = fused::accumulate(a, b, b.defined() ? a : at::Tensor()).eq(0);
+        addend = at::Tensor();
+        tau = message_tau(a, {}, payload, all_finite);
       }
-      const float tau = message_tau(a, payload, all_finite);
       // tau = 0 (an all-zero x) sends no codes and leaves the residual x.
       const float t = tau > 0.0f ? tau : std::numeric_limits<float>::infinity();
-      fused::encode_codes2(a, sum, t, tau > 0.0f ? out : at::Tensor(), -tau, packed);
+      // With tau = 0 a pending e + g is still written: into out, which is then a.
+      fused::encode_codes2(a, addend, t, tau > 0.0f || addend.defined() ? out : at::Tensor(), -tau,
+                           packed, non_finite);
+      if (non_finite.defined() && non_finite.item<std::int32_t>() != 0) throw_non_finite();
       return payload;
     }
     if (b.defined()) a.add_(b);
-    const float tau = message_tau(a, payload, {});
+    const float tau = message_tau(a, {}, payload, {});
     const Codes c = codes(a, tau);
     pack2(c.code, packed);
     // p += lut[code] with lut(tau, -1) = {-0, ., +tau, -tau}: p - c * tau.
@@ -157,23 +167,34 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
         "gradient");
   }
 
-  // The fixed tau, or scale * mean |p| written to the payload's first 4 bytes. all_finite:
-  // p's finiteness as a device flag where the caller has it, else computed here.
-  float message_tau(const at::Tensor& p, const at::Tensor& payload,
-                    const at::Tensor& all_finite) const {
+  static bool sampled_mean(std::int64_t n) {
+    return static_cast<std::size_t>(n) >= detail::kAbsSampleMinN;
+  }
+
+  // The fixed tau, or scale * mean |x| written to the payload's first 4 bytes, x = a + b
+  // (b defined only where the mean is sampled: the sample is gathered from a and b).
+  // all_finite: x's finiteness as a device flag, checked with the sample; undefined: computed
+  // here, unless checked_later (the caller's codes pass checks it, sampled means only).
+  float message_tau(const at::Tensor& a, const at::Tensor& b, const at::Tensor& payload,
+                    const at::Tensor& all_finite, bool checked_later = false) const {
     if (!adaptive()) return tau_;
-    const std::int64_t n = p.numel();
+    const std::int64_t n = a.numel();
     float tau = 0.0f;
     if (n > 0) {
-      const bool sampled = static_cast<std::size_t>(n) >= detail::kAbsSampleMinN;
+      const bool sampled = sampled_mean(n);
       double sum = 0.0;
       if (sampled) {
-        const std::vector<float> v = sample_and_flag(
-            p, all_finite.defined() ? all_finite : p.isfinite().all(), sample_index(n, p.device()));
+        const at::Tensor index = sample_index(n, a.device());
+        at::Tensor sample = a.index_select(0, index);
+        if (b.defined()) sample.add_(b.index_select(0, index));
+        const at::Tensor finite = checked_later ? at::ones({}, a.options().dtype(at::kBool))
+                                  : all_finite.defined() ? all_finite
+                                                         : a.isfinite().all();
+        const std::vector<float> v = sample_and_flag(sample, finite);
         if (v.back() == 0.0f) throw_non_finite();
         sum = sampled_abs_sum(v.data());
       } else {
-        sum = segment_abs_sums(p, n).item<double>();
+        sum = segment_abs_sums(a, n).item<double>();
       }
       if (!std::isfinite(sum)) throw_non_finite();
       const double count =

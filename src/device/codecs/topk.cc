@@ -79,11 +79,19 @@ at::Tensor values_at(const Values& x, const at::Tensor& pos) {
   return x.b.defined() ? v.add_(x.b.index_select(0, pos)) : v;
 }
 
-// The candidates {i : |x_i|'s pattern >= thr}, ascending (int64). On CUDA one fused pass
-// (src/device/cuda/select.cu) that also writes a pending e + g; up to `slots` candidates
-// come from its slots, more from a second pass. Elsewhere |x| >= thr, then nonzero.
-at::Tensor candidates(Values& x, const at::Tensor& thr, std::int64_t slots) {
-  if (fused::usable(x.a)) {
+// The fused selection's atomic slot counter contends as candidates get dense: on an H200
+// (docs/measurements/gpu.md, run 4) it beat ATen's nonzero at k = 0.1% of 100 M and lost at
+// 1%, and on ResNet-50's many small tensors at 1%. It runs where k <= n / 512.
+constexpr std::int64_t kFusedSelectMinSpacing = 512;
+
+// The candidates {i : |x_i|'s pattern >= thr}, ascending (int64), for a top-k of k. On
+// CUDA, for sparse k, one fused pass (src/device/cuda/select.cu) that also writes a
+// pending e + g; up to 2k + 4096 candidates come from its slots, more from a second pass.
+// Elsewhere |x| >= thr, then nonzero.
+at::Tensor candidates(Values& x, const at::Tensor& thr, std::int64_t k) {
+  const std::int64_t n = x.a.numel();
+  if (fused::usable(x.a) && k * kFusedSelectMinSpacing <= n) {
+    const std::int64_t slots = std::min(n, 2 * k + 4096);
     const at::Tensor out = x.b.defined() ? x.a : at::Tensor();
     at::Tensor idx = fused::select_at_least(x.a, x.b, thr, out, slots);
     x.b = at::Tensor();
@@ -222,9 +230,6 @@ class TopkDeviceCodec final : public DeviceCodec {
     return enc.payload;
   }
 
-  // Slots for the fused selection's candidates: the thresholds aim at 1-1.5 k.
-  static std::int64_t slots(std::int64_t n, std::int64_t k) { return std::min(n, 2 * k + 4096); }
-
   // write_sparse's payload for indices idx (ascending) and their values.
   Encoded payload(const at::Tensor& idx, const at::Tensor& vals) const {
     const std::int64_t c = idx.numel();
@@ -243,6 +248,23 @@ class TopkDeviceCodec final : public DeviceCodec {
       enc.payload.narrow(0, 4 + 4 * c, 4 * c).view(at::kFloat).copy_(vals);
     }
     return enc;
+  }
+
+  // The host's draws of select_sampled's line starts, on `device` (from pinned memory
+  // without a sync where it is a GPU).
+  static at::Tensor host_line_starts(const CounterRng& rng, std::int64_t lines,
+                                     std::int64_t lines_total, const at::Device& device) {
+    at::Tensor starts =
+        at::empty({lines}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+    std::int64_t* s = starts.data_ptr<std::int64_t>();
+    for (std::int64_t j = 0; j < lines; ++j) {
+      const std::int64_t begin = j * lines_total / lines;
+      const std::int64_t end = (j + 1) * lines_total / lines;
+      const std::int64_t line =
+          begin + rng.below(static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(end - begin));
+      s[j] = line * kLine;
+    }
+    return starts.to(device, /*non_blocking=*/true);
   }
 
   // The selected indices of x, ascending (int64 on x's device). x is written (a <- a + b)
@@ -290,7 +312,7 @@ class TopkDeviceCodec final : public DeviceCodec {
                                .clamp_max(kNonFiniteBits)
                                .reshape({1});
     Values values{x, {}};
-    const at::Tensor idx = candidates(values, thr, slots(n, k));
+    const at::Tensor idx = candidates(values, thr, k);
     const std::int64_t c = idx.numel();
     if (c < k) return whole();
     const at::Tensor us = abs_bits(x.index_select(0, idx));
@@ -311,22 +333,14 @@ class TopkDeviceCodec final : public DeviceCodec {
     if (lines >= lines_total) return select_exact(materialise(x), k);
     const std::int64_t samples = lines * kLine;
 
-    // The lines' first elements, one uniform draw in each of `lines` equal strata.
+    // The lines' first elements, one uniform draw in each of `lines` equal strata: drawn
+    // on the GPU by a kernel where there is one, else here.
     const CounterRng rng = CounterRng::for_step(ctx, RngScope::kPerRank);
-    at::Tensor starts = at::empty(
-        {lines}, at::TensorOptions().dtype(at::kLong).pinned_memory(x.a.device().is_cuda()));
-    std::int64_t* s = starts.data_ptr<std::int64_t>();
-    for (std::int64_t j = 0; j < lines; ++j) {
-      const std::int64_t begin = j * lines_total / lines;
-      const std::int64_t end = (j + 1) * lines_total / lines;
-      const std::int64_t line =
-          begin + rng.below(static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(end - begin));
-      s[j] = line * kLine;
-    }
-    const at::Tensor pos = starts.to(x.a.device(), /*non_blocking=*/true)
-                               .unsqueeze(1)
-                               .add(at::arange(kLine, x.a.options().dtype(at::kLong)))
-                               .view(-1);
+    const at::Tensor starts =
+        fused::usable(x.a) ? fused::sample_line_starts(rng.key(), lines, lines_total, kLine, x.a)
+                           : host_line_starts(rng, lines, lines_total, x.a.device());
+    const at::Tensor pos =
+        starts.unsqueeze(1).add(at::arange(kLine, x.a.options().dtype(at::kLong))).view(-1);
     // thr = the ks-th largest sampled pattern (ks = ceil(density * samples)), clamped to
     // +inf's pattern so that the selection meets every non-finite entry.
     // k * samples < 2^64 as both are < 2^32 (select.cc), in unsigned arithmetic.
@@ -340,7 +354,7 @@ class TopkDeviceCodec final : public DeviceCodec {
                          .reshape({1});
 
     for (int attempt = 0;; ++attempt) {
-      const at::Tensor idx = candidates(x, thr, slots(n, k));  // writes x on the first
+      const at::Tensor idx = candidates(x, thr, k);  // writes x on the first
       const std::int64_t c = idx.numel();
       at::Tensor us;
       if (attempt == 0 || 10 * c > 13 * k) us = abs_bits(x.a.index_select(0, idx));

@@ -7,17 +7,20 @@ namespace gradcomp::device::cuda {
 namespace {
 
 __global__ void encode_codes2_kernel(Values x, float tau, float* out, float neg_tau,
-                                     std::uint8_t* codes, std::int64_t bytes) {
+                                     std::uint8_t* codes, std::int64_t bytes,
+                                     std::int32_t* non_finite) {
   const std::int64_t start = warp_tile_start();
   if (start >= x.n) return;  // the whole warp
   const int lane = lane_id();
   float v[kChunks];
   bool valid[kChunks];
   load_tile(x, start, v, valid);
+  bool bad = false;
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
     const std::int64_t chunk = start + j * kWarp;
     if (chunk >= x.n) break;  // warp-uniform
+    bad |= valid[j] && !isfinite(v[j]);
     const bool hi = valid[j] && v[j] >= tau;
     const bool lo = valid[j] && v[j] <= -tau;
     if (out != nullptr && valid[j]) {
@@ -33,6 +36,7 @@ __global__ void encode_codes2_kernel(Values x, float tau, float* out, float neg_
     const std::int64_t byte = (chunk + lane) / 4;
     if (lane % 4 == 0 && byte < bytes) codes[byte] = static_cast<std::uint8_t>(code);
   }
+  if (non_finite != nullptr && __any_sync(kFullMask, bad) && lane == 0) atomicOr(non_finite, 1);
 }
 
 // A grid-stride loop over the bytes: one atomic per flag per block at most.
@@ -74,10 +78,10 @@ __global__ void add_codes2_kernel(const std::uint8_t* codes, std::int64_t n, Lut
 }  // namespace
 
 const char* encode_codes2(Values x, float tau, float* out, float neg_tau, std::uint8_t* codes,
-                          std::int64_t bytes, void* stream) {
+                          std::int64_t bytes, std::int32_t* non_finite, void* stream) {
   if (x.n == 0) return nullptr;
   encode_codes2_kernel<<<tile_blocks(x.n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      x, tau, out, neg_tau, codes, bytes);
+      x, tau, out, neg_tau, codes, bytes, non_finite);
   return launched();
 }
 

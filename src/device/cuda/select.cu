@@ -1,5 +1,6 @@
-// Top-k's candidates above a device-side threshold, and the error-feedback sum with the
-// finiteness check: both while writing p = e + g.
+// Top-k's candidates above a device-side threshold and its sample's positions, and the
+// error-feedback sum with the finiteness check.
+#include "gradcomp/rng.h"  // constexpr, called in device code (--expt-relaxed-constexpr)
 #include "tiles.cuh"
 
 namespace gradcomp::device::cuda {
@@ -53,7 +54,28 @@ __global__ void accumulate_kernel(Values x, float* out, std::int32_t* non_finite
   if (__any_sync(kFullMask, bad) && lane_id() == 0) atomicOr(non_finite, 1);
 }
 
+__global__ void sample_line_starts_kernel(std::uint64_t key, std::int64_t lines,
+                                          std::int64_t lines_total, std::int64_t line,
+                                          std::int64_t* starts) {
+  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= lines) return;
+  const std::int64_t begin = j * lines_total / lines;
+  const std::int64_t end = (j + 1) * lines_total / lines;
+  const CounterRng rng(key);
+  starts[j] = line * (begin + rng.below(static_cast<std::uint32_t>(j),
+                                        static_cast<std::uint32_t>(end - begin)));
+}
+
 }  // namespace
+
+const char* sample_line_starts(std::uint64_t key, std::int64_t lines, std::int64_t lines_total,
+                               std::int64_t line, std::int64_t* starts, void* stream) {
+  if (lines == 0) return nullptr;
+  const auto blocks = static_cast<unsigned>((lines + kThreads - 1) / kThreads);
+  sample_line_starts_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      key, lines, lines_total, line, starts);
+  return launched();
+}
 
 const char* select_at_least(Values x, const std::int32_t* thr, float* out, std::int64_t* idx,
                             std::int64_t cap, unsigned long long* count, void* stream) {
