@@ -52,6 +52,7 @@ struct SchemeTraffic {
   std::vector<ServerRound> server_rounds = {};
   std::string server_note = {};
   std::size_t compressed_elements = 0;  // elements in the buckets it compresses
+  std::size_t compressed_buckets = 0;   // those buckets (powersgd: the matrices it factors)
   // How to time it when the scheme itself was not timed (`gradcomp bench scheme`): the
   // codec spec whose measured speed stands in for it ("" for none), else fallback.
   std::string speed_spec = {};

@@ -102,6 +102,7 @@ MethodPlan plan_scheme(std::string_view spec, const SchemeDescription& info, con
   m.ps_rounds = std::move(t.server_rounds);
   m.ps_note = std::move(t.server_note);
   m.compressed_elements = t.compressed_elements;
+  m.compressed_buckets = t.compressed_buckets;
   m.speed_spec = std::move(t.speed_spec);
   m.fallback = std::move(t.fallback);
   return m;

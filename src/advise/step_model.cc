@@ -73,6 +73,19 @@ void predict_outer_loop(const MethodPlan& plan, const Scenario& s, const Link& l
 // or the staging of the whole gradient.
 void price_device(const MethodPlan& plan, const Scenario& s, Prediction& p) {
   const DeviceModel& d = *s.device;
+  if (plan.traits.scheme && plan.family == "powersgd" && plan.outer.sync_every == 0) {
+    // The device reducer's PowerSGD: its collectives' buffers (P + dense, Q) cross both ways.
+    double allreduced = 0.0;
+    for (const Round& r : plan.rounds) allreduced += r.bytes;
+    p.on_device = true;
+    p.speed_source = "device model";
+    p.encode_s = kDevicePowerSgdPasses * 4.0 * static_cast<double>(plan.compressed_elements) /
+                     d.memory_bandwidth +
+                 d.matrix_overhead_s * static_cast<double>(plan.compressed_buckets);
+    p.decode_s = 0.0;  // in the passes above (P Q^T)
+    p.pcie_s = 2.0 * allreduced / d.pcie_bandwidth;
+    return;
+  }
   const std::optional<std::string> codec = device_codec_spec(plan);
   const CodecSpeed* speed = codec ? d.speeds.find(*codec) : nullptr;
   if (speed == nullptr) {

@@ -98,6 +98,7 @@ SchemeTraffic powersgd_traffic(const Params& p, std::span<const BucketPlan> buck
       ps += static_cast<double>(b.rows * rank);
       qs += static_cast<double>(cols * rank);
       t.compressed_elements += b.numel;
+      ++t.compressed_buckets;
     } else {
       dense += static_cast<double>(b.numel);
     }

@@ -542,5 +542,32 @@ TEST(AdviseDevice, PricesTheDevicePathTheStagingAndDenseApart) {
             std::string::npos);
 }
 
+// The device reducer's PowerSGD: passes over the factored matrices at the device's memory
+// bandwidth, a fixed cost per matrix, P, Q and the dense share across PCIe both ways.
+TEST(AdviseDevice, PricesPowerSgdOnTheDevice) {
+  const std::vector<ParamInfo> mlp = builtin_model("mlp").params;
+  const MethodPlan powersgd = plan_method("powersgd:rank=2", mlp);
+  ASSERT_GT(powersgd.compressed_buckets, 0u);  // the matrices it factors
+  ASSERT_LT(powersgd.compressed_buckets, mlp.size());
+  Scenario s;
+  s.workers = 4;
+  DeviceModel d;
+  d.pcie_bandwidth = 10e9;
+  d.memory_bandwidth = 1e12;
+  d.matrix_overhead_s = 2e-4;
+  s.device = d;
+  const Prediction p = predict(powersgd, s, SpeedTable{});
+  EXPECT_TRUE(p.on_device);
+  double allreduced = 0.0;
+  for (const Round& r : powersgd.rounds) allreduced += r.bytes;
+  EXPECT_DOUBLE_EQ(p.pcie_s, 2.0 * allreduced / 10e9);
+  EXPECT_DOUBLE_EQ(p.encode_s,
+                   7.0 * 4.0 * static_cast<double>(powersgd.compressed_elements) / 1e12 +
+                       2e-4 * static_cast<double>(powersgd.compressed_buckets));
+  EXPECT_EQ(p.decode_s, 0.0);
+  // Without a device it is the host's scheme, at the host's speed.
+  EXPECT_FALSE(predict(powersgd, Scenario{}, SpeedTable{}).on_device);
+}
+
 }  // namespace
 }  // namespace gradcomp::advise

@@ -59,6 +59,7 @@ struct AdviseFlags {
   std::string codec_speeds;
   std::string device_speeds;
   double pcie_gbs = 25.0;
+  double device_memory_gbs = DeviceModel{}.memory_bandwidth * 1e-9;
   double device_bucket_ms = kDeviceBucketOverhead * 1e3;
   std::size_t bench_size = std::size_t{1} << 20;
   std::string methods = kDefaultMethods;
@@ -252,6 +253,8 @@ void run_advise(const AdviseFlags& f) {
     d.pcie_bandwidth = f.pcie_gbs * 1e9;
     if (!(f.device_bucket_ms >= 0)) throw InvalidArgument("--device-bucket-ms: must be >= 0");
     d.bucket_overhead_s = f.device_bucket_ms * 1e-3;
+    if (!(f.device_memory_gbs > 0)) throw InvalidArgument("--device-memory-gbs: must be > 0");
+    d.memory_bandwidth = f.device_memory_gbs * 1e9;
     d.speeds = parse_bench_json(read_text_file(f.device_speeds, "--device-speeds"));
     s.device = std::move(d);
   }
@@ -382,6 +385,10 @@ void add_advise_command(CLI::App& app) {
       ->capture_default_str();
   a->add_option("--device-bucket-ms", f->device_bucket_ms,
                 "With --device-speeds: the device reducer's fixed cost per compressed bucket")
+      ->capture_default_str();
+  a->add_option("--device-memory-gbs", f->device_memory_gbs,
+                "With --device-speeds: the GPU's memory bandwidth, read + written (PowerSGD's "
+                "passes on the device; device-codecs.json's copy_bandwidth)")
       ->capture_default_str();
   a->add_option("--bench-size", f->bench_size, "Elements of the on-the-spot codec bench")
       ->capture_default_str()

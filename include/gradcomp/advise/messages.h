@@ -81,7 +81,7 @@ struct MethodPlan {
   std::string ps_note;                  // why not, when ps_rounds is empty
   double gradient_bytes = 0.0;          // 4 * elements of the model
   std::size_t compressed_elements = 0;  // elements in buckets that are compressed
-  std::size_t compressed_buckets = 0;   // codec specs: buckets that are compressed
+  std::size_t compressed_buckets = 0;   // buckets that are compressed (powersgd: factored)
   double message_bytes = 0.0;           // one worker's compressed messages (codec specs)
   // A scheme not timed itself: the codec whose measured speed stands in for it (the
   // sketch schemes' count sketch codec), "" for none; without that, `fallback` (lab

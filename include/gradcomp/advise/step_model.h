@@ -45,26 +45,39 @@ inline constexpr double kLinkEfficiency = 0.88;
 //                of a codec with a row in `speeds`, under ef, efm or noef): encode and
 //                decode at the device's speed; this worker's messages cross once, the W
 //                gathered ones back, the dense share both ways;
+//   powersgd     the device reducer's PowerSGD: the products and the residual on the
+//                device, kDevicePowerSgdPasses passes over the factored matrices at
+//                memory_bandwidth, plus matrix_overhead_s per factored matrix (launches,
+//                the copies of P and Q, Gram-Schmidt of P on the host); P, Q and the dense
+//                share cross PCIe both ways;
 //   staged       any other compressed method: the whole gradient crosses both ways and the
-//                codec runs on the host, as without a device. PowerSGD is priced so although
-//                the hook runs it on the device now (gradcomp/device/reducer.h): its device
-//                speed is not measured yet.
+//                codec runs on the host, as without a device.
 // The device reducer also pays a fixed cost per compressed bucket (kernel launches, the
 // host synchronisations of each bucket's payload copy): bucket_overhead_s, in its encode.
 // step = compute + encode + decode + pcie + exposed.
 //
-// The default per-bucket cost is fit on one measurement (docs/measurements/gpu.md, an
-// H100, 2026-11-27): DDP + efm(topk:ratio=0.01) on ResNet-50, batch 64, a world of one,
-// took 62.9 ms more than DDP alone, for 0.78 ms of predicted encode, decode and copies
-// over its 42 compressed buckets (dense_share 0.01): 1.48 ms each. AlexNet's 6 (same run,
-// 15.5 ms beyond its codec time) came to 2.6 ms each: a rough figure, to be replaced by
-// batching the buckets (docs/measurements/gpu.md).
-inline constexpr double kDeviceBucketOverhead = 1.48e-3;
+// The fixed costs are fit on one H200 run (docs/measurements/gpu.md, run 4, 2026-11-28),
+// DDP on ResNet-50, batch 64, a world of one, against DDP alone (38.5 ms):
+// - efm(topk:ratio=0.01) (ATen selection, the path 1% takes): 36.1 ms more, for 0.78 ms of
+//   predicted encode, decode and copies, over its 42 compressed buckets: 0.84 ms each
+//   (an H100 gave 1.48 on 2026-11-27, before the payloads crossed in one copy);
+// - powersgd:rank=2: 7.0 ms more over its 54 factored matrices, less 0.2 ms of passes:
+//   0.126 ms each. On AlexNet (8 matrices, 61 M elements) this predicts 1.5 ms against a
+//   measured 3.0: its few large matrices cost more than the fit says.
+inline constexpr double kDeviceBucketOverhead = 0.84e-3;
+inline constexpr double kDevicePowerSgdMatrixOverhead = 0.126e-3;
+// M = e + g (read 2, write 1), P = M Q, Q = M^T P, e = M - P Q^T (read 2, write 1): seven
+// passes of 4 bytes per factored element.
+inline constexpr double kDevicePowerSgdPasses = 7.0;
 
 struct DeviceModel {
   double pcie_bandwidth = 25e9;  // bytes/s each way (PCIe 4.0 x16's usable ~25 GB/s)
   SpeedTable speeds;             // the device codecs' per-element encode (with EF), decode
   double bucket_overhead_s = kDeviceBucketOverhead;
+  // The device's memory bandwidth (read + written), bytes/s: the copy an H100 measured
+  // (2909 GB/s, run 2; an H200 3960 GB/s, run 4).
+  double memory_bandwidth = 2.9e12;
+  double matrix_overhead_s = kDevicePowerSgdMatrixOverhead;
 };
 
 struct Scenario {
