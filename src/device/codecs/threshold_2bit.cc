@@ -6,9 +6,10 @@
 // tau is the CPU codec's float bit for bit: below 2^20 values the exact blocked sum
 // (segment_abs_sums: a scan in double on the device, then one .item()), from 2^20 on the
 // mean of the fixed stratified sample (gathered on the device, added on the host). The
-// sampled case also needs "is all of p finite" before packing (the CPU packing pass
-// checks it): that flag travels with the sample, so every adaptive encode syncs once and
-// the fixed threshold never.
+// sampled case also needs "is all of p finite" (the CPU packing pass checks it): with ATen
+// that flag travels with the sample, so every adaptive encode syncs once and the fixed
+// threshold never; on CUDA the codes kernel raises the flag, read after it (a second sync,
+// for one pass over the values instead of two).
 //
 // The residual step is p -= c * tau with c = [p >= tau] - [p <= -tau] in {-1, 0, 1}:
 // one float op whose zero case subtracts +0 (so p = -0 stays -0, as the CPU's p + (-0)).
@@ -112,9 +113,10 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
   }
 
   // The payload of x = a + b (b defined: the error-feedback step, out is then a) or of a;
-  // where out is defined, out = x - c * tau (x minus its decode). On CUDA: the fixed
-  // threshold is one fused kernel (read g and e, write e and the codes); the adaptive one
-  // first sums x with its finiteness check (a second kernel), since tau needs all of x.
+  // where out is defined, out = x - c * tau (x minus its decode). On CUDA one fused kernel
+  // (read g and e, write e and the codes), for the fixed threshold and for the adaptive one
+  // from 2^20 values (tau from the sample of e + g); below that the exact mean needs all of
+  // x first, so a first kernel writes x with its finiteness check.
   at::Tensor encode(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const {
     at::Tensor payload = empty_payload(a);
     const at::Tensor packed = payload.narrow(0, header_bytes(), payload.numel() - header_bytes());

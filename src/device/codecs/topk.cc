@@ -4,8 +4,8 @@
 // |x| (u = abs_bits, ordered like |x|, NaNs above +inf), never a float reduction:
 //
 //   sampled (select=sampled, or auto from n = 2^18): the CPU's stratified sample of 16-float
-//     lines, its positions drawn on the host from the same CounterRng (a few thousand
-//     draws) and gathered on the device; thr = the ks-th largest sampled u (an order
+//     lines, its positions drawn from the same CounterRng (on the GPU by a kernel where
+//     there is one, else on the host) and gathered on the device; thr = the ks-th largest sampled u (an order
 //     statistic: topk's minimum); S = nonzero(u >= thr); then DGC's corrections as the
 //     CPU makes them: |S| > 1.3k: exact top-k among S; |S| < 0.8k: thr *= 0.8f (one float
 //     multiply, as on the host) and again, at most 10 times, then exact top-k of x.
@@ -22,10 +22,10 @@
 //
 // Host syncs per encode (common case): 2 (the candidates' count; the non-finite check of
 // S). Each DGC retry adds one, the exact top-k of the whole tensor one more.
-// Passes over the full tensor per encode, on CUDA: one fused kernel (src/device/cuda/
-// select.cu) reads x (e and g with error feedback, writing e + g) and keeps the indices at
-// or above thr. Elsewhere: p = e + g, u = |x| (read x, write u), u >= thr (a bool mask),
-// nonzero. The rest touches the sample and the <= 1.3k selected.
+// Passes over the full tensor per encode, on CUDA where k <= n / 512: one fused kernel
+// (src/device/cuda/select.cu) reads x (e and g with error feedback, writing e + g) and
+// keeps the indices at or above thr. Otherwise: p = e + g, u = |x| (read x, write u),
+// u >= thr (a bool mask), nonzero. The rest touches the sample and the <= 1.3k selected.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
