@@ -43,7 +43,8 @@ echo "== torch $version: pip install --no-build-isolation . (at ${SECONDS} s)"
 assert 'site-packages' in gradcomp.__file__, gradcomp.__file__; print('installed:', gradcomp.__file__)")
 
 echo "== torch $version: Python tests against the installed package (at ${SECONDS} s)"
-"$py" -m pytest -q -p no:cacheprovider tests/python
+GRADCOMP_EXPECT_CUDA_KERNELS=$([ "$cuda_kernels" = ON ] && echo 1 || echo 0) \
+  "$py" -m pytest -q -p no:cacheprovider tests/python
 
 echo "== torch $version: the installed C++ package and examples/cpp (at ${SECONDS} s)"
 bash tests/cli/install_test.sh build-torch2 "$PWD"

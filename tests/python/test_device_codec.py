@@ -205,3 +205,33 @@ def test_corrupt_payloads_refused_with_out_untouched(spec, device):
                 assert torch.equal(out, before), spec
         finally:
             gradcomp.set_cuda_kernels(previous)
+
+
+def test_the_kernels_are_in_the_build_ci_asked_for():
+    """scripts/test-torch2.sh builds the kernels wherever nvcc is and says so here: a CMake
+    change that quietly left them out would pass every CPU test."""
+    import os
+    expected = os.environ.get("GRADCOMP_EXPECT_CUDA_KERNELS")
+    if expected is None:
+        pytest.skip("GRADCOMP_EXPECT_CUDA_KERNELS unset (not scripts/test-torch2.sh)")
+    assert gradcomp.cuda_kernels_built() == (expected == "1")
+
+
+def test_the_kernel_switch_returns_what_was_in_use():
+    built = gradcomp.cuda_kernels_built()
+    previous = gradcomp.set_cuda_kernels(False)
+    try:
+        assert previous == built  # on by default where built
+        assert gradcomp.set_cuda_kernels(True) is False
+        assert gradcomp.set_cuda_kernels(True) == built
+    finally:
+        gradcomp.set_cuda_kernels(previous)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("spec", ["topk:ratio=0.01", "2bit", "1bit", "fp16"])
+def test_payload_is_the_message_after_its_header(spec, device):
+    cpu, dev = _device_spec(spec)
+    g = _gradient(5000, 11)
+    assert torch.equal(dev.payload(g.to(device), seed=42, step=3).cpu(),
+                       cpu.encode(g, seed=42, step=3)[24:])
