@@ -5,8 +5,8 @@
 //
 //   sampled (select=sampled, or auto from n = 2^18): the CPU's stratified sample of 16-float
 //     lines, its positions drawn from the same CounterRng (on the GPU by a kernel where
-//     there is one, else on the host) and gathered on the device; thr = the ks-th largest sampled u (an order
-//     statistic: topk's minimum); S = nonzero(u >= thr); then DGC's corrections as the
+//     there is one, else on the host) and gathered on the device; thr = the ks-th largest sampled u
+//     (an order statistic: topk's minimum); S = nonzero(u >= thr); then DGC's corrections as the
 //     CPU makes them: |S| > 1.3k: exact top-k among S; |S| < 0.8k: thr *= 0.8f (one float
 //     multiply, as on the host) and again, at most 10 times, then exact top-k of x.
 //     (The CPU's early exit when |S| > max(8k, 4096) switches to exact top-k of x, which
@@ -59,13 +59,13 @@ at::Tensor no_indices(const at::Tensor& x) { return at::empty({0}, x.options().d
 
 // The values selected from: x = a + b where b is defined (the error-feedback step e + g,
 // not yet added: the first full pass over x writes it into a), else a.
-struct Values {
+struct Source {
   at::Tensor a;
   at::Tensor b;
 };
 
 // a <- a + b now, where the first pass is not the fused selection; returns x.
-const at::Tensor& materialise(Values& x) {
+const at::Tensor& materialise(Source& x) {
   if (x.b.defined()) {
     x.a.add_(x.b);
     x.b = at::Tensor();
@@ -74,7 +74,7 @@ const at::Tensor& materialise(Values& x) {
 }
 
 // x at `pos` (the sample), without a pass over x.
-at::Tensor values_at(const Values& x, const at::Tensor& pos) {
+at::Tensor values_at(const Source& x, const at::Tensor& pos) {
   const at::Tensor v = x.a.index_select(0, pos);
   return x.b.defined() ? v.add_(x.b.index_select(0, pos)) : v;
 }
@@ -88,7 +88,7 @@ constexpr std::int64_t kFusedSelectMinSpacing = 512;
 // CUDA, for sparse k, one fused pass (src/device/cuda/select.cu) that also writes a
 // pending e + g; up to 2k + 4096 candidates come from its slots, more from a second pass.
 // Elsewhere |x| >= thr, then nonzero.
-at::Tensor candidates(Values& x, const at::Tensor& thr, std::int64_t k) {
+at::Tensor candidates(Source& x, const at::Tensor& thr, std::int64_t k) {
   const std::int64_t n = x.a.numel();
   if (fused::usable(x.a) && k * kFusedSelectMinSpacing <= n) {
     const std::int64_t slots = std::min(n, 2 * k + 4096);
@@ -115,7 +115,7 @@ class TopkDeviceCodec final : public DeviceCodec {
       : DeviceCodec(codec), ratio_(ratio), select_(select), fp16_(fp16), sample_(sample) {}
 
   at::Tensor encode_impl(const at::Tensor& g, const StepContext& ctx) const override {
-    Values x{g, {}};
+    Source x{g, {}};
     const at::Tensor idx = select(x, ctx);
     return payload(idx, g.index_select(0, idx)).payload;
   }
@@ -124,11 +124,11 @@ class TopkDeviceCodec final : public DeviceCodec {
   at::Tensor encode_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
                                        const StepContext& ctx) const override {
     if (!fused::usable(e)) return DeviceCodec::encode_with_residual_impl(g, e, ctx);
-    return encode_feedback(Values{e, g}, ctx);
+    return encode_feedback(Source{e, g}, ctx);
   }
 
   at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& ctx) const override {
-    return encode_feedback(Values{p, {}}, ctx);
+    return encode_feedback(Source{p, {}}, ctx);
   }
 
   void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
@@ -216,7 +216,7 @@ class TopkDeviceCodec final : public DeviceCodec {
 
   // x <- x with the sent entries zeroed (fp32 values) or left with the fp16 rounding error
   // (subtract_sent): touches only the selected entries, no decode. Returns the payload.
-  at::Tensor encode_feedback(Values x, const StepContext& ctx) const {
+  at::Tensor encode_feedback(Source x, const StepContext& ctx) const {
     const at::Tensor idx = select(x, ctx);
     const at::Tensor& p = materialise(x);
     const at::Tensor vals = p.index_select(0, idx);
@@ -269,7 +269,7 @@ class TopkDeviceCodec final : public DeviceCodec {
 
   // The selected indices of x, ascending (int64 on x's device). x is written (a <- a + b)
   // on the way.
-  at::Tensor select(Values& x, const StepContext& ctx) const {
+  at::Tensor select(Source& x, const StepContext& ctx) const {
     const std::int64_t n = x.a.numel();
     const std::int64_t kk = std::min(k(n), n);
     if (kk == 0) return no_indices(materialise(x));
@@ -311,8 +311,8 @@ class TopkDeviceCodec final : public DeviceCodec {
                                .min()
                                .clamp_max(kNonFiniteBits)
                                .reshape({1});
-    Values values{x, {}};
-    const at::Tensor idx = candidates(values, thr, k);
+    Source whole{x, {}};
+    const at::Tensor idx = candidates(whole, thr, k);
     const std::int64_t c = idx.numel();
     if (c < k) return whole();
     const at::Tensor us = abs_bits(x.index_select(0, idx));
@@ -321,7 +321,7 @@ class TopkDeviceCodec final : public DeviceCodec {
   }
 
   // select_topk_sampled with the CPU's sample positions.
-  at::Tensor select_sampled(Values& x, std::int64_t k, const StepContext& ctx) const {
+  at::Tensor select_sampled(Source& x, std::int64_t k, const StepContext& ctx) const {
     const std::int64_t n = x.a.numel();
     if (k == n) return select_exact(materialise(x), k);
     const auto un = static_cast<std::size_t>(n);
