@@ -311,8 +311,8 @@ class TopkDeviceCodec final : public DeviceCodec {
                                .min()
                                .clamp_max(kNonFiniteBits)
                                .reshape({1});
-    Source whole{x, {}};
-    const at::Tensor idx = candidates(whole, thr, k);
+    Source source{x, {}};
+    const at::Tensor idx = candidates(source, thr, k);
     const std::int64_t c = idx.numel();
     if (c < k) return whole();
     const at::Tensor us = abs_bits(x.index_select(0, idx));
