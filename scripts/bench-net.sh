@@ -35,6 +35,10 @@
 #   --ddp "dense powersgd"         DDP baselines ("" for none); gradcomp:SPEC is DDP with
 #                                  gradcomp.torch's hook, e.g. gradcomp:powersgd:rank=2  [DDP_METHODS]
 #   --hidden "1536,1536"           the MLP's hidden layers (784-H-10)      [HIDDEN]
+#   --model mlp|transformer        the job: the MLP on Fashion-MNIST (default), or the
+#                                  byte-level transformer LM on fortunes with AdamW (lr 3e-3,
+#                                  batch 32 a worker; docs/training.md); no DDP baseline
+#                                  for the LM (--ddp "")                  [MODEL]
 #   --min-group-mb G               gradcomp train --min-group-mb (exchange groups of at
 #                                  least G MiB; default the trainer's: 1 MiB for dense,
 #                                  25 for a compressed exchange)          [MIN_GROUP_MB]
@@ -64,6 +68,7 @@ GRADCOMP=${GRADCOMP:-build/bin/gradcomp}
 OUT=${OUT:-bench-net-out/$(date -u +%Y%m%dT%H%M%SZ)}
 FLOOR=1
 HIDDEN=${HIDDEN:-1536,1536}
+MODEL=${MODEL:-mlp}
 MIN_GROUP_MB=${MIN_GROUP_MB:-}
 BATCH=64
 TRAIN_SAMPLES=60000  # Fashion-MNIST
@@ -79,6 +84,7 @@ while [ $# -gt 0 ]; do
     --methods) METHODS=$2; shift 2 ;;
     --ddp) DDP_METHODS=$2; shift 2 ;;
     --hidden) HIDDEN=${2:?--hidden needs sizes such as 1536,1536}; shift 2 ;;
+    --model) MODEL=${2:?--model needs mlp or transformer}; shift 2 ;;
     --min-group-mb) MIN_GROUP_MB=${2:?--min-group-mb needs a size in MiB}; shift 2 ;;
     --no-floor) FLOOR=0; shift ;;
     --gradcomp) GRADCOMP=$2; shift 2 ;;
@@ -89,6 +95,21 @@ while [ $# -gt 0 ]; do
 done
 
 log() { echo "bench-net: $*" >&2; }
+
+case $MODEL in
+  mlp) MODEL_NAME="MLP 784-$HIDDEN-10 on Fashion-MNIST" ;;
+  transformer)
+    # The LM of docs/training.md: 283 steps an epoch at 4 workers x 32 sequences.
+    BATCH=32
+    TRAIN_SAMPLES=36224
+    MODEL_NAME="transformer LM (834 k parameters) on fortunes, AdamW"
+    if [ -n "$DDP_METHODS" ]; then
+      echo "bench-net: --model transformer has no DDP baseline (scripts/ddp_baseline.py trains the MLP): pass --ddp \"\"" >&2
+      exit 2
+    fi
+    ;;
+  *) echo "bench-net: --model '$MODEL': expected mlp or transformer" >&2; exit 2 ;;
+esac
 
 if [ -n "$DELAY" ] && ! [[ $DELAY =~ ^[0-9]+(\.[0-9]+)?(s|ms|us)$|^0$ ]]; then
   echo "bench-net: --delay '$DELAY': expected a duration such as 5ms, 500us or 0.1s" >&2
@@ -164,8 +185,12 @@ spec_available() {
 }
 
 gradcomp_args() {  # the common flags of every gradcomp run
-  local a=(--mlp-hidden "$HIDDEN" --batch-size "$BATCH" --epochs 1 --threads 1
-           --dataset fashion-mnist)
+  local a=(--batch-size "$BATCH" --epochs 1 --threads 1)
+  if [ "$MODEL" = transformer ]; then
+    a+=(--model transformer --dataset fortunes --optimizer adamw --lr 3e-3)
+  else
+    a+=(--mlp-hidden "$HIDDEN" --dataset fashion-mnist)
+  fi
   [ "$STEPS" -gt 0 ] && a+=(--steps "$STEPS")
   [ -n "$MIN_GROUP_MB" ] && a+=(--min-group-mb "$MIN_GROUP_MB")
   printf '%s\n' "${a[@]}"
@@ -257,7 +282,7 @@ import json, sys
 json.dump({"date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "cpu": "$cpu", "cores": $(nproc),
            "kernel": "$(uname -r)", "load_start": "$(cut -d' ' -f1-3 /proc/loadavg)",
            "commit": "$commit", "torch": "$torch_version", "workers": $WORKERS,
-           "model": "MLP 784-$HIDDEN-10 on Fashion-MNIST", "batch": $BATCH,
+           "model": "$MODEL_NAME", "batch": $BATCH,
            "min_group_mb": "${MIN_GROUP_MB:-auto}",
            "length": "$length", "repeats": $REPEATS, "delay": "$DELAY", "delay_by": "$impairment", "bandwidths": "$BANDWIDTHS",
            "methods": "$METHODS", "ddp": "$DDP_METHODS"}, open(sys.argv[1], "w"))
