@@ -40,6 +40,7 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
     "-" for the other variants)."""
     torch.manual_seed(0)
     path = "-"
+    previous = None  # the kernel switch to restore, for gradcomp's variants
     model = getattr(torchvision.models, model_name)(weights=None).to(device)
     ddp = DDP(model, device_ids=[device.index or 0])
     if hook == "ddp":
@@ -83,7 +84,7 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
         profile.write(table.table(sort_by="cuda_time_total", row_limit=20) + "\n")
         profile.write(table.table(sort_by="cpu_time_total", row_limit=20) + "\n")
         profile.flush()
-    if hook not in ("ddp",) and not hook.startswith("torch-powersgd"):
+    if previous is not None:
         gradcomp.set_cuda_kernels(previous)
     del ddp, model, opt
     torch.cuda.empty_cache()
