@@ -27,35 +27,52 @@ using dist::test::run_ranks;
 
 // A model with matrices of several sizes, biases, a parameter used twice in forward and
 // one never used. Deterministic weights (no global RNG: ranks are threads).
+// A test model: three layers (the middle one applied twice, so its gradient sums two
+// uses), an unused parameter, deterministic weights, and its loss on deterministic batches.
+struct NetShape {
+  std::int64_t in, hidden, out, unused_rows;
+  float weight_freq, weight_scale;
+  bool tanh;  // else relu
+  std::int64_t batch;
+  float input_freq, input_freq_per_rank, input_shift_per_step;
+};
+constexpr NetShape kNetShape{40, 64, 10, 32, 0.37f, 0.2f, false, 8, 0.1f, 0.01f, 1.0f};
+
 struct Net : torch::nn::Module {
-  Net() {
-    fc1 = register_module("fc1", torch::nn::Linear(40, 64));
-    fc2 = register_module("fc2", torch::nn::Linear(64, 64));  // applied twice
-    fc3 = register_module("fc3", torch::nn::Linear(64, 10));
-    unused = register_parameter("unused", torch::zeros({32, 40}));
+  explicit Net(const NetShape& s = kNetShape) : shape(s) {
+    fc1 = register_module("fc1", torch::nn::Linear(s.in, s.hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(s.hidden, s.hidden));  // applied twice
+    fc3 = register_module("fc3", torch::nn::Linear(s.hidden, s.out));
+    unused = register_parameter("unused", torch::zeros({s.unused_rows, s.in}));
     torch::NoGradGuard no_grad;
     float k = 0.0f;
     for (auto& p : parameters()) {
-      p.copy_(torch::sin(torch::arange(p.numel(), torch::kFloat).reshape(p.sizes()) * 0.37f + k) *
-              0.2f);
+      p.copy_(torch::sin(
+                  torch::arange(p.numel(), torch::kFloat).reshape(p.sizes()) * s.weight_freq + k) *
+              s.weight_scale);
       k += 1.0f;
     }
   }
   torch::Tensor forward(torch::Tensor x) {
-    x = torch::relu(fc1->forward(x));
-    x = torch::relu(fc2->forward(x));
-    x = torch::relu(fc2->forward(x));
+    const auto act = [&](const torch::Tensor& t) {
+      return shape.tanh ? torch::tanh(t) : torch::relu(t);
+    };
+    x = act(fc1->forward(x));
+    x = act(fc2->forward(x));
+    x = act(fc2->forward(x));
     return fc3->forward(x);
   }
+  NetShape shape;
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
   torch::Tensor unused;
 };
 
 torch::Tensor loss_of(Net& net, int rank, int step) {
-  const auto x = torch::cos(torch::arange(8 * 40, torch::kFloat).reshape({8, 40}) *
-                                (0.1f + 0.01f * static_cast<float>(rank)) +
-                            static_cast<float>(step));
-  const auto y = torch::arange(8, torch::kLong).remainder(10);
+  const NetShape& s = net.shape;
+  const auto x = torch::cos(torch::arange(s.batch * s.in, torch::kFloat).reshape({s.batch, s.in}) *
+                                (s.input_freq + s.input_freq_per_rank * static_cast<float>(rank)) +
+                            s.input_shift_per_step * static_cast<float>(step));
+  const auto y = torch::arange(s.batch, torch::kLong).remainder(s.out);
   return torch::nn::functional::cross_entropy(net.forward(x), y);
 }
 
@@ -320,37 +337,9 @@ TEST(GradientExchange, ScheduleAndWarnings) {
 // A model of odd sizes for the device path: two compressible matrices (37x53 and 53x53,
 // the second applied twice), and a dense bucket (fc3's 7x53, the biases, an unused
 // 13x37) under min_elements 1000.
-struct OddNet : torch::nn::Module {
-  OddNet() {
-    fc1 = register_module("fc1", torch::nn::Linear(37, 53));
-    fc2 = register_module("fc2", torch::nn::Linear(53, 53));
-    fc3 = register_module("fc3", torch::nn::Linear(53, 7));
-    unused = register_parameter("unused", torch::zeros({13, 37}));
-    torch::NoGradGuard no_grad;
-    float k = 0.0f;
-    for (auto& p : parameters()) {
-      p.copy_(torch::sin(torch::arange(p.numel(), torch::kFloat).reshape(p.sizes()) * 0.41f + k) *
-              0.3f);
-      k += 1.0f;
-    }
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::tanh(fc1->forward(x));
-    x = torch::tanh(fc2->forward(x));
-    x = torch::tanh(fc2->forward(x));
-    return fc3->forward(x);
-  }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
-  torch::Tensor unused;
+struct OddNet : Net {
+  OddNet() : Net({37, 53, 7, 13, 0.41f, 0.3f, true, 9, 0.13f, 0.02f, 0.7f}) {}
 };
-
-torch::Tensor odd_loss(OddNet& net, int rank, int step) {
-  const auto x = torch::cos(torch::arange(9 * 37, torch::kFloat).reshape({9, 37}) *
-                                (0.13f + 0.02f * static_cast<float>(rank)) +
-                            0.7f * static_cast<float>(step));
-  const auto y = torch::arange(9, torch::kLong).remainder(7);
-  return torch::nn::functional::cross_entropy(net.forward(x), y);
-}
 
 ExchangeOptions odd_options(const std::string& spec, double min_group_mb, bool device_path) {
   ExchangeOptions o;
@@ -412,7 +401,7 @@ TEST_P(DeviceVsHost, SameMeansAndState) {
     for (int step = 0; step < 5; ++step) {
       for (OddNet* net : {&on_device, &on_host}) {
         net->zero_grad();
-        odd_loss(*net, comm.rank(), step).backward();
+        loss_of(*net, comm.rank(), step).backward();
         (net == &on_device ? device_path : host_path).finish();
       }
       const auto got = grads_of(on_device);
@@ -495,7 +484,7 @@ TEST_P(CheckpointAcrossPaths, RestoresIntoTheOtherPath) {
     GradientExchange a(first.named_parameters(), comm, odd_options(spec, 0.0, from_device));
     for (int step = 0; step < 3; ++step) {
       first.zero_grad();
-      odd_loss(first, comm.rank(), step).backward();
+      loss_of(first, comm.rank(), step).backward();
       a.finish();
       step_alike({&first}, grads_of(first));
     }
@@ -523,7 +512,7 @@ TEST_P(CheckpointAcrossPaths, RestoresIntoTheOtherPath) {
     for (int step = 3; step < 6; ++step) {
       for (OddNet* net : {&first, &second}) {
         net->zero_grad();
-        odd_loss(*net, comm.rank(), step).backward();
+        loss_of(*net, comm.rank(), step).backward();
         (net == &first ? a : b).finish();
       }
       const auto want = grads_of(first);
@@ -556,7 +545,7 @@ TEST(GradientExchange, AFreshMemoryDiffersFromARestoredOne) {
                        odd_options("efm(topk:ratio=0.1)", 0.0, false));
     for (int step = 0; step < 3; ++step) {
       first.zero_grad();
-      odd_loss(first, comm.rank(), step).backward();
+      loss_of(first, comm.rank(), step).backward();
       a.finish();
       step_alike({&first}, grads_of(first));
     }
@@ -571,7 +560,7 @@ TEST(GradientExchange, AFreshMemoryDiffersFromARestoredOne) {
     b.set_step(a.step());
     for (OddNet* net : {&first, &second}) {
       net->zero_grad();
-      odd_loss(*net, comm.rank(), 3).backward();
+      loss_of(*net, comm.rank(), 3).backward();
       (net == &first ? a : b).finish();
     }
     EXPECT_GT(largest_difference(grads_of(second), grads_of(first)), 0.0);
@@ -632,7 +621,7 @@ TEST(GradientExchange, DevicePathNonFiniteGradientComesOutOfFinish) {
       for (int step = 0; step <= poisoned_step; ++step) {
         *poison = step == poisoned_step;
         net.zero_grad();
-        odd_loss(net, 0, step).backward();
+        loss_of(net, 0, step).backward();
         if (!*poison) {
           exchange.finish();
           continue;

@@ -9,23 +9,20 @@ namespace {
 __global__ void encode_codes2_kernel(Values x, float tau, float* out, float neg_tau,
                                      std::uint8_t* codes, std::int64_t bytes,
                                      std::int32_t* non_finite) {
-  const std::int64_t start = warp_tile_start();
-  if (start >= x.n) return;  // the whole warp
+  Tile t;
+  if (!load_warp_tile(x, t)) return;  // the whole warp
   const int lane = lane_id();
-  float v[kChunks];
-  bool valid[kChunks];
-  load_tile(x, start, v, valid);
   bool bad = false;
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
-    const std::int64_t chunk = start + j * kWarp;
+    const std::int64_t chunk = t.start + j * kWarp;
     if (chunk >= x.n) break;  // warp-uniform
-    bad |= valid[j] && !isfinite(v[j]);
-    const bool hi = valid[j] && v[j] >= tau;
-    const bool lo = valid[j] && v[j] <= -tau;
-    if (out != nullptr && valid[j]) {
+    bad |= t.valid[j] && !isfinite(t.v[j]);
+    const bool hi = t.valid[j] && t.v[j] >= tau;
+    const bool lo = t.valid[j] && t.v[j] <= -tau;
+    if (out != nullptr && t.valid[j]) {
       const float s = hi ? 1.0f : (lo ? -1.0f : 0.0f);
-      out[chunk + lane] = v[j] + neg_tau * s;
+      out[chunk + lane] = t.v[j] + neg_tau * s;
     }
     // Lane l's code in its byte's place (first value in the top bits), OR-ed over each
     // group of four lanes; the group's first lane writes the byte.

@@ -12,18 +12,15 @@ namespace {
 template <bool kBf16>
 __global__ void encode_halves_kernel(Values x, float max_finite, float* out, std::uint16_t* halves,
                                      std::int32_t* non_finite) {
-  const std::int64_t start = warp_tile_start();
-  if (start >= x.n) return;  // the whole warp
-  float v[kChunks];
-  bool valid[kChunks];
-  load_tile(x, start, v, valid);
+  Tile t;
+  if (!load_warp_tile(x, t)) return;  // the whole warp
   bool bad = false;
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
-    if (!valid[j]) continue;
-    const std::int64_t i = start + j * kWarp + lane_id();
-    bad |= !isfinite(v[j]);
-    const float c = fminf(fmaxf(v[j], -max_finite), max_finite);
+    if (!t.valid[j]) continue;
+    const std::int64_t i = t.start + j * kWarp + lane_id();
+    bad |= !isfinite(t.v[j]);
+    const float c = fminf(fmaxf(t.v[j], -max_finite), max_finite);
     float sent = 0.0f;
     if constexpr (kBf16) {
       const __nv_bfloat16 h = __float2bfloat16_rn(c);
@@ -34,7 +31,7 @@ __global__ void encode_halves_kernel(Values x, float max_finite, float* out, std
       halves[i] = __half_as_ushort(h);
       sent = __half2float(h);
     }
-    if (out != nullptr) out[i] = v[j] - sent;
+    if (out != nullptr) out[i] = t.v[j] - sent;
   }
   if (__any_sync(kFullMask, bad) && lane_id() == 0) atomicOr(non_finite, 1);
 }

@@ -10,20 +10,17 @@ namespace {
 __global__ void select_at_least_kernel(Values x, const std::int32_t* thr, float* out,
                                        std::int64_t* idx, std::int64_t cap,
                                        unsigned long long* count) {
-  const std::int64_t start = warp_tile_start();
-  if (start >= x.n) return;  // the whole warp
+  Tile t;
+  if (!load_warp_tile(x, t)) return;  // the whole warp
   const int lane = lane_id();
   const std::int32_t threshold = *thr;
-  float v[kChunks];
-  bool valid[kChunks];
-  load_tile(x, start, v, valid);
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
-    const std::int64_t i = start + j * kWarp + lane;
-    if (out != nullptr && valid[j]) out[i] = v[j];
+    const std::int64_t i = t.start + j * kWarp + lane;
+    if (out != nullptr && t.valid[j]) out[i] = t.v[j];
     // |x|'s pattern: the sign bit cleared (as ATen's abs), compared as int32.
-    const std::int32_t u = __float_as_int(v[j]) & 0x7fffffff;
-    const bool take = valid[j] && u >= threshold;
+    const std::int32_t u = __float_as_int(t.v[j]) & 0x7fffffff;
+    const bool take = t.valid[j] && u >= threshold;
     const unsigned ballot = __ballot_sync(kFullMask, take);
     if (ballot == 0) continue;
     // One atomic per chunk: the first taker reserves the chunk's slots.
@@ -39,17 +36,14 @@ __global__ void select_at_least_kernel(Values x, const std::int32_t* thr, float*
 }
 
 __global__ void accumulate_kernel(Values x, float* out, std::int32_t* non_finite) {
-  const std::int64_t start = warp_tile_start();
-  if (start >= x.n) return;
-  float v[kChunks];
-  bool valid[kChunks];
-  load_tile(x, start, v, valid);
+  Tile t;
+  if (!load_warp_tile(x, t)) return;  // the whole warp
   bool bad = false;
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
-    if (!valid[j]) continue;
-    if (out != nullptr) out[start + j * kWarp + lane_id()] = v[j];
-    bad |= !isfinite(v[j]);
+    if (!t.valid[j]) continue;
+    if (out != nullptr) out[t.start + j * kWarp + lane_id()] = t.v[j];
+    bad |= !isfinite(t.v[j]);
   }
   if (__any_sync(kFullMask, bad) && lane_id() == 0) atomicOr(non_finite, 1);
 }

@@ -7,18 +7,15 @@ namespace {
 
 __global__ void encode_sign_bits_kernel(Values x, float tau, bool at_least, float* out,
                                         float if_set, float if_clear, std::uint32_t* words) {
-  const std::int64_t start = warp_tile_start();
-  if (start >= x.n) return;  // the whole warp: start is the warp's
+  Tile t;
+  if (!load_warp_tile(x, t)) return;  // the whole warp
   const int lane = lane_id();
-  float v[kChunks];
-  bool valid[kChunks];
-  load_tile(x, start, v, valid);
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
-    const std::int64_t chunk = start + j * kWarp;
+    const std::int64_t chunk = t.start + j * kWarp;
     if (chunk >= x.n) break;  // warp-uniform
-    const bool bit = valid[j] && (at_least ? v[j] >= tau : v[j] > tau);
-    if (out != nullptr && valid[j]) out[chunk + lane] = v[j] + (bit ? if_set : if_clear);
+    const bool bit = t.valid[j] && (at_least ? t.v[j] >= tau : t.v[j] > tau);
+    if (out != nullptr && t.valid[j]) out[chunk + lane] = t.v[j] + (bit ? if_set : if_clear);
     // The ballot has lane l's bit at bit l; the word's byte 0 holds lanes 0-7 with lane 0 in
     // its MSB: reverse all 32 bits (lane 0 to bit 31), then the bytes.
     const unsigned ballot = __ballot_sync(kFullMask, bit);

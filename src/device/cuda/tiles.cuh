@@ -33,17 +33,27 @@ __device__ inline std::int64_t warp_tile_start() {
 
 __device__ inline int lane_id() { return static_cast<int>(threadIdx.x % kWarp); }
 
-// x_i of chunk j's lane, 0 past n; valid[j] says whether it is a value.
-__device__ inline void load_tile(const Values& x, std::int64_t start, float (&v)[kChunks],
-                                 bool (&valid)[kChunks]) {
+// A warp's tile: its first index, and x_i at chunk j's lane (v[j], 0 past n; valid[j]
+// says whether it is a value).
+struct Tile {
+  std::int64_t start;
+  float v[kChunks];
+  bool valid[kChunks];
+};
+
+// Loads the calling warp's tile; false, for the whole warp alike, where it starts past n.
+__device__ inline bool load_warp_tile(const Values& x, Tile& t) {
+  t.start = warp_tile_start();
+  if (t.start >= x.n) return false;
   const int lane = lane_id();
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
-    const std::int64_t i = start + j * kWarp + lane;
-    valid[j] = i < x.n;
-    v[j] = 0.0f;
-    if (valid[j]) v[j] = x.b != nullptr ? x.a[i] + x.b[i] : x.a[i];
+    const std::int64_t i = t.start + j * kWarp + lane;
+    t.valid[j] = i < x.n;
+    t.v[j] = 0.0f;
+    if (t.valid[j]) t.v[j] = x.b != nullptr ? x.a[i] + x.b[i] : x.a[i];
   }
+  return true;
 }
 
 inline const char* launched() {
