@@ -170,6 +170,7 @@ def fmt_acc(v):
 
 
 MLP_MODEL = re.compile(r"MLP 784-([0-9]+(?:,[0-9]+)*)-10\b")
+LM_MODEL = "transformer LM (834 k parameters) on fortunes"  # bench-net.sh's MODEL_NAME
 
 
 def group_flags(meta):
@@ -181,9 +182,12 @@ def group_flags(meta):
 
 
 def advise_model_flags(meta):
-    """advise's model flags for the sitting's MLP: --model mlp for the default 1536,1536,
-    else its tensors' shapes (weights out x in, then biases, as the trainer's MLP);
-    None when the model is not the lab's MLP."""
+    """advise's model flags for the sitting's model: --model transformer for the LM
+    (bench-net.sh --model transformer); --model mlp for the default 1536,1536 MLP, else its
+    tensors' shapes (weights out x in, then biases, as the trainer's MLP); None for another
+    model."""
+    if str(meta.get("model", "")).startswith(LM_MODEL):
+        return ["--model", "transformer"]
     m = MLP_MODEL.match(str(meta.get("model", "")))
     if not m:
         return None
@@ -225,7 +229,7 @@ def add_predictions(meta, rows, floor_ms, gradcomp=None, dense_share=None):
         return "no prediction: %s is not built" % gradcomp
     model_flags = advise_model_flags(meta)
     if model_flags is None:
-        return "no prediction: the advisor knows the lab's MLPs only (model %r)" % meta.get("model")
+        return "no prediction: the advisor knows the lab's MLPs and LM only (model %r)" % meta.get("model")
     if not floor_ms:
         return "no prediction: no compute floor"
     workers = int(meta["workers"])

@@ -1,5 +1,6 @@
 // Built-in models as tensor shapes; see models.h. The layer lists mirror
-// src/train/models.cc (MLP, LeNet-5, ResNet-20) and torchvision's resnet50.
+// src/train/models.cc (MLP, LeNet-5, ResNet-20, the byte-level transformer) and
+// torchvision's resnet50.
 #include "gradcomp/advise/models.h"
 
 #include <charconv>
@@ -35,6 +36,7 @@ class Builder {
     add(name + ".weight", {c});
     add(name + ".bias", {c});
   }
+  void layer_norm(const std::string& name, std::int64_t c) { bn(name, c); }
   ModelSizes done() { return std::move(m_); }
 
  private:
@@ -107,6 +109,27 @@ ModelSizes resnet50() {  // torchvision: bottlenecks [3, 4, 6, 3], expansion 4
   return b.done();
 }
 
+// The trainer's language model with its defaults (TransformerShape: 4 layers, d_model
+// 128) on the fortunes corpus: 256 byte values, context 64. The output projection is
+// tied to the token embedding, so it has no tensor of its own.
+ModelSizes transformer() {
+  constexpr std::int64_t kVocab = 256, kContext = 64, kLayers = 4, kD = 128;
+  Builder b("transformer");
+  b.add("tok.weight", {kVocab, kD});
+  b.add("pos.weight", {kContext, kD});
+  for (std::int64_t i = 0; i < kLayers; ++i) {
+    const std::string p = "block" + std::to_string(i);
+    b.layer_norm(p + ".ln1", kD);
+    b.linear(p + ".attn.qkv", kD, 3 * kD);
+    b.linear(p + ".attn.proj", kD, kD);
+    b.layer_norm(p + ".ln2", kD);
+    b.linear(p + ".fc", kD, 4 * kD);
+    b.linear(p + ".out", 4 * kD, kD);
+  }
+  b.layer_norm("ln_f", kD);
+  return b.done();
+}
+
 }  // namespace
 
 std::int64_t ModelSizes::numel() const {
@@ -115,13 +138,14 @@ std::int64_t ModelSizes::numel() const {
   return n;
 }
 
-std::string known_models() { return "lenet5, mlp, resnet20, resnet50"; }
+std::string known_models() { return "lenet5, mlp, resnet20, resnet50, transformer"; }
 
 ModelSizes builtin_model(std::string_view name) {
   if (name == "mlp") return mlp();
   if (name == "lenet5") return lenet5();
   if (name == "resnet20") return resnet20();
   if (name == "resnet50") return resnet50();
+  if (name == "transformer") return transformer();
   throw InvalidArgument("unknown model '" + std::string(name) + "' (known: " + known_models() +
                         "; or give --sizes)");
 }

@@ -302,6 +302,9 @@ TEST(AdviseModels, ParameterCounts) {
   EXPECT_EQ(builtin_model("resnet20").numel(), 269'722 - 288);
   EXPECT_EQ(builtin_model("resnet50").numel(), 25'557'032);  // torchvision's
   EXPECT_EQ(builtin_model("resnet50").params.size(), 161u);
+  // tests/train/models_test.cc: the LM on 256 byte values, context 64.
+  EXPECT_EQ(builtin_model("transformer").numel(), 834'304);
+  EXPECT_EQ(builtin_model("transformer").params.size(), 52u);
   const ModelSizes s = parse_sizes("1000, 784x1536\n# a comment\n64x3x7x7");
   ASSERT_EQ(s.params.size(), 3u);
   EXPECT_EQ(s.params[1].numel, 784 * 1536);

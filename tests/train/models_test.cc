@@ -51,11 +51,17 @@ TEST(Models, ResNet20HasTwentyWeightLayers) {
 }
 
 // `gradcomp advise` plans with torch-free copies of these models (src/advise/models.cc):
-// the same tensors, in the same order, for the trainer's default data (Fashion-MNIST).
+// the same tensors, in the same order, for the trainer's default data (Fashion-MNIST; the
+// transformer's, fortunes).
 TEST(Models, AdvisorsCopiesMatch) {
-  for (const char* name : {"mlp", "lenet5", "resnet20"}) {
+  for (const char* name : {"mlp", "lenet5", "resnet20", "transformer"}) {
     ModelConfig cfg;  // defaults: 1 x 28 x 28, 10 classes, MLP 1536-1536
     cfg.name = name;
+    if (cfg.name == "transformer") {  // fortunes: windows of context 64 + 1 bytes
+      cfg.in_w = 65;
+      cfg.in_h = 1;
+      cfg.num_classes = 256;
+    }
     auto m = make_model(cfg);
     const advise::ModelSizes copy = advise::builtin_model(name);
     const auto params = m->named_parameters();

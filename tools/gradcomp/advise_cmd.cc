@@ -114,6 +114,9 @@ double parse_latency(const std::string& text) {
 double default_compute_ms(const std::string& model) {
   // Network lab: the MLP's compute floor, 61.3 ms with 4 workers on 2 cores.
   if (model == "mlp") return 61.3 / 2.0;
+  // Network lab: the transformer LM's compute floor (AdamW, batch 32), 340 ms with 4
+  // workers on 2 cores (docs/measurements/outer-loop/lab-lm-100mbit).
+  if (model == "transformer") return 340.0 / 2.0;
   // Planning figure: ResNet-50 forward + backward at batch 32 on a V100-class GPU.
   if (model == "resnet50") return 100.0;
   throw InvalidArgument("--compute-ms is needed for " + model +
@@ -346,7 +349,7 @@ void add_advise_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   a->add_option("--compute-ms", f->compute_ms,
                 "Forward + backward of one worker on a core of its own (default: measured for "
-                "mlp, a planning figure for resnet50)")
+                "mlp and transformer, a planning figure for resnet50)")
       ->check(non_negative_number());
   a->add_option("--backward-share", f->backward_share, "Share of compute that is backward")
       ->capture_default_str()
