@@ -192,6 +192,71 @@ TEST(OuterLoop, ADelayedMergeKeepsTheStepsTakenMeanwhile) {
   }
 }
 
+// Over many rounds, averaging with a delay is local SGD whose merges land late: replayed
+// here in double (exact exchange, H = 4, D = 3, 3 ranks, 6 rounds): at each round start
+// s_r = x_r, m = mean(s); D steps later x_r += m - s_r.
+TEST(OuterLoop, DelayedAveragingOverManyRoundsMatchesItsReplay) {
+  constexpr int kWorld = 3;
+  constexpr std::int64_t kH = 4, kD = 3, kSteps = 6 * kH + kD;
+  std::vector<Replica> got(kWorld, Replica(0));
+  run_ranks(kWorld, [&](Communicator& comm) {
+    const int r = comm.rank();
+    Replica rep(r);
+    OuterLoop loop(rep.spans(), kParams, comm, method("none"), options(kH, "average", 1, kD));
+    for (std::int64_t s = 1; s <= kSteps; ++s) {
+      rep.inner_step(r, s);
+      loop.after_inner_step(s);
+    }
+    got[static_cast<std::size_t>(r)] = rep;
+  });
+  // The replay: every replica starts from rank 0's weights (the loop's broadcast).
+  std::vector<std::vector<std::vector<double>>> x(kWorld), start(kWorld);
+  std::vector<std::vector<double>> mean;
+  for (int r = 0; r < kWorld; ++r) {
+    for (const auto& t : Replica(0).w) x[r].emplace_back(t.begin(), t.end());
+  }
+  for (std::int64_t s = 1; s <= kSteps; ++s) {
+    for (int r = 0; r < kWorld; ++r) {
+      Replica step(0);  // the move inner_step makes: its result minus its start
+      Replica moved = step;
+      moved.inner_step(r, s);
+      for (std::size_t p = 0; p < x[r].size(); ++p) {
+        for (std::size_t i = 0; i < x[r][p].size(); ++i) {
+          x[r][p][i] += static_cast<double>(moved.w[p][i]) - step.w[p][i];
+        }
+      }
+    }
+    if (s % kH == 0) {
+      mean = x[0];
+      for (std::size_t p = 0; p < mean.size(); ++p) {
+        for (std::size_t i = 0; i < mean[p].size(); ++i) {
+          double sum = 0;
+          for (int r = 0; r < kWorld; ++r) sum += x[r][p][i];
+          mean[p][i] = sum / kWorld;
+        }
+      }
+      for (int r = 0; r < kWorld; ++r) start[r] = x[r];
+    }
+    if (s > kH && (s - kD) % kH == 0) {
+      for (int r = 0; r < kWorld; ++r) {
+        for (std::size_t p = 0; p < x[r].size(); ++p) {
+          for (std::size_t i = 0; i < x[r][p].size(); ++i) {
+            x[r][p][i] += mean[p][i] - start[r][p][i];
+          }
+        }
+      }
+    }
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    for (std::size_t p = 0; p < kParams.size(); ++p) {
+      for (std::size_t i = 0; i < x[r][p].size(); ++i) {
+        ASSERT_NEAR(got[static_cast<std::size_t>(r)].w[p][i], x[r][p][i], 1e-4)
+            << "rank " << r << " tensor " << p << " element " << i;
+      }
+    }
+  }
+}
+
 // A checkpoint (state() copied out) in the middle of a delayed round, restored into a new
 // loop: the run continues bit for bit, error feedback and the outer momentum included.
 TEST(OuterLoop, ResumeContinuesBitForBit) {
