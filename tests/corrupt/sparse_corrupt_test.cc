@@ -4,6 +4,9 @@
 // the destination untouched.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -164,12 +167,14 @@ class ChunkTopkCorrupt : public ::testing::TestWithParam<const char*> {};
 TEST_P(ChunkTopkCorrupt, PayloadAttacksAreRejected) {
   auto c = builtin_registry().make_codec(GetParam());
   const bool fp32 = c->spec().ends_with("fp32");
+  const bool quantized = c->spec().ends_with("2bit");
   constexpr std::size_t kCount = 84;
   constexpr unsigned kBits = 6;
   constexpr std::size_t kStream = 8;
   constexpr std::size_t kValues = kStream + 4 * ((kCount * kBits + 31) / 32);
   const auto valid = test::payload_of(test::encode(*c, test::random_gradient(kN, 8), {}));
-  ASSERT_EQ(valid.size(), kValues + (fp32 ? 4 : 2) * kCount);
+  // 2bit: 4 fp32 centroids, then 168 code bits in 6 words.
+  ASSERT_EQ(valid.size(), kValues + (quantized ? 16 + 24 : (fp32 ? 4 : 2) * kCount));
   std::vector<std::uint32_t> codes(kCount);
   detail::unpack_codes(valid.data() + kStream, kCount, kBits, codes.data());
   const auto with_codes = [&](auto edit) {
@@ -193,8 +198,8 @@ TEST_P(ChunkTopkCorrupt, PayloadAttacksAreRejected) {
   expect_rejected(*c, with_bytes([](auto& p) { p[4] = std::byte{6}; }), "k", "k 6");
   expect_rejected(*c, with_bytes([](auto& p) { p[6] = std::byte{7}; }), "index bits",
                   "index bits 7");
-  expect_rejected(*c, with_bytes([](auto& p) { p[7] = std::byte{3}; }), "value format",
-                  "value format 3");
+  expect_rejected(*c, with_bytes([](auto& p) { p[7] = std::byte{4}; }), "value format",
+                  "value format 4");
   expect_rejected(*c, with_bytes([&](auto& p) { p[7] = fp32 ? std::byte{1} : std::byte{0}; }),
                   "other value format", "value format");
   // Lengths: each one off, short of the header, empty.
@@ -221,6 +226,7 @@ TEST_P(ChunkTopkCorrupt, PayloadAttacksAreRejected) {
   // Padding bits after the last index.
   expect_rejected(*c, with_bytes([](auto& p) { p[kValues - 1] |= std::byte{0x80}; }), "padding bit",
                   "padding");
+  if (quantized) return;  // its value attacks: ChunkTopk2bitCorrupt below
   // Non-finite values, first, middle and last entry.
   for (const std::size_t at : {std::size_t{0}, std::size_t{40}, kCount - 1}) {
     expect_rejected(*c, with_bytes([&](auto& p) {
@@ -238,8 +244,66 @@ TEST_P(ChunkTopkCorrupt, PayloadAttacksAreRejected) {
 INSTANTIATE_TEST_SUITE_P(ChunkTopk, ChunkTopkCorrupt,
                          ::testing::Values("chunktopk:chunk=60,k=5",
                                            "chunktopk:chunk=60,k=5,values=fp16",
-                                           "chunktopk:chunk=60,k=5,values=bf16"),
+                                           "chunktopk:chunk=60,k=5,values=bf16",
+                                           "chunktopk:chunk=60,k=5,values=2bit"),
                          [](const auto& p) { return test::spec_test_name(p.param); });
+
+// values=2bit's value section (the message above: 4 centroids at kValues, then 84 2-bit
+// codes in 6 words, 24 padding bits): non-finite centroids, a nonzero centroid no code
+// uses, nonzero padding after the codes.
+TEST(ChunkTopk2bitCorrupt, ValueAttacksAreRejected) {
+  auto c = builtin_registry().make_codec("chunktopk:chunk=60,k=5,values=2bit");
+  constexpr std::size_t kCount = 84;
+  constexpr std::size_t kValues = 8 + 4 * ((kCount * 6 + 31) / 32);
+  constexpr std::size_t kCodes = kValues + 16;
+  const auto valid = test::payload_of(test::encode(*c, test::random_gradient(kN, 8), {}));
+  ASSERT_EQ(valid.size(), kCodes + 24);
+  std::vector<std::uint32_t> codes(kCount);
+  detail::unpack_codes(valid.data() + kCodes, kCount, 2, codes.data());
+  const auto with_bytes = [&](auto edit) {
+    auto p = valid;
+    edit(p);
+    return message(*c, kN, p);
+  };
+  // Every centroid of the valid message is used (top-k values fill bins 0, 1 and 3 at
+  // least; see the check below) and finite.
+  std::array<bool, 4> used{};
+  for (const std::uint32_t q : codes) used[q] = true;
+  for (std::size_t b = 0; b < 4; ++b) {
+    const float centroid = load_le<float>(valid.data() + kValues + 4 * b);
+    ASSERT_TRUE(std::isfinite(centroid));
+    if (!used[b]) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(centroid), 0u) << b;
+    }
+  }
+  ASSERT_TRUE(used[0] && used[1] && used[3]);
+  for (std::size_t b = 0; b < 4; ++b) {
+    for (const std::uint32_t bits : {0x7FC00000u, 0x7F800000u, 0xFF800000u, 0xFFFFFFFFu}) {
+      expect_rejected(*c, with_bytes([&](auto& p) {
+        store_le<std::uint32_t>(p.data() + kValues + 4 * b, bits);
+      }),
+                      "centroid " + std::to_string(b) + " = " + std::to_string(bits),
+                      "non-finite centroid " + std::to_string(b));
+    }
+  }
+  // All codes 2: centroids 0, 1 and 3 are then unused but nonzero.
+  expect_rejected(*c, with_bytes([&](auto& p) {
+    std::vector<std::uint32_t> twos(kCount, 2);
+    detail::pack_codes(twos.data(), kCount, 2, p.data() + kCodes);
+  }),
+                  "unused centroid", "centroid 0 of no entry is not +0");
+  // An unused centroid set to -0 is not +0 either.
+  if (!used[2]) {
+    expect_rejected(*c, with_bytes([&](auto& p) {
+      store_le<std::uint32_t>(p.data() + kValues + 8, 0x80000000u);
+    }),
+                    "unused centroid -0", "centroid 2 of no entry");
+  }
+  expect_rejected(*c, with_bytes([](auto& p) { p[kCodes + 23] |= std::byte{0x80}; }),
+                  "code padding bit", "nonzero value padding bits");
+  expect_rejected(*c, with_bytes([](auto& p) { p[kCodes + 21] |= std::byte{0x01}; }),
+                  "first code padding bit", "nonzero value padding bits");
+}
 
 TEST(HalfCorrupt, NonFinitePatternsAreRejected) {
   for (const char* spec : {"fp16", "fp16:format=bf16"}) {

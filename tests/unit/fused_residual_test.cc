@@ -34,7 +34,8 @@ const std::vector<std::string> kSpecs = {"2bit",
                                          "threshold",
                                          "chunktopk",
                                          "chunktopk:chunk=1000,k=7,values=fp16",
-                                         "chunktopk:chunk=2,k=1,values=bf16"};
+                                         "chunktopk:chunk=2,k=1,values=bf16",
+                                         "chunktopk:chunk=1000,k=7,values=2bit"};
 
 // 0, 1, odd, and a size past every chunk/block boundary that is not a multiple of 16.
 const std::vector<std::size_t> kSizes = {0, 1, 17, 1001, (std::size_t{1} << 20) + 3};

@@ -1,22 +1,36 @@
 // chunktopk: per-chunk top-k, the sparsification DeMo (Peng et al. 2024, arXiv 2411.19870)
-// and SparseLoCo send.
+// and SparseLoCo (arXiv 2508.15706) send.
 //   The bucket is cut into chunks of `chunk` elements (the last may be shorter); each full
 //   chunk sends the k entries of p = g + e with the largest |p| (ties: lower index), a
 //   last chunk of L < chunk elements sends ceil(k * L / chunk) of its entries (in [1, k]:
 //   the same density as the others, so a small bucket is not sent nearly dense). Indices
 //   are local to their chunk, so each costs ceil(log2(chunk)) bits instead of 32. Error
-//   feedback keeps e = p with the sent entries zeroed (or their fp16/bf16 rounding error).
+//   feedback keeps e = p minus what the message decodes to: zero at the sent entries for
+//   fp32, their fp16/bf16 rounding error, or their 2-bit quantisation error.
+// values=2bit is SparseLoCo's value quantiser (templar's TopKCompressor with
+// quantization_bins = 4, quantization_range = 6), over all K values v of the message:
+//   mean m = sum(v) / K, s = 1.5 * sqrt(sum((v - m)^2) / (K - 1)) (range 6 sigma over 4
+//   bins; s = 1 when that is 0 or not finite, as for K = 1), code q = clamp(round((v - m)
+//   / s) + 2, 0, 3) (round half to even), all in double (the squares by fma). So the bins
+//   split v - m at -2.25, -0.75 and +0.75 sigma: two bins below the mean, one around it,
+//   one above (templar's offset of n_bins/2). Each code decodes to its bin's centroid, the
+//   mean of the values that fell in it (summed in double in message order, kept within
+//   their range, rounded to fp32); a bin no value fell in sends +0. One set of centroids
+//   per message (templar: per tensor). Deterministic, no RNG.
 // Wire payload (K = the entries of all chunks, fixed by n, chunk and k):
 //   [0,4) chunk (u32) | [4,6) k (u16, 0 = 65536) | [6] index bits w | [7] values (0 fp32,
-//   1 fp16, 2 bf16) | K local indices, w bits each, LSB first (detail/bitstream.h: zero
-//   padded to 32-bit words), chunk by chunk, strictly increasing within a chunk |
-//   K values in the same order (fp32, or fp16/bf16 u16 patterns).
-//   8 + 4*ceil(K*w/32) + 4K (or + 2K) bytes.
+//   1 fp16, 2 bf16, 3 2bit) | K local indices, w bits each, LSB first (detail/bitstream.h:
+//   zero padded to 32-bit words), chunk by chunk, strictly increasing within a chunk |
+//   the values in the same order: K fp32, or K fp16/bf16 u16 patterns, or (2bit) the 4
+//   centroids as fp32 then K 2-bit codes packed like the indices.
+//   8 + 4*ceil(K*w/32) + 4K (fp32), + 2K (fp16, bf16), + 16 + 4*ceil(K/16) (2bit) bytes.
 // The 8-byte header repeats what the config tag already pins, so that a message (a file
 // from `gradcomp codec encode`, a hex dump) says how to read it, and each field is checked
-// against the decoder.
+// against the decoder. A 2bit message's centroids must be finite, and +0 for a code no
+// entry uses.
 // Not linear: ranks allgather messages and scatter-add each (decode_add), then divide by W.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <numeric>
@@ -39,12 +53,19 @@ using kernels::abs_bits;
 using kernels::HalfFormat;
 using kernels::kNonFiniteBits;
 
-enum class Values : std::uint8_t { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
+enum class Values : std::uint8_t { kFp32 = 0, kFp16 = 1, kBf16 = 2, k2bit = 3 };
 
 constexpr std::size_t kPayloadHeaderBytes = 8;
 constexpr std::int64_t kMaxChunk = 65536;  // local indices fit 16 bits
 constexpr const char* kEncodeOp = "chunktopk encode";
 constexpr const char* kDecodeOp = "chunktopk decode";
+
+// values=2bit: 4 bins (2-bit codes) over a range of 6 standard deviations, the bins' centroids
+// sent as fp32 ahead of the codes.
+constexpr unsigned kQuantBits = 2;
+constexpr std::size_t kQuantBins = std::size_t{1} << kQuantBits;
+constexpr double kQuantRangeSigmas = 6.0;
+constexpr std::size_t kCentroidBytes = 4 * kQuantBins;
 
 // Sampling a floor for the threshold pays from this chunk length and density (k/L <=
 // 1/stride) on: below, ranking the whole chunk costs about what the sample saves.
@@ -73,11 +94,21 @@ struct Geometry {
     const std::size_t rest = n % chunk;
     return n / chunk * k + (rest != 0 ? count_of(rest) : 0);
   }
-  std::size_t value_bytes() const { return values == Values::kFp32 ? 4 : 2; }
   std::size_t index_bytes(std::size_t count) const { return detail::packed_bytes(count, bits); }
+  // The value section of a message of `count` entries.
+  std::size_t value_bytes(std::size_t count) const {
+    switch (values) {
+      case Values::kFp32:
+        return 4 * count;
+      case Values::k2bit:
+        return kCentroidBytes + detail::packed_bytes(count, kQuantBits);
+      default:
+        return 2 * count;
+    }
+  }
   std::size_t payload_bytes(std::size_t n) const {
     const std::size_t c = count(n);
-    return kPayloadHeaderBytes + index_bytes(c) + c * value_bytes();
+    return kPayloadHeaderBytes + index_bytes(c) + value_bytes(c);
   }
   HalfFormat half() const {
     return values == Values::kFp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
@@ -194,6 +225,55 @@ void select_chunk(const float* x, std::size_t len, std::size_t kc, std::size_t b
   }
 }
 
+// ---- values=2bit ------------------------------------------------------------------------
+
+using Centroids = std::array<float, kQuantBins>;
+
+// The 2-bit codes of v[0, count) into q, and their bins' centroids (the file comment's rule;
+// +0 for an empty bin). A centroid is kept within its bin's values, so it is finite.
+Centroids quantize(const float* v, std::size_t count, std::uint32_t* q) {
+  Centroids out{};
+  if (count == 0) return out;
+  double sum = 0.0;
+  for (std::size_t j = 0; j < count; ++j) sum += v[j];
+  const double mean = sum / static_cast<double>(count);
+  double ss = 0.0;
+  for (std::size_t j = 0; j < count; ++j) {
+    const double d = v[j] - mean;
+    ss = std::fma(d, d, ss);
+  }
+  double s = count > 1 ? kQuantRangeSigmas / static_cast<double>(kQuantBins) *
+                             std::sqrt(ss / static_cast<double>(count - 1))
+                       : 0.0;
+  if (!(s > 0.0 && std::isfinite(s))) s = 1.0;
+  std::array<double, kQuantBins> bin_sum{};
+  std::array<std::size_t, kQuantBins> bin_count{};
+  std::array<float, kQuantBins> lo{}, hi{};
+  for (std::size_t j = 0; j < count; ++j) {
+    // round(t) + 2 clamped to [0, 3], round half to even: -1.5 -> 0, -0.5 and 0.5 -> 2.
+    const double t = (v[j] - mean) / s;
+    const std::uint32_t b = t <= -1.5 ? 0 : t < -0.5 ? 1 : t <= 0.5 ? 2 : 3;
+    q[j] = b;
+    bin_sum[b] += v[j];
+    lo[b] = bin_count[b] == 0 ? v[j] : std::min(lo[b], v[j]);
+    hi[b] = bin_count[b] == 0 ? v[j] : std::max(hi[b], v[j]);
+    ++bin_count[b];
+  }
+  for (std::size_t b = 0; b < kQuantBins; ++b) {
+    if (bin_count[b] == 0) continue;
+    const double c = bin_sum[b] / static_cast<double>(bin_count[b]);
+    out[b] =
+        static_cast<float>(std::clamp(c, static_cast<double>(lo[b]), static_cast<double>(hi[b])));
+  }
+  return out;
+}
+
+Centroids read_centroids(const std::byte* values) {
+  Centroids c{};
+  for (std::size_t b = 0; b < kQuantBins; ++b) c[b] = load_le<float>(values + 4 * b);
+  return c;
+}
+
 // ---- the codec --------------------------------------------------------------------------
 
 class ChunkTopkCodec final : public Codec {
@@ -219,7 +299,7 @@ class ChunkTopkCodec final : public Codec {
                                       PayloadCrc* /*payload_crc*/) const override {
     const auto codes = select(p, nullptr);
     const std::size_t bytes = write_payload(p, codes, payload);
-    subtract_sent(p, codes);
+    subtract_sent(p, codes, payload);
     return bytes;
   }
 
@@ -231,7 +311,7 @@ class ChunkTopkCodec final : public Codec {
     const detail::Pending pending = detail::residual_pending(update, e);
     const auto codes = select(e, &pending);
     const std::size_t bytes = write_payload(e, codes, payload);
-    subtract_sent(e, codes);
+    subtract_sent(e, codes, payload);
     return bytes;
   }
 
@@ -247,6 +327,12 @@ class ChunkTopkCodec final : public Codec {
     const auto codes = detail::scratch<std::uint32_t>(0, count);
     if (count != 0) detail::unpack_codes(stream, count, geo_.bits, codes.data());
     check_indices(codes, n);
+    if (geo_.values == Values::k2bit) {
+      const auto q = detail::scratch<std::uint32_t>(1, count);
+      const Centroids c = check_quantized(values, count, q.data());
+      add_quantized(codes, c, q, out, alpha);
+      return;
+    }
     check_values(values, count);
     add_values(codes, values, out, alpha);
   }
@@ -283,12 +369,32 @@ class ChunkTopkCodec final : public Codec {
     std::byte* stream = p + kPayloadHeaderBytes;
     if (!codes.empty()) detail::pack_codes(codes.data(), codes.size(), geo_.bits, stream);
     std::byte* values = stream + geo_.index_bytes(codes.size());
+    if (geo_.values == Values::k2bit) {
+      write_quantized(x, codes, values);
+    } else {
+      geo_.for_each_chunk(
+          x.size(), [&](std::size_t entry, std::size_t begin, std::size_t /*len*/, std::size_t c) {
+            for (std::size_t j = entry; j < entry + c; ++j)
+              write_value(values, j, x[begin + codes[j]]);
+          });
+    }
+    return geo_.payload_bytes(x.size());
+  }
+
+  // The sent values in message order (scratch slot 1), their codes (slot 2), then the
+  // centroids and the packed codes. Selection's slots 1-3 are free by now.
+  void write_quantized(std::span<const float> x, std::span<const std::uint32_t> codes,
+                       std::byte* values) const {
+    const std::size_t count = codes.size();
+    const auto v = detail::scratch<float>(1, count);
     geo_.for_each_chunk(
         x.size(), [&](std::size_t entry, std::size_t begin, std::size_t /*len*/, std::size_t c) {
-          for (std::size_t j = entry; j < entry + c; ++j)
-            write_value(values, j, x[begin + codes[j]]);
+          for (std::size_t j = entry; j < entry + c; ++j) v[j] = x[begin + codes[j]];
         });
-    return geo_.payload_bytes(x.size());
+    const auto q = detail::scratch<std::uint32_t>(2, count);
+    const Centroids c = quantize(v.data(), count, q.data());
+    for (std::size_t b = 0; b < kQuantBins; ++b) store_le<float>(values + 4 * b, c[b]);
+    if (count != 0) detail::pack_codes(q.data(), count, kQuantBits, values + kCentroidBytes);
   }
 
   void write_value(std::byte* values, std::size_t j, float v) const {
@@ -300,8 +406,20 @@ class ChunkTopkCodec final : public Codec {
   }
 
   // What decode_add(msg, p, -1) does, bit for bit: fp32 leaves fma(-1, v, v) = +0, the
-  // halves their rounding error.
-  void subtract_sent(std::span<float> p, std::span<const std::uint32_t> codes) const {
+  // halves their rounding error, 2bit v minus its bin's centroid (read back from the
+  // payload just written).
+  void subtract_sent(std::span<float> p, std::span<const std::uint32_t> codes,
+                     std::span<const std::byte> payload) const {
+    if (geo_.values == Values::k2bit) {
+      const std::byte* values =
+          payload.data() + kPayloadHeaderBytes + geo_.index_bytes(codes.size());
+      const auto q = detail::scratch<std::uint32_t>(1, codes.size());
+      if (!codes.empty()) {
+        detail::unpack_codes(values + kCentroidBytes, codes.size(), kQuantBits, q.data());
+      }
+      add_quantized(codes, read_centroids(values), q, p, -1.0f);
+      return;
+    }
     geo_.for_each_chunk(
         p.size(), [&](std::size_t entry, std::size_t begin, std::size_t /*len*/, std::size_t c) {
           for (std::size_t j = entry; j < entry + c; ++j) {
@@ -380,10 +498,43 @@ class ChunkTopkCodec final : public Codec {
         });
   }
 
+  // A 2bit value section: the codes into q[0, count), the centroids returned. Throws
+  // CorruptMessage on a non-finite centroid, a nonzero one no code uses, or nonzero
+  // padding after the codes. (Every 2-bit pattern is a code.)
+  Centroids check_quantized(const std::byte* values, std::size_t count, std::uint32_t* q) const {
+    const Centroids c = read_centroids(values);
+    for (std::size_t b = 0; b < kQuantBins; ++b) {
+      if (!std::isfinite(c[b])) corrupt("non-finite centroid " + std::to_string(b));
+    }
+    const std::byte* stream = values + kCentroidBytes;
+    if (!detail::padding_is_zero(stream, count, kQuantBits)) corrupt("nonzero value padding bits");
+    if (count != 0) detail::unpack_codes(stream, count, kQuantBits, q);
+    std::array<bool, kQuantBins> used{};
+    for (std::size_t j = 0; j < count; ++j) used[q[j]] = true;
+    for (std::size_t b = 0; b < kQuantBins; ++b) {
+      if (!used[b] && std::bit_cast<std::uint32_t>(c[b]) != 0) {
+        corrupt("centroid " + std::to_string(b) + " of no entry is not +0");
+      }
+    }
+    return c;
+  }
+
+  void add_quantized(std::span<const std::uint32_t> codes, const Centroids& c,
+                     std::span<const std::uint32_t> q, std::span<float> out, float alpha) const {
+    geo_.for_each_chunk(
+        out.size(), [&](std::size_t entry, std::size_t begin, std::size_t /*len*/, std::size_t n) {
+          for (std::size_t j = entry; j < entry + n; ++j) {
+            float& o = out[begin + codes[j]];
+            o = std::fma(alpha, c[q[j]], o);
+          }
+        });
+  }
+
   Geometry geo_;
 };
 
 Values values_of(const std::string& s) {
+  if (s == "2bit") return Values::k2bit;
   return s == "fp16" ? Values::kFp16 : s == "bf16" ? Values::kBf16 : Values::kFp32;
 }
 
@@ -399,12 +550,14 @@ void register_chunktopk(CodecRegistry& registry) {
        .params = {int_param("chunk", 4096, 2, kMaxChunk,
                             "elements per chunk; a shorter last chunk sends ceil(k*len/chunk)"),
                   int_param("k", 64, 1, kMaxChunk, "entries sent per chunk, at most chunk"),
-                  choice_param("values", "fp32", {"fp32", "fp16", "bf16"},
-                               "value precision on the wire (fp16/bf16 saturate; error "
-                               "feedback keeps the rounding error)")},
+                  choice_param("values", "fp32", {"fp32", "fp16", "bf16", "2bit"},
+                               "value precision on the wire (fp16/bf16 saturate; 2bit: "
+                               "SparseLoCo's 4 bins over 6 sigma, each sent as its bin's "
+                               "mean; error feedback keeps the rounding error)")},
        .examples = {"chunktopk:chunk=16,k=3", "chunktopk:chunk=2,k=1", "chunktopk:chunk=7,k=7",
                     "chunktopk:chunk=1000,k=10,values=fp16", "chunktopk:values=bf16",
-                    "chunktopk:chunk=65536,k=1024"},
+                    "chunktopk:chunk=65536,k=1024", "chunktopk:values=2bit",
+                    "chunktopk:chunk=16,k=3,values=2bit"},
        .make = [](CodecIdentity id, const Params& p) -> std::unique_ptr<Codec> {
          const auto chunk = static_cast<std::size_t>(p.get_int("chunk"));
          const auto k = static_cast<std::size_t>(p.get_int("k"));
