@@ -10,7 +10,7 @@ together::
     model = Net()
     inner = torch.optim.AdamW(model.parameters(), lr=1e-3)
     diloco = gc.DiLoCo(model, inner, "nesterov:lr=0.7,momentum=0.9", sync_every=30,
-                       compressor="ef(chunktopk:chunk=4096,k=64)")
+                       compressor="ef(chunktopk:chunk=4096,k=64,values=2bit)")
     for x, y in shard:
         inner.zero_grad()
         loss_fn(model(x), y).backward()
@@ -70,7 +70,7 @@ class DiLoCo:
         sync_every: H, inner steps per round.
         compressor: any spec ``gradcomp.list_codecs()`` names, applied to the
             pseudo-gradients: ``"fp16"`` (the default, as OpenDiLoCo), ``"none"`` (fp32,
-            as DiLoCo), ``"ef(chunktopk)"`` (SparseLoCo's message), ...
+            as DiLoCo), ``"ef(chunktopk:values=2bit)"`` (SparseLoCo's message), ...
         fragments: Streaming DiLoCo's fragments, exchanged on a staggered schedule
             (must divide ``sync_every``).
         delay: inner steps a fragment's exchange overlaps before it is merged
