@@ -117,6 +117,10 @@ class Method {
   // memory): the optimizer must skip momentum there.
   bool momentum_in_memory() const { return momentum_in_memory_; }
 
+  // A named memory's validated parameters, every one spelled out ("dgc:..."; a device
+  // reducer runs DGC from them); empty for other methods.
+  const Params& memory_params() const { return memory_params_; }
+
   // The codec of the method's messages (what decodes what a memory sends: the codec
   // inside ef/efm/noef, a named memory's message codec); null for a scheme.
   const std::shared_ptr<const Codec>& codec() const { return codec_; }

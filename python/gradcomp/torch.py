@@ -479,7 +479,7 @@ class CompressionState:
         """Whether CUDA buckets are compressed on their GPU, only messages (PowerSGD: its
         P and Q factors) and the dense tensors crossing to the host (the compressor is an
         allgather of a codec in ``gradcomp.device_codec_names()`` under ``ef``, ``efm`` or
-        ``noef``, or ``powersgd``), rather than staged through host memory. The first step
+        ``noef``, ``dgc``, or ``powersgd``), rather than staged through host memory. The first step
         is staged either way. Read it after attaching ``gradcomp.torch.SGD``, which can turn
         a bare codec into ``efm(...)``."""
         return self._exchanger.device_supported

@@ -3,8 +3,9 @@
 //
 // One step, every rank in the same order, as the host reducer's allgather mode:
 //   encode   each compressed bucket's memory step on the device (error feedback, momentum
-//            correction or none, memories kept on the device); the payloads copied to the
-//            host in one piece and framed there (the CPU codec's messages, byte for byte);
+//            correction, DGC (dgc.cc) or none, memories kept on the device); the payloads
+//            copied to the host in one piece and framed there (the CPU codec's messages,
+//            byte for byte);
 //   pack     uncompressed buckets (and the dense fallback's) copied to one host fp32
 //            buffer: the small tensors dense_share keeps out of compression;
 //   comm     the fp32 allreduce, then the message allgather;
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "codecs/codecs.h"
+#include "device/dgc.h"
 #include "device/reducers.h"
 #include "dist/step_recorder.h"
 #include "gradcomp/advise/collectives.h"
@@ -54,7 +56,8 @@ class DeviceAllgatherReducer final : public Reducer {
   void reduce(std::span<const at::Tensor> grads, std::span<const bool> compressed,
               const StepContext& ctx) override;
   ReduceStats take_stats() override { return std::exchange(stats_, {}); }
-  // "bucket<id>.<name>" as the host memories name theirs ("momentum", "residual").
+  // "bucket<id>.<name>" as the host memories name theirs ("momentum", "residual"; DGC's
+  // "momentum", "accumulator", "learning_rate").
   std::vector<std::pair<std::string, at::Tensor>> state() override;
   std::string describe() const override { return describe_; }
 
@@ -63,14 +66,15 @@ class DeviceAllgatherReducer final : public Reducer {
     std::uint32_t id = 0;
     std::size_t n = 0;
     std::uint32_t rows = 0;
-    at::Tensor residual;  // ef, efm
-    at::Tensor momentum;  // efm
+    at::Tensor residual;             // ef, efm
+    at::Tensor momentum;             // efm
+    std::unique_ptr<DgcMemory> dgc;  // dgc
   };
   at::Tensor compress(Bucket& bucket, const at::Tensor& grad, const StepContext& ctx);
   void compress_dense(Bucket& bucket, const at::Tensor& grad, const StepContext& ctx);
   bool dense_is_cheaper(const Bucket& bucket, const StepContext& ctx) const;
 
-  enum class MemoryKind { kNone, kErrorFeedback, kMomentum };
+  enum class MemoryKind { kNone, kErrorFeedback, kMomentum, kDgc };
   MemoryKind memory_;
   bool dense_fallback_;
   std::string describe_;
@@ -95,9 +99,10 @@ bool allgather_runs(const Method& method) {
   const std::vector<std::string> names = device_codec_names();
   if (std::find(names.begin(), names.end(), method.codec()->name()) == names.end()) return false;
   // The memory, by what it calls itself (a memory of no elements allocates nothing):
-  // ef(...), efm(...), or the codec itself / noef(...) for none. dgc and the like differ.
+  // ef(...), efm(...), dgc:..., or the codec itself / noef(...) for none. (DGC's message
+  // codec is topk's, which has a device codec.)
   const std::string memory = method.make_memory(0)->spec();
-  return starts_with(memory, "ef(") || starts_with(memory, "efm(") ||
+  return starts_with(memory, "ef(") || starts_with(memory, "efm(") || starts_with(memory, "dgc:") ||
          starts_with(memory, "noef(") || memory == method.codec()->spec();
 }
 
@@ -111,13 +116,17 @@ DeviceAllgatherReducer::DeviceAllgatherReducer(const Method& method, dist::Commu
   if (!allgather_runs(method)) {
     throw InvalidArgument("device reducer: " + method.canonical() +
                           " does not run on the device (an allgather of " +
-                          "a device codec under ef, efm or noef does)");
+                          "a device codec under ef, efm or noef, or of dgc, does)");
   }
   device_codec_ = make_device_codec(*codec_);
   const std::string memory = method.make_memory(0)->spec();
-  memory_ = starts_with(memory, "efm(")  ? MemoryKind::kMomentum
-            : starts_with(memory, "ef(") ? MemoryKind::kErrorFeedback
-                                         : MemoryKind::kNone;
+  memory_ = starts_with(memory, "efm(")   ? MemoryKind::kMomentum
+            : starts_with(memory, "ef(")  ? MemoryKind::kErrorFeedback
+            : starts_with(memory, "dgc:") ? MemoryKind::kDgc
+                                          : MemoryKind::kNone;
+  const detail::DgcOptions dgc = memory_ == MemoryKind::kDgc
+                                     ? detail::DgcOptions::from(method.memory_params())
+                                     : detail::DgcOptions{};
   const auto floats = at::TensorOptions().dtype(at::kFloat).device(device);
   for (const BucketShape& s : shapes) {
     Bucket b;
@@ -126,7 +135,9 @@ DeviceAllgatherReducer::DeviceAllgatherReducer(const Method& method, dist::Commu
     b.rows = static_cast<std::uint32_t>(s.rows);
     // Every bucket has its memory, the dense ones too, as the host reducer's do (their
     // states match name for name, so a checkpoint restores into either).
-    if (memory_ != MemoryKind::kNone) {
+    if (memory_ == MemoryKind::kDgc) {
+      b.dgc = std::make_unique<DgcMemory>(dgc, s.numel, floats);
+    } else if (memory_ != MemoryKind::kNone) {
       b.residual = at::zeros({static_cast<std::int64_t>(s.numel)}, floats);
       if (memory_ == MemoryKind::kMomentum) b.momentum = at::zeros_like(b.residual);
     }
@@ -138,6 +149,7 @@ std::vector<std::pair<std::string, at::Tensor>> DeviceAllgatherReducer::state() 
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (Bucket& b : buckets_) {
     const std::string prefix = "bucket" + std::to_string(b.id) + ".";
+    if (b.dgc) b.dgc->append_state(prefix, out);
     if (b.momentum.defined()) out.emplace_back(prefix + "momentum", b.momentum);
     if (b.residual.defined()) out.emplace_back(prefix + "residual", b.residual);
   }
@@ -179,6 +191,8 @@ at::Tensor DeviceAllgatherReducer::compress(Bucket& bucket, const at::Tensor& gr
     case MemoryKind::kMomentum:
       accumulate_momentum(bucket.momentum, bucket.residual, grad, ctx);
       return device_codec_->encode_payload_feedback(bucket.residual, ctx);
+    case MemoryKind::kDgc:
+      return bucket.dgc->compress(grad, ctx);
   }
   return {};
 }
@@ -198,15 +212,20 @@ void DeviceAllgatherReducer::compress_dense(Bucket& bucket, const at::Tensor& gr
       grad.copy_(bucket.residual);
       bucket.residual.zero_();
       return;
+    case MemoryKind::kDgc:
+      bucket.dgc->compress_dense(grad, ctx);
+      return;
   }
 }
 
-// The host reducer's rule (reducers.cc, dense_is_cheaper), with these memories' bounds.
+// The host reducer's rule (reducers.cc, dense_is_cheaper), with these memories' bounds
+// (Memory::step_planned_encoded_bytes).
 bool DeviceAllgatherReducer::dense_is_cheaper(const Bucket& bucket, const StepContext& ctx) const {
   const int w = comm_.world_size();
   if (w < 2) return false;
-  const std::size_t planned =
-      std::min(codec_->max_encoded_bytes(bucket.n), codec_->planned_encoded_bytes(bucket.n, ctx));
+  const std::size_t bound = bucket.dgc ? bucket.dgc->step_max_encoded_bytes(*codec_, ctx)
+                                       : codec_->max_encoded_bytes(bucket.n);
+  const std::size_t planned = std::min(bound, codec_->planned_encoded_bytes(bucket.n, ctx));
   return advise::allgather_bytes(static_cast<double>(planned), w) >
          advise::allreduce_bytes(4.0 * static_cast<double>(bucket.n), w);
 }

@@ -17,7 +17,7 @@ std::unique_ptr<Reducer> make_device_reducer(const Method& method, dist::Communi
   if (allgather_runs(method)) return make_allgather_reducer(method, comm, shapes, device);
   throw InvalidArgument("device reducer: " + method.canonical() +
                         " does not run on the device (an allgather of a device codec under " +
-                        "ef, efm or noef does, and powersgd)");
+                        "ef, efm or noef, or of dgc, does, and powersgd)");
 }
 
 }  // namespace gradcomp::device

@@ -11,7 +11,7 @@
 
 namespace gradcomp::device {
 
-// allgather.cc: an allgather of a device codec under ef, efm or noef.
+// allgather.cc: an allgather of a device codec under ef, efm or noef, or of dgc (dgc.cc).
 bool allgather_runs(const Method& method);
 std::unique_ptr<Reducer> make_allgather_reducer(const Method& method, dist::Communicator& comm,
                                                 std::span<const BucketShape> shapes,

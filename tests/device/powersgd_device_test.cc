@@ -447,18 +447,19 @@ TEST(DevicePowerSgdState, RestoresFromTheHostAndIntoIt) {
 
 TEST(DevicePowerSgdReducer, WhatRunsOnTheDevice) {
   for (const char* spec : {"powersgd", "powersgd:rank=1,warmup_steps=5,error_feedback=false",
-                           "efm(topk:ratio=0.01)", "2bit"}) {
+                           "efm(topk:ratio=0.01)", "2bit", "dgc"}) {
     EXPECT_TRUE(Reducer::supports(Method::parse(spec))) << spec;
   }
-  for (const char* spec : {"sketched-sgd", "fetchsgd", "dgc", "fp16", "qsgd", "none"}) {
+  for (const char* spec : {"sketched-sgd", "fetchsgd", "fp16", "qsgd", "none"}) {
     EXPECT_FALSE(Reducer::supports(Method::parse(spec))) << spec;
   }
   run_ranks(1, [&](dist::Communicator& comm) {
     const auto r =
         make_device_reducer(Method::parse("powersgd:rank=3"), comm, kShapes, at::Device(at::kCPU));
     EXPECT_EQ(r->describe(), "powersgd:rank=3,warmup_steps=0,error_feedback=1,warm_start=1 on cpu");
-    EXPECT_THROW(make_device_reducer(Method::parse("dgc"), comm, kShapes, at::Device(at::kCPU)),
-                 InvalidArgument);
+    EXPECT_THROW(
+        make_device_reducer(Method::parse("sketched-sgd"), comm, kShapes, at::Device(at::kCPU)),
+        InvalidArgument);
     // A bucket that is no matrix of its rows: refused as the host refuses it.
     const std::vector<BucketShape> bad = {{1, 10, true, 3}};
     std::string host_error, dev_error;

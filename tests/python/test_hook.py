@@ -206,6 +206,7 @@ _TORCH2 = pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
     ("efm(topk:ratio=0.1)", "float32"), ("ef(topk:ratio=0.05,select=exact)", "float32"),
     ("2bit", "float32"), ("ef(2bit:threshold=0.01)", "float32"), ("1bit", "float32"),
     ("ef(signsgd)", "float32"), ("efsign", "float32"), ("noef(topk:ratio=0.2)", "float32"),
+    ("dgc:density=0.1", "float32"), ("dgc:density=0.05,select=exact,clip=1", "float32"),
     pytest.param("efm(topk:ratio=0.1)", "float16", marks=_TORCH2)])
 def test_the_device_reducer_computes_what_the_host_reducer_does(spec, dtype):
     # GRADCOMP_FORCE_DEVICE runs CPU buckets through the device reducer (ATen codecs,
@@ -245,7 +246,7 @@ def test_which_compressors_run_on_the_device():
     specs = ["topk:ratio=0.01", "ef(2bit)", "noef(topk)", "efsign", "1bit", "fp16", "powersgd",
              "dgc", "qsgd", "none"]
     expected = {"topk:ratio=0.01": True, "ef(2bit)": True, "noef(topk)": True, "efsign": True,
-                "1bit": True, "fp16": False, "powersgd": True, "dgc": False, "qsgd": False,
+                "1bit": True, "fp16": False, "powersgd": True, "dgc": True, "qsgd": False,
                 "none": False}
     for result in ddp_support.run(workers.device_support, 2, specs):
         assert {spec: on for spec, (on, _) in result.items()} == expected, result

@@ -450,6 +450,9 @@ INSTANTIATE_TEST_SUITE_P(Specs, DeviceVsHost,
                                            std::make_tuple("ef(2bit)", 1.0, 0.0, 2),
                                            std::make_tuple("noef(1bit)", 1.0, 0.0, 2),
                                            std::make_tuple("ef(signsgd)", 0.0, 0.0, 2),
+                                           std::make_tuple("dgc:density=0.05", 0.0, 0.0, 2),
+                                           std::make_tuple("dgc:density=0.1,select=exact", 1.0, 0.0,
+                                                           3),
                                            std::make_tuple("powersgd:rank=2", 0.0, 1e-5, 2),
                                            std::make_tuple("powersgd:rank=2", 1.0, 1e-5, 2),
                                            std::make_tuple("efm(topk:ratio=0.1)", 0.0, 0.0, 3),
@@ -460,7 +463,7 @@ INSTANTIATE_TEST_SUITE_P(Specs, DeviceVsHost,
 TEST(GradientExchange, MethodsWithoutADeviceReducerStayOnTheHost) {
   run_ranks(1, [](Communicator& comm) {
     OddNet net;
-    GradientExchange exchange(net.named_parameters(), comm, odd_options("dgc", 0.0, true));
+    GradientExchange exchange(net.named_parameters(), comm, odd_options("qsgd", 0.0, true));
     EXPECT_FALSE(exchange.on_device()) << exchange.describe();
     GradientExchange linear(net.named_parameters(), comm, [] {
       ExchangeOptions o = odd_options("fp16", 0.0, true);

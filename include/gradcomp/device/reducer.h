@@ -5,8 +5,9 @@
 // gradcomp/device/groups.h) see this interface only; which reducer runs follows from the
 // method:
 //   allgather   a codec with a device implementation (device_codec_names()) under the
-//               allgather reducer, with ef, efm or noef (src/device/allgather.cc): the
-//               host allgather reducer's step, only compressed messages crossing;
+//               allgather reducer, with ef, efm or noef (src/device/allgather.cc), or the
+//               dgc memory (src/device/dgc.cc): the host allgather reducer's step, only
+//               compressed messages crossing;
 //   powersgd    the PowerSGD scheme (src/device/powersgd.cc): the host scheme's step
 //               (src/dist/powersgd.cc), only the P and Q factors and the dense buckets
 //               crossing.
@@ -14,7 +15,8 @@
 // order (so the same bytes on the wire), and keeps its memories under the host's names
 // (so a checkpoint from either path restores into the other). How close the results are:
 // the allgather reducer's are the host's bit for bit on CPU tensors
-// (tests/python/test_hook.py); PowerSGD's products are ATen matrix multiplications, whose
+// (tests/python/test_hook.py, tests/device/dgc_device_test.cc; DGC's clipping off the CPU
+// agrees to rounding); PowerSGD's products are ATen matrix multiplications, whose
 // summation order is not the host kernels' (kernels/low_rank.h), so its results agree to
 // rounding (tests/device/powersgd_device_test.cc, test_hook.py).
 //
@@ -40,9 +42,9 @@ namespace gradcomp::device {
 class Reducer {
  public:
   // Whether `method` runs on the device: an allgather of a device codec under ef, efm or
-  // noef, or powersgd (any of its parameters). Everything else (linear codecs' allreduce,
-  // dgc, the sketch schemes) does not, and its callers stage the gradients through the
-  // host instead.
+  // noef, or of dgc, or powersgd (any of its parameters). Everything else (linear codecs'
+  // allreduce, the sketch schemes) does not, and its callers stage the gradients through
+  // the host instead.
   static bool supports(const Method& method);
 
   virtual ~Reducer() = default;

@@ -85,41 +85,63 @@ double dgc_max_density(double target, double warmup_epochs) {
   return warmup_epochs > 0.0 ? std::max(target, kWarmupFirst) : target;
 }
 
+DgcOptions DgcOptions::from(const Params& p) {
+  DgcOptions o;
+  o.density = p.get_float("density");
+  o.momentum = static_cast<float>(p.get_float("momentum"));
+  o.nesterov = p.get_bool("nesterov");
+  o.clip = p.get_float("clip");
+  o.warmup_epochs = p.get_float("warmup_epochs");
+  o.exact = p.get_choice("select") == "exact";
+  o.sample = p.get_float("sample");
+  o.masking = p.get_bool("masking");
+  o.correction = p.get_bool("correction");
+  o.lr_rescale = p.get_bool("lr_rescale");
+  return o;
+}
+
+std::size_t DgcOptions::count(std::size_t n, const StepContext& ctx) const {
+  const double d =
+      dgc_density(density, warmup_epochs, ctx.step, ctx.steps_per_epoch, ctx.total_steps);
+  return kernels::count_for_fraction(d, n);
+}
+
+std::size_t DgcOptions::step_max_encoded_bytes(const Codec& codec, std::size_t n,
+                                               const StepContext& ctx) const {
+  const std::size_t k = count(n, ctx);
+  const std::size_t c = std::min(n, exact ? k : kernels::sampled_max_count(k));
+  return std::min(codec.max_encoded_bytes(n),
+                  kHeaderBytes + sparse_payload_bytes(c, SparseValues::kFp32));
+}
+
+float DgcOptions::clip_scale(double norm, std::uint32_t world) const {
+  if (clip <= 0.0) return 1.0f;
+  const double thr = clip / std::sqrt(static_cast<double>(std::max<std::uint32_t>(world, 1)));
+  if (!(norm > thr)) return 1.0f;  // also for a non-finite norm: selection reports it
+  return static_cast<float>(thr / norm);
+}
+
+double dgc_l2_norm(std::span<const float> g) {
+  double acc[4] = {0, 0, 0, 0};
+  const std::size_t n = g.size();
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int j = 0; j < 4; ++j) {
+      const double x = g[i + j];
+      acc[j] += x * x;
+    }
+  }
+  for (; i < n; ++i) acc[0] += static_cast<double>(g[i]) * g[i];
+  return std::sqrt((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
 }  // namespace detail
 
 namespace {
 
 constexpr const char* kOp = "dgc compress";
 
-enum class Select : std::uint8_t { kExact, kSampled };
-
-struct DgcOptions {
-  double density = 0.001;
-  float momentum = 0.9f;
-  bool nesterov = false;
-  double clip = 0.0;
-  double warmup_epochs = 4.0;
-  Select select = Select::kSampled;
-  double sample = 0.01;
-  bool masking = true;
-  bool correction = true;
-  bool lr_rescale = true;
-
-  static DgcOptions from(const Params& p) {
-    DgcOptions o;
-    o.density = p.get_float("density");
-    o.momentum = static_cast<float>(p.get_float("momentum"));
-    o.nesterov = p.get_bool("nesterov");
-    o.clip = p.get_float("clip");
-    o.warmup_epochs = p.get_float("warmup_epochs");
-    o.select = p.get_choice("select") == "exact" ? Select::kExact : Select::kSampled;
-    o.sample = p.get_float("sample");
-    o.masking = p.get_bool("masking");
-    o.correction = p.get_bool("correction");
-    o.lr_rescale = p.get_bool("lr_rescale");
-    return o;
-  }
-};
+using detail::DgcOptions;
 
 std::string format_double(double v) {
   char buf[64];
@@ -133,22 +155,6 @@ std::string message_codec_spec(const Params& p) {
   const double r = detail::dgc_max_density(p.get_float("density"), p.get_float("warmup_epochs"));
   return "topk:ratio=" + format_double(r) +
          ",select=sampled,values=fp32,sample=" + format_double(p.get_float("sample"));
-}
-
-// sqrt(sum g^2) in double, four accumulators in a fixed order (no dependence on
-// vector width or thread count; exact for small integer-valued g whatever the order).
-double l2_norm(std::span<const float> g) {
-  double acc[4] = {0, 0, 0, 0};
-  const std::size_t n = g.size();
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (int j = 0; j < 4; ++j) {
-      const double x = g[i + j];
-      acc[j] += x * x;
-    }
-  }
-  for (; i < n; ++i) acc[0] += static_cast<double>(g[i]) * g[i];
-  return std::sqrt((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
 class Dgc final : public Memory {
@@ -181,9 +187,7 @@ class Dgc final : public Memory {
                             " bytes < max_encoded_bytes " + std::to_string(max_encoded_bytes()));
     }
     rescale_to(ctx.lr);
-    const double density = detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step,
-                                               ctx.steps_per_epoch, ctx.total_steps);
-    const std::size_t k = kernels::count_for_fraction(density, n_);
+    const std::size_t k = o_.count(n_, ctx);
     // Without clipping (the default), the accumulation is fused into the selection's
     // first pass (detail/pending.h): the sampled selection then reads g, u and v once,
     // as error feedback's top-k does (topk.cc). Clipping needs ||g|| before any update,
@@ -216,13 +220,7 @@ class Dgc final : public Memory {
 
   // This step's density: the sampled selection's largest count of fp32 entries.
   std::size_t step_max_encoded_bytes(const StepContext& ctx) const override {
-    const double density = detail::dgc_density(o_.density, o_.warmup_epochs, ctx.step,
-                                               ctx.steps_per_epoch, ctx.total_steps);
-    const std::size_t k = kernels::count_for_fraction(density, n_);
-    const std::size_t count =
-        std::min(n_, o_.select == Select::kSampled ? kernels::sampled_max_count(k) : k);
-    return std::min(max_encoded_bytes(), kHeaderBytes + detail::sparse_payload_bytes(
-                                                            count, detail::SparseValues::kFp32));
+    return o_.step_max_encoded_bytes(*codec_, n_, ctx);
   }
 
   // DGC selecting everything: clip, accumulate, send all of v, clear it, and (masking)
@@ -283,10 +281,7 @@ class Dgc final : public Memory {
   // min(1, clip * W^-1/2 / ||g||) as a float factor; 1 when clipping is off.
   float clip_scale(std::span<const float> g, std::uint32_t world) const {
     if (o_.clip <= 0.0) return 1.0f;
-    const double thr = o_.clip / std::sqrt(static_cast<double>(std::max<std::uint32_t>(world, 1)));
-    const double norm = l2_norm(g);
-    if (!(norm > thr)) return 1.0f;  // also for a non-finite norm: selection reports it
-    return static_cast<float>(thr / norm);
+    return o_.clip_scale(detail::dgc_l2_norm(g), world);
   }
 
   // u, v update with the (clipped) gradient. m*u + g is an explicit fma, so the result
@@ -344,10 +339,10 @@ class Dgc final : public Memory {
   // (v formed by pending if given)
   std::span<const std::uint32_t> select(std::size_t k, const StepContext& ctx,
                                         const detail::Pending* pending = nullptr) const {
-    const std::size_t cap = o_.select == Select::kSampled ? kernels::sampled_max_count(k) : k;
+    const std::size_t cap = o_.exact ? k : kernels::sampled_max_count(k);
     const auto out = detail::scratch<std::uint32_t>(0, cap, max_count_);
     std::size_t c = 0;
-    if (o_.select == Select::kSampled) {
+    if (!o_.exact) {
       const CounterRng rng = CounterRng::for_step(ctx, RngScope::kPerRank);
       c = kernels::select_topk_sampled(v_, k, o_.sample, rng, out, kOp, pending);
     } else {

@@ -1,11 +1,17 @@
-// DGC (Deep Gradient Compression) as a named memory: its registration and the pieces
-// the tests check on their own (the density warm-up schedule, the message codec spec).
+// DGC (Deep Gradient Compression) as a named memory: its registration, the pieces the
+// tests check on their own (the density warm-up schedule, the message codec spec), and
+// the parameters and per-step rules the device path's DGC (src/device/dgc.cc) shares with
+// the host memory, so that the scheme is written once.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
+#include "gradcomp/codec.h"
 #include "gradcomp/registry.h"
+#include "gradcomp/step_context.h"
 
 namespace gradcomp {
 
@@ -43,6 +49,41 @@ double dgc_stage_density(int stage);
 // The largest density dgc_density can return for these parameters: the ratio of the
 // topk codec its messages are validated against.
 double dgc_max_density(double target, double warmup_epochs);
+
+// A DGC memory's parameters (registered in dgc.cc) and the rules of one step that depend
+// on nothing but them and the step.
+struct DgcOptions {
+  double density = 0.001;
+  float momentum = 0.9f;
+  bool nesterov = false;
+  double clip = 0.0;
+  double warmup_epochs = 4.0;
+  bool exact = false;  // select=exact; else DGC's sampled threshold
+  double sample = 0.01;
+  bool masking = true;
+  bool correction = true;
+  bool lr_rescale = true;
+
+  // From the validated parameters of a "dgc:..." spec (Method::memory_params()).
+  static DgcOptions from(const Params& p);
+
+  // This step's k for a bucket of n: ceil(density(step) * n) (0 for n = 0).
+  std::size_t count(std::size_t n, const StepContext& ctx) const;
+  // The largest message compress() writes at this step (Memory::step_max_encoded_bytes):
+  // count(n, ctx) entries, up to 1.3x with the sampled selection, capped by the codec's
+  // max_encoded_bytes(n).
+  std::size_t step_max_encoded_bytes(const Codec& codec, std::size_t n,
+                                     const StepContext& ctx) const;
+  // Local clipping's factor for a gradient of L2 norm `norm`: min(1, clip * W^-1/2 /
+  // norm) as a float; 1 when clipping is off, the norm is within the bound or not finite
+  // (the selection then reports the non-finite value).
+  float clip_scale(double norm, std::uint32_t world) const;
+};
+
+// ||g||_2 as clipping computes it: in double, four accumulators in a fixed order (no
+// dependence on vector width or thread count; exact for small integer-valued g whatever
+// the order).
+double dgc_l2_norm(std::span<const float> g);
 
 }  // namespace detail
 }  // namespace gradcomp

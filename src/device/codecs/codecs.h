@@ -65,6 +65,17 @@ at::Tensor abs_sample_index(std::int64_t n);
 std::vector<float> sample_and_flag(const at::Tensor& sample, const at::Tensor& flag);
 double sampled_abs_sum(const float* sample);
 
+// top-k's selection and payload (topk.cc), which DGC's memory on the device (src/device/dgc.cc)
+// runs on its accumulator. select_topk: the indices of x (contiguous 1-D float32) that the
+// CPU's kernels::select_topk_sampled (sampled; `sample` the fraction sampled, the draws
+// CounterRng::for_step(ctx, RngScope::kPerRank)'s) or select_topk_exact selects for k,
+// ascending, as int64 on x's device; a non-finite entry throws InvalidArgument "<op>:
+// non-finite value at index i" as the CPU's does. sparse_fp32_payload: write_sparse's
+// payload (detail/sparse_message.h, fp32 values) for ascending indices idx and their values.
+at::Tensor select_topk(const at::Tensor& x, std::int64_t k, bool sampled, double sample,
+                       const StepContext& ctx, const char* op);
+at::Tensor sparse_fp32_payload(const at::Tensor& idx, const at::Tensor& vals);
+
 // One factory per device codec (the CPU codec's name in a comment beside it).
 std::unique_ptr<DeviceCodec> make_fp16(const Codec& codec, const SpecParams& params);  // fp16
 std::unique_ptr<DeviceCodec> make_topk(const Codec& codec, const SpecParams& params);  // topk

@@ -17,6 +17,10 @@
 //   exact top-k among candidates: unique int64 keys u * 2^32 + (2^32 - 1 - index), so
 //     at::topk has no ties to break and larger u, then lower index, wins: the CPU's rule.
 //
+// The selection and the payload are free functions (codecs.h: select_topk,
+// sparse_fp32_payload): DGC's memory on the device (src/device/dgc.cc) runs them on its
+// accumulator with its own k per step.
+//
 // Non-finite input: thr <= +inf's pattern, so S holds every non-finite entry; the first of
 // them in S is the first in x, the index the CPU's InvalidArgument names.
 //
@@ -108,6 +112,154 @@ at::Tensor top_among(const at::Tensor& idx, const at::Tensor& u, std::int64_t k)
   return std::get<0>(at::sort(top.bitwise_and(kTwo32 - 1).neg().add(kTwo32 - 1)));
 }
 
+// write_sparse's payload for indices idx (ascending) and their values, fp32 or (fp16)
+// halves.
+struct Encoded {
+  at::Tensor payload;
+  at::Tensor halves;  // the fp16 values sent (values=fp16), for the residual
+};
+
+Encoded write_sparse(const at::Tensor& idx, const at::Tensor& vals, bool fp16) {
+  const std::int64_t c = idx.numel();
+  Encoded enc;
+  enc.payload = at::empty({4 + (fp16 ? 6 : 8) * c}, vals.options().dtype(at::kByte));
+  enc.payload.narrow(0, 0, 4).view(at::kInt).fill_(
+      static_cast<std::int32_t>(static_cast<std::uint32_t>(c)));
+  if (c == 0) return enc;
+  // int64 -> int32 keeps the low 32 bits: the u32 index's pattern.
+  enc.payload.narrow(0, 4, 4 * c).view(at::kInt).copy_(idx);
+  if (fp16) {
+    // float_to_fp16_ref: saturate at +-65504, round to nearest even (ATen's cast).
+    enc.halves = vals.clamp(-65504.0, 65504.0).to(at::kHalf);
+    enc.payload.narrow(0, 4 + 4 * c, 2 * c).view(at::kHalf).copy_(enc.halves);
+  } else {
+    enc.payload.narrow(0, 4 + 4 * c, 4 * c).view(at::kFloat).copy_(vals);
+  }
+  return enc;
+}
+
+// The host's draws of select_sampled's line starts, on `device` (from pinned memory
+// without a sync where it is a GPU).
+at::Tensor host_line_starts(const CounterRng& rng, std::int64_t lines, std::int64_t lines_total,
+                            const at::Device& device) {
+  at::Tensor starts =
+      at::empty({lines}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  std::int64_t* s = starts.data_ptr<std::int64_t>();
+  for (std::int64_t j = 0; j < lines; ++j) {
+    const std::int64_t begin = j * lines_total / lines;
+    const std::int64_t end = (j + 1) * lines_total / lines;
+    const std::int64_t line =
+        begin + rng.below(static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(end - begin));
+    s[j] = line * kLine;
+  }
+  return starts.to(device, /*non_blocking=*/true);
+}
+
+// InvalidArgument "<op>: non-finite value at index i" naming the first non-finite entry
+// if any of the candidates (which hold every non-finite entry of x) is one. One host sync.
+void check_finite(const at::Tensor& idx, const at::Tensor& u, const char* op) {
+  const at::Tensor bad = u.ge(kNonFiniteBits);
+  if (bad.any().item<bool>()) {
+    throw InvalidArgument(std::string(op) + ": non-finite value at index " +
+                          std::to_string(idx.masked_select(bad)[0].item<std::int64_t>()));
+  }
+}
+
+// select_topk_exact: the min(k, n) largest |x|, ties to the lower index.
+at::Tensor select_exact(const at::Tensor& x, std::int64_t k, const char* op) {
+  const std::int64_t n = x.numel();
+  const auto whole = [&] {
+    const at::Tensor u = abs_bits(x);
+    const at::Tensor all = at::arange(n, x.options().dtype(at::kLong));
+    check_finite(all, u, op);
+    return k == n ? all : top_among(all, u, k);
+  };
+  if (k == n || n < kExactSampleFrom) return whole();
+  // A strided sample of s values; its r-th largest has about 1.5 k entries of x at or
+  // above it (r - 16 of s, the 16 a margin: a shortfall below k is then many standard
+  // deviations away, and only costs the whole-tensor path).
+  const std::int64_t s = std::min(n / 8, std::max<std::int64_t>(65536, 256 * (n / k)));
+  const std::int64_t stride = n / s;
+  const auto r =
+      static_cast<std::int64_t>(std::ceil(1.5 * static_cast<double>(k) * static_cast<double>(s) /
+                                          static_cast<double>(n))) +
+      16;
+  if (r >= s / 2) return whole();
+  const at::Tensor sample = abs_bits(x.slice(0, 0, s * stride, stride));
+  const at::Tensor thr =
+      std::get<0>(at::topk(sample, r, 0, true, false)).min().clamp_max(kNonFiniteBits).reshape({1});
+  Source source{x, {}};
+  const at::Tensor idx = candidates(source, thr, k);
+  const std::int64_t c = idx.numel();
+  if (c < k) return whole();
+  const at::Tensor us = abs_bits(x.index_select(0, idx));
+  check_finite(idx, us, op);
+  return c == k ? idx : top_among(idx, us, k);
+}
+
+// select_topk_sampled with the CPU's sample positions (`sample`: the fraction of x
+// sampled for the threshold).
+at::Tensor select_sampled(Source& x, std::int64_t k, double sample, const StepContext& ctx,
+                          const char* op) {
+  const std::int64_t n = x.a.numel();
+  if (k == n) return select_exact(materialise(x), k, op);
+  const auto un = static_cast<std::size_t>(n);
+  const std::int64_t min_samples = (2 * n + k - 1) / k;
+  const std::int64_t want =
+      std::max(static_cast<std::int64_t>(kernels::count_for_fraction(sample, un)), min_samples);
+  const std::int64_t lines_total = n / kLine;
+  const std::int64_t lines = (want + kLine - 1) / kLine;
+  if (lines >= lines_total) return select_exact(materialise(x), k, op);
+  const std::int64_t samples = lines * kLine;
+
+  // The lines' first elements, one uniform draw in each of `lines` equal strata: drawn
+  // on the GPU by a kernel where there is one, else here.
+  const CounterRng rng = CounterRng::for_step(ctx, RngScope::kPerRank);
+  const at::Tensor starts =
+      fused::usable(x.a) ? fused::sample_line_starts(rng.key(), lines, lines_total, kLine, x.a)
+                         : host_line_starts(rng, lines, lines_total, x.a.device());
+  const at::Tensor pos =
+      starts.unsqueeze(1).add(at::arange(kLine, x.a.options().dtype(at::kLong))).view(-1);
+  // thr = the ks-th largest sampled pattern (ks = ceil(density * samples)), clamped to
+  // +inf's pattern so that the selection meets every non-finite entry.
+  // k * samples < 2^64 as both are < 2^32 (select.cc), in unsigned arithmetic.
+  const auto uk = static_cast<std::uint64_t>(k);
+  const auto us64 = static_cast<std::uint64_t>(samples);
+  const auto ks =
+      static_cast<std::int64_t>(std::clamp<std::uint64_t>((uk * us64 + un - 1) / un, 1, us64));
+  at::Tensor thr = std::get<0>(at::topk(abs_bits(values_at(x, pos)), ks, 0, true, false))
+                       .min()
+                       .clamp_max(kNonFiniteBits)
+                       .reshape({1});
+
+  for (int attempt = 0;; ++attempt) {
+    const at::Tensor idx = candidates(x, thr, k);  // writes x on the first
+    const std::int64_t c = idx.numel();
+    at::Tensor us;
+    if (attempt == 0 || 10 * c > 13 * k) us = abs_bits(x.a.index_select(0, idx));
+    // Later attempts' lower thresholds add only finite entries.
+    if (attempt == 0) check_finite(idx, us, op);
+    if (10 * c > 13 * k) return top_among(idx, us, k);  // hierarchical re-selection
+    if (10 * c < 8 * k) {
+      // Too few: thr *= 0.8f (DGC's rule) in float, as the host computes it.
+      if (attempt == kMaxRetries) return select_exact(x.a, k, op);
+      thr = thr.view(at::kFloat).mul(0.8).view(at::kInt);
+      continue;
+    }
+    return idx;
+  }
+}
+
+// The selected indices of x (min(k, n) of them exactly, or the sampled threshold's
+// 0.8k..1.3k), ascending (int64 on x's device). x is written (a <- a + b) on the way.
+at::Tensor select(Source& x, std::int64_t k, bool sampled, double sample, const StepContext& ctx,
+                  const char* op) {
+  const std::int64_t n = x.a.numel();
+  const std::int64_t kk = std::min(k, n);
+  if (kk == 0) return no_indices(materialise(x));
+  return sampled ? select_sampled(x, kk, sample, ctx, op) : select_exact(materialise(x), kk, op);
+}
+
 class TopkDeviceCodec final : public DeviceCodec {
  public:
   TopkDeviceCodec(const Codec& codec, double ratio, const std::string& select, bool fp16,
@@ -117,7 +269,7 @@ class TopkDeviceCodec final : public DeviceCodec {
   at::Tensor encode_impl(const at::Tensor& g, const StepContext& ctx) const override {
     Source x{g, {}};
     const at::Tensor idx = select(x, ctx);
-    return payload(idx, g.index_select(0, idx)).payload;
+    return write_sparse(idx, g.index_select(0, idx), fp16_).payload;
   }
 
   // On CUDA, e + g is written by the selection's pass over it (no pass of its own).
@@ -199,11 +351,6 @@ class TopkDeviceCodec final : public DeviceCodec {
   }
 
  private:
-  struct Encoded {
-    at::Tensor payload;
-    at::Tensor halves;  // the fp16 values sent (values=fp16), for the residual
-  };
-
   std::int64_t k(std::int64_t n) const {
     return static_cast<std::int64_t>(kernels::count_for_fraction(ratio_, n));
   }
@@ -220,7 +367,7 @@ class TopkDeviceCodec final : public DeviceCodec {
     const at::Tensor idx = select(x, ctx);
     const at::Tensor& p = materialise(x);
     const at::Tensor vals = p.index_select(0, idx);
-    Encoded enc = payload(idx, vals);
+    Encoded enc = write_sparse(idx, vals, fp16_);
     if (idx.numel() == 0) return enc.payload;
     if (fp16_) {
       p.index_copy_(0, idx, vals.sub(enc.halves.to(at::kFloat)));
@@ -230,145 +377,10 @@ class TopkDeviceCodec final : public DeviceCodec {
     return enc.payload;
   }
 
-  // write_sparse's payload for indices idx (ascending) and their values.
-  Encoded payload(const at::Tensor& idx, const at::Tensor& vals) const {
-    const std::int64_t c = idx.numel();
-    Encoded enc;
-    enc.payload = at::empty({4 + (fp16_ ? 6 : 8) * c}, vals.options().dtype(at::kByte));
-    enc.payload.narrow(0, 0, 4).view(at::kInt).fill_(
-        static_cast<std::int32_t>(static_cast<std::uint32_t>(c)));
-    if (c == 0) return enc;
-    // int64 -> int32 keeps the low 32 bits: the u32 index's pattern.
-    enc.payload.narrow(0, 4, 4 * c).view(at::kInt).copy_(idx);
-    if (fp16_) {
-      // float_to_fp16_ref: saturate at +-65504, round to nearest even (ATen's cast).
-      enc.halves = vals.clamp(-65504.0, 65504.0).to(at::kHalf);
-      enc.payload.narrow(0, 4 + 4 * c, 2 * c).view(at::kHalf).copy_(enc.halves);
-    } else {
-      enc.payload.narrow(0, 4 + 4 * c, 4 * c).view(at::kFloat).copy_(vals);
-    }
-    return enc;
-  }
-
-  // The host's draws of select_sampled's line starts, on `device` (from pinned memory
-  // without a sync where it is a GPU).
-  static at::Tensor host_line_starts(const CounterRng& rng, std::int64_t lines,
-                                     std::int64_t lines_total, const at::Device& device) {
-    at::Tensor starts =
-        at::empty({lines}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
-    std::int64_t* s = starts.data_ptr<std::int64_t>();
-    for (std::int64_t j = 0; j < lines; ++j) {
-      const std::int64_t begin = j * lines_total / lines;
-      const std::int64_t end = (j + 1) * lines_total / lines;
-      const std::int64_t line =
-          begin + rng.below(static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(end - begin));
-      s[j] = line * kLine;
-    }
-    return starts.to(device, /*non_blocking=*/true);
-  }
-
-  // The selected indices of x, ascending (int64 on x's device). x is written (a <- a + b)
-  // on the way.
+  // The selection for this codec's k and mode.
   at::Tensor select(Source& x, const StepContext& ctx) const {
     const std::int64_t n = x.a.numel();
-    const std::int64_t kk = std::min(k(n), n);
-    if (kk == 0) return no_indices(materialise(x));
-    return sampled(n) ? select_sampled(x, kk, ctx) : select_exact(materialise(x), kk);
-  }
-
-  // InvalidArgument naming the first non-finite entry if any of the candidates (which
-  // hold every non-finite entry of x) is one. One host sync.
-  static void check_finite(const at::Tensor& idx, const at::Tensor& u) {
-    const at::Tensor bad = u.ge(kNonFiniteBits);
-    if (bad.any().item<bool>()) {
-      throw InvalidArgument("topk encode: non-finite value at index " +
-                            std::to_string(idx.masked_select(bad)[0].item<std::int64_t>()));
-    }
-  }
-
-  // select_topk_exact: the min(k, n) largest |x|, ties to the lower index.
-  at::Tensor select_exact(const at::Tensor& x, std::int64_t k) const {
-    const std::int64_t n = x.numel();
-    const auto whole = [&] {
-      const at::Tensor u = abs_bits(x);
-      const at::Tensor all = at::arange(n, x.options().dtype(at::kLong));
-      check_finite(all, u);
-      return k == n ? all : top_among(all, u, k);
-    };
-    if (k == n || n < kExactSampleFrom) return whole();
-    // A strided sample of s values; its r-th largest has about 1.5 k entries of x at or
-    // above it (r - 16 of s, the 16 a margin: a shortfall below k is then many standard
-    // deviations away, and only costs the whole-tensor path).
-    const std::int64_t s = std::min(n / 8, std::max<std::int64_t>(65536, 256 * (n / k)));
-    const std::int64_t stride = n / s;
-    const auto r =
-        static_cast<std::int64_t>(std::ceil(1.5 * static_cast<double>(k) * static_cast<double>(s) /
-                                            static_cast<double>(n))) +
-        16;
-    if (r >= s / 2) return whole();
-    const at::Tensor sample = abs_bits(x.slice(0, 0, s * stride, stride));
-    const at::Tensor thr = std::get<0>(at::topk(sample, r, 0, true, false))
-                               .min()
-                               .clamp_max(kNonFiniteBits)
-                               .reshape({1});
-    Source source{x, {}};
-    const at::Tensor idx = candidates(source, thr, k);
-    const std::int64_t c = idx.numel();
-    if (c < k) return whole();
-    const at::Tensor us = abs_bits(x.index_select(0, idx));
-    check_finite(idx, us);
-    return c == k ? idx : top_among(idx, us, k);
-  }
-
-  // select_topk_sampled with the CPU's sample positions.
-  at::Tensor select_sampled(Source& x, std::int64_t k, const StepContext& ctx) const {
-    const std::int64_t n = x.a.numel();
-    if (k == n) return select_exact(materialise(x), k);
-    const auto un = static_cast<std::size_t>(n);
-    const std::int64_t min_samples = (2 * n + k - 1) / k;
-    const std::int64_t want =
-        std::max(static_cast<std::int64_t>(kernels::count_for_fraction(sample_, un)), min_samples);
-    const std::int64_t lines_total = n / kLine;
-    const std::int64_t lines = (want + kLine - 1) / kLine;
-    if (lines >= lines_total) return select_exact(materialise(x), k);
-    const std::int64_t samples = lines * kLine;
-
-    // The lines' first elements, one uniform draw in each of `lines` equal strata: drawn
-    // on the GPU by a kernel where there is one, else here.
-    const CounterRng rng = CounterRng::for_step(ctx, RngScope::kPerRank);
-    const at::Tensor starts =
-        fused::usable(x.a) ? fused::sample_line_starts(rng.key(), lines, lines_total, kLine, x.a)
-                           : host_line_starts(rng, lines, lines_total, x.a.device());
-    const at::Tensor pos =
-        starts.unsqueeze(1).add(at::arange(kLine, x.a.options().dtype(at::kLong))).view(-1);
-    // thr = the ks-th largest sampled pattern (ks = ceil(density * samples)), clamped to
-    // +inf's pattern so that the selection meets every non-finite entry.
-    // k * samples < 2^64 as both are < 2^32 (select.cc), in unsigned arithmetic.
-    const auto uk = static_cast<std::uint64_t>(k);
-    const auto us64 = static_cast<std::uint64_t>(samples);
-    const auto ks =
-        static_cast<std::int64_t>(std::clamp<std::uint64_t>((uk * us64 + un - 1) / un, 1, us64));
-    at::Tensor thr = std::get<0>(at::topk(abs_bits(values_at(x, pos)), ks, 0, true, false))
-                         .min()
-                         .clamp_max(kNonFiniteBits)
-                         .reshape({1});
-
-    for (int attempt = 0;; ++attempt) {
-      const at::Tensor idx = candidates(x, thr, k);  // writes x on the first
-      const std::int64_t c = idx.numel();
-      at::Tensor us;
-      if (attempt == 0 || 10 * c > 13 * k) us = abs_bits(x.a.index_select(0, idx));
-      // Later attempts' lower thresholds add only finite entries.
-      if (attempt == 0) check_finite(idx, us);
-      if (10 * c > 13 * k) return top_among(idx, us, k);  // hierarchical re-selection
-      if (10 * c < 8 * k) {
-        // Too few: thr *= 0.8f (DGC's rule) in float, as the host computes it.
-        if (attempt == kMaxRetries) return select_exact(x.a, k);
-        thr = thr.view(at::kFloat).mul(0.8).view(at::kInt);
-        continue;
-      }
-      return idx;
-    }
+    return device::select(x, k(n), sampled(n), sample_, ctx, "topk encode");
   }
 
   double ratio_;
@@ -378,6 +390,16 @@ class TopkDeviceCodec final : public DeviceCodec {
 };
 
 }  // namespace
+
+at::Tensor select_topk(const at::Tensor& x, std::int64_t k, bool sampled, double sample,
+                       const StepContext& ctx, const char* op) {
+  Source source{x, {}};
+  return select(source, k, sampled, sample, ctx, op);
+}
+
+at::Tensor sparse_fp32_payload(const at::Tensor& idx, const at::Tensor& vals) {
+  return write_sparse(idx, vals, /*fp16=*/false).payload;
+}
 
 std::unique_ptr<DeviceCodec> make_topk(const Codec& codec, const SpecParams& params) {
   return std::make_unique<TopkDeviceCodec>(codec, params.number("ratio"), params.text("select"),
