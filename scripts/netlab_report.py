@@ -170,6 +170,9 @@ def fmt_acc(v):
 
 
 MLP_MODEL = re.compile(r"MLP 784-([0-9]+(?:,[0-9]+)*)-10\b")
+# ns of the workers' CPU per byte an overlapped exchange sends through the delay line:
+# kOverlappedExchangeCpuPerByte (6) plus the delay line's packets (44).
+DELAY_LINE_EXCHANGE_CPU_NS = 50
 LM_MODEL = "transformer LM (834 k parameters) on fortunes"  # bench-net.sh's MODEL_NAME
 
 
@@ -254,6 +257,11 @@ def add_predictions(meta, rows, floor_ms, gradcomp=None, dense_share=None):
                "--latency", "%gms" % latency_ms, "--cores", str(cores),
                "--compute-ms", "%g" % compute_ms, "--dense-share", "%g" % dense_share,
                "--methods", " ".join(methods)] + model_flags + group_flags(meta)
+        if meta.get("delay_by") == "delayline" and delay_seconds(meta.get("delay")) > 0:
+            # The delay line is a process per rank on the workers' cores: an exchange that
+            # overlaps compute pays for its packets too (fit on the 100 Mbit/s + 48 ms
+            # sittings of outer loops with --delay, docs/cost-model.md).
+            cmd += ["--overlapped-exchange-cpu-ns", "%g" % DELAY_LINE_EXCHANGE_CPU_NS]
         if os.environ.get("GRADCOMP_CODEC_SPEEDS"):  # else measured by advise on the spot
             cmd += ["--codec-speeds", os.environ["GRADCOMP_CODEC_SPEEDS"]]
         try:
@@ -271,9 +279,12 @@ def add_predictions(meta, rows, floor_ms, gradcomp=None, dense_share=None):
                 r["predicted_ms"], r["predicted_bytes"] = predicted[r["method"]]
                 if r["status"] == "ok" and r["step_ms"]:
                     r["predicted_error"] = r["predicted_ms"] / r["step_ms"] - 1.0
+    delay_line = meta.get("delay_by") == "delayline" and latency_ms > 0
     return ("predicted: gradcomp advise --workers %d --cores %d --compute-ms %.1f (floor / %g) "
-            "--dense-share %g%s" % (workers, cores, compute_ms, oversub, dense_share,
-                                    " --latency %gms" % latency_ms if latency_ms else ""))
+            "--dense-share %g%s%s" % (workers, cores, compute_ms, oversub, dense_share,
+                                      " --latency %gms" % latency_ms if latency_ms else "",
+                                      " --overlapped-exchange-cpu-ns %g (the delay line)"
+                                      % DELAY_LINE_EXCHANGE_CPU_NS if delay_line else ""))
 
 
 def fmt_err(v):

@@ -22,7 +22,8 @@ double round_bytes(const Round& r, int workers) {
 
 // An outer loop: every H / F inner steps one fragment is exchanged, its encode, rounds
 // and decode one after the other on the exchange thread; with a delay of D steps the
-// worker computes meanwhile, so only what outlasts D steps' compute is waited for.
+// worker computes meanwhile, so only what outlasts D steps' compute is waited for (and on
+// shared cores that exchange slows the compute: kOverlappedExchangeCpuPerByte).
 // Per inner step: compute + (the F fragments' waits) / H.
 void predict_outer_loop(const MethodPlan& plan, const Scenario& s, const Link& link,
                         const CodecSpeed& speed, Prediction& p) {
@@ -34,7 +35,8 @@ void predict_outer_loop(const MethodPlan& plan, const Scenario& s, const Link& l
   const double h = static_cast<double>(plan.outer.sync_every);
   const double decodes = plan.traits.decode_per_peer ? static_cast<double>(s.workers) : 1.0;
   const double f = oversubscription(s);
-  double encode = 0, decode = 0, comm = 0, waited = 0;
+  std::vector<double> rounds;  // each fragment's exchange: encode + collectives + decode
+  double encode = 0, decode = 0, comm = 0;
   for (const FragmentPlan& fp : plan.fragments) {
     const double elems = static_cast<double>(fp.compressed_elements);
     const double enc = f * speed.encode * elems;
@@ -51,7 +53,11 @@ void predict_outer_loop(const MethodPlan& plan, const Scenario& s, const Link& l
     encode += enc;
     decode += dec;
     comm += t;
-    const double round = enc + t + dec;
+    rounds.push_back(enc + t + dec);
+  }
+  if (plan.outer.delay > 0 && f > 1.0) p.compute_s += s.overlapped_exchange_cpu * p.bytes_sent;
+  double waited = 0;
+  for (const double round : rounds) {
     waited += plan.outer.delay > 0
                   ? std::max(0.0, round - static_cast<double>(plan.outer.delay) * p.compute_s)
                   : round;

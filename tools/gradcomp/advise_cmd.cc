@@ -56,6 +56,7 @@ struct AdviseFlags {
   double overhead_ms = kGlooCollectiveOverhead * 1e3;
   double efficiency = kLinkEfficiency;
   double hop_delay_ms = kOversubscribedHopDelay * 1e3;
+  double exchange_cpu_ns_per_byte = kOverlappedExchangeCpuPerByte * 1e9;
   std::string codec_speeds;
   std::string device_speeds;
   double pcie_gbs = 25.0;
@@ -235,6 +236,7 @@ void run_advise(const AdviseFlags& f) {
   s.overlap = f.overlap;
   s.cores = f.cores;
   s.oversubscribed_hop_delay = f.hop_delay_ms * 1e-3;
+  s.overlapped_exchange_cpu = f.exchange_cpu_ns_per_byte * 1e-9;
 
   PlanOptions po;
   po.layout.dense_share = f.dense_share;
@@ -366,6 +368,11 @@ void add_advise_command(CLI::App& app) {
   a->add_option("--oversubscribed-hop-ms", f->hop_delay_ms,
                 "With --cores C < W: latency added to every ring hop per unit of W/C - 1 "
                 "(a worker waits to be scheduled)")
+      ->capture_default_str()
+      ->check(non_negative_number());
+  a->add_option("--overlapped-exchange-cpu-ns", f->exchange_cpu_ns_per_byte,
+                "With --cores C < W and an outer loop's --delay: compute added per byte a worker "
+                "sends (the exchange thread's share of the cores)")
       ->capture_default_str()
       ->check(non_negative_number());
   a->add_option("--collective-overhead-ms", f->overhead_ms,

@@ -33,6 +33,12 @@ inline constexpr double kGlooCollectiveOverhead = 1.8e-3;
 // one-way latency added per unit of oversubscription, alpha += this * (f - 1). Fit on the
 // lab with W = 8 on 2 cores (f = 4), PowerSGD at 1 Gbit/s (docs/cost-model.md).
 inline constexpr double kOversubscribedHopDelay = 0.15e-3;
+// Oversubscribed workers (W on C < W cores) whose outer loop overlaps its exchange with
+// compute (--delay > 0): the exchange thread's Gloo traffic takes CPU from the inner
+// steps, compute += this * bytes sent per worker per step. Fit on the lab at 1 Gbit/s
+// (4 workers on 2 cores, the MLP: +2.0 ms a step at 0.36 MB). The lab's userspace delay
+// line costs 44 ns a byte more (scripts/netlab_report.py passes it; docs/cost-model.md).
+inline constexpr double kOverlappedExchangeCpuPerByte = 6e-9;
 // Goodput over nominal bandwidth for bulk transfers: the network lab's dense allreduce
 // moved its 21.49 MB per worker in 196 ms at 1 Gbit/s and 1956 ms at 100 Mbit/s (after
 // the overhead above), both 0.88 of the nominal rate.
@@ -92,8 +98,9 @@ struct Scenario {
   double backward_share = 2.0 / 3.0;
   double overlap = 0.0;  // share of backward that can hide allreduce traffic
   int cores = 0;         // > 0: the W workers share this many cores
-  double oversubscribed_hop_delay = kOversubscribedHopDelay;  // seconds per unit of f - 1
-  std::optional<DeviceModel> device = {};                     // the gradients on GPUs
+  double oversubscribed_hop_delay = kOversubscribedHopDelay;       // seconds per unit of f - 1
+  double overlapped_exchange_cpu = kOverlappedExchangeCpuPerByte;  // seconds per byte, f > 1
+  std::optional<DeviceModel> device = {};                          // the gradients on GPUs
 };
 
 // One collective (or parameter-server exchange) of a prediction.
