@@ -194,7 +194,20 @@ std::optional<std::string> device_codec_spec(const MethodPlan& plan,
   if ((node.name == "ef" || node.name == "efm" || node.name == "noef") && node.inner) {
     codec = node.inner.get();
   }
-  if (registry.find(codec->name) == nullptr) return std::nullopt;  // a named memory (dgc)
+  if (node.name == "dgc") {
+    // The device reducer's DGC selects on its accumulator with top-k's selection (two more
+    // passes, over u and v, than error feedback makes): priced as top-k at its density
+    // after the warm-up.
+    std::string density = "0.001", sample = "0.01";
+    for (const auto& [key, value] : node.params) {
+      if (key == "density") density = value;
+      if (key == "sample") sample = value;
+    }
+    return registry
+        .make_codec(parse_spec("topk:ratio=" + density + ",select=auto,sample=" + sample))
+        ->spec();
+  }
+  if (registry.find(codec->name) == nullptr) return std::nullopt;  // another named memory
   return registry.make_codec(*codec)->spec();
 }
 

@@ -506,8 +506,10 @@ TEST(AdviseDevice, PricesTheDevicePathTheStagingAndDenseApart) {
   const MethodPlan fp16 = plan_method("fp16", mlp);
   ASSERT_EQ(device_codec_spec(topk), builtin_registry().make_codec("topk:ratio=0.01")->spec());
   EXPECT_FALSE(device_codec_spec(powersgd));  // a scheme
-  EXPECT_FALSE(device_codec_spec(dgc));       // a named memory
-  EXPECT_FALSE(device_codec_spec(fp16));      // a linear codec's allreduce
+  // DGC: top-k's selection at its density on the device reducer.
+  ASSERT_EQ(device_codec_spec(dgc),
+            builtin_registry().make_codec("topk:ratio=0.001,select=auto,sample=0.01")->spec());
+  EXPECT_FALSE(device_codec_spec(fp16));  // a linear codec's allreduce
 
   SpeedTable host;
   for (const MethodPlan* m : {&topk, &dgc, &fp16}) host.set(m->spec, {1e-9, 1e-9, "test"});
@@ -530,11 +532,18 @@ TEST(AdviseDevice, PricesTheDevicePathTheStagingAndDenseApart) {
   EXPECT_DOUBLE_EQ(on.pcie_s, (5.0 * topk.message_bytes + 2.0 * dense_bytes) / 10e9);
   EXPECT_DOUBLE_EQ(on.step_s, on.compute_s + on.encode_s + on.decode_s + on.pcie_s + on.exposed_s);
 
+  // Without a device speed for its codec a method is staged: the gradient crosses both ways.
   for (const MethodPlan* staged : {&dgc, &fp16}) {
     const Prediction p = predict(*staged, s, host);
     EXPECT_FALSE(p.on_device) << staged->spec;
     EXPECT_DOUBLE_EQ(p.pcie_s, 2.0 * staged->gradient_bytes / 10e9) << staged->spec;
   }
+  Scenario with_dgc = s;
+  with_dgc.device->speeds.set(*device_codec_spec(dgc), {4e-10, 3e-10, "file"});
+  const Prediction dgc_on = predict(dgc, with_dgc, host);
+  EXPECT_TRUE(dgc_on.on_device);
+  EXPECT_DOUBLE_EQ(dgc_on.encode_s, 4e-10 * static_cast<double>(dgc.compressed_elements) +
+                                        1e-3 * static_cast<double>(dgc.compressed_buckets));
   const std::vector<Prediction> all = predict_all({topk}, s, host);
   const Prediction without = predict(topk, Scenario{}, host);
   EXPECT_EQ(without.pcie_s, 0.0);

@@ -133,8 +133,9 @@ struct Prediction {
 };
 
 // The canonical spec of the codec a method would run on the device reducer (an allgather
-// of a codec under ef, efm or noef), looked up in DeviceModel::speeds; nullopt for dense,
-// schemes, named memories (dgc), linear codecs' allreduce and outer loops.
+// of a codec under ef, efm or noef; DGC as top-k at its density), looked up in
+// DeviceModel::speeds; nullopt for dense, schemes, other named memories, linear codecs'
+// allreduce and outer loops.
 std::optional<std::string> device_codec_spec(const MethodPlan& plan,
                                              const CodecRegistry& registry = builtin_registry());
 
