@@ -10,11 +10,14 @@ So each row joins two measurements of the same job:
 A step's wall-clock time is then step x step time. The table gives, per row: the step
 time and its ratio to the compute floor; the bytes per step; the final figure; the first
 evaluated step within --within of the target (dense's final figure by default); and the
-wall-clock time to it, with the speedup over the --baseline rows.
+wall-clock time to it, with the speedup over the --baseline rows. The figure is the test
+accuracy (higher is better, --within in points: 0.005 = 0.5 point) or, with --figure
+perplexity, a language model's test perplexity (lower is better, --within a share of the
+target: 0.03 = 3%).
 
     usage: scripts/outer_loop_report.py --lab DIR [--lab DIR ...] --row 'LABEL|CURVE.jsonl|LAB METHOD' ...
            [--target-row LABEL] [--within 0.005] [--baseline LABEL ...] [--svg OUT.svg]
-           [--title TEXT] [--final-step N]
+           [--title TEXT] [--final-step N] [--figure accuracy|perplexity]
 
 LAB METHOD is the method as bench-net records it ("none", "ddp dense",
 "fp16+--sync-every=30"); the compute floor is taken from the same results.
@@ -53,7 +56,10 @@ def lab_rows(lab_dir):
     return rows
 
 
-def curve(path, final_step):
+FIGURE_KEY = {"accuracy": "test_accuracy", "perplexity": "test_perplexity"}
+
+
+def curve(path, final_step, figure="accuracy"):
     points = []
     with open(path) as f:
         for line in f:
@@ -62,23 +68,40 @@ def curve(path, final_step):
                 continue
             rec = json.loads(line)
             if rec.get("type") == "eval" and (final_step is None or rec["step"] <= final_step):
-                points.append((rec["step"], rec["test_accuracy"], rec.get("bytes_sent")))
+                if FIGURE_KEY[figure] not in rec:
+                    raise SystemExit(f"outer_loop_report: {path} step {rec['step']} has no "
+                                     f"{FIGURE_KEY[figure]} (--figure)")
+                points.append((rec["step"], rec[FIGURE_KEY[figure]], rec.get("bytes_sent")))
     if not points:
         raise SystemExit(f"outer_loop_report: {path} has no eval records (--eval-every)")
     return sorted(points)
+
+
+def fmt_figure(v, figure):
+    return f"{v:.2f}" if figure == "perplexity" else f"{v:.4f}"
 
 
 def fmt_s(v):
     return "—" if v is None else (f"{v:.1f} s" if v < 600 else f"{v / 60:.1f} min")
 
 
-def svg(rows, target, title, out):
+def reached(value, target, within, figure):
+    """Whether a figure is within `within` of the target (see the module's comment)."""
+    if figure == "perplexity":
+        return value <= target * (1 + within)
+    return value >= target - within
+
+
+def svg(rows, target, title, out, figure="accuracy"):
     W, H, L, R, T, B = 760, 440, 64, 250, 40, 48
     # Log time: the outer loops finish within seconds, dense within many minutes.
     times = [p[0] * r["step_ms"] / 1e3 for r in rows for p in r["curve"] if p[0] > 0]
     tmin, tmax = min(times), max(times)
     accs = [p[1] for r in rows for p in r["curve"]]
-    lo, hi = max(min(accs), target - 0.06), max(max(accs), target) + 0.005
+    if figure == "perplexity":  # lower is better: the target near the bottom
+        lo, hi = 0.95 * min(min(accs), target), min(max(accs), 2.5 * target)
+    else:
+        lo, hi = max(min(accs), target - 0.06), max(max(accs), target) + 0.005
     span = math.log10(tmax) - math.log10(tmin)
     x = lambda t: L + (W - L - R) * (math.log10(max(t, tmin)) - math.log10(tmin)) / span
     y = lambda a: T + (H - T - B) * (1 - (min(max(a, lo), hi) - lo) / (hi - lo))
@@ -103,7 +126,8 @@ def svg(rows, target, title, out):
         decade *= 10
     for i in range(6):
         a = lo + (hi - lo) * i / 5
-        parts.append(f'<text x="{L - 6}" y="{y(a) + 4:.1f}" text-anchor="end">{a:.3f}</text>')
+        label = f"{a:.1f}" if figure == "perplexity" else f"{a:.3f}"
+        parts.append(f'<text x="{L - 6}" y="{y(a) + 4:.1f}" text-anchor="end">{label}</text>')
     for k, r in enumerate(rows):
         c = COLOURS[k % len(COLOURS)]
         pts = " ".join(f"{x(p[0] * r['step_ms'] / 1e3):.1f},{y(p[1]):.1f}"
@@ -122,7 +146,9 @@ def main():
                          "compute floor from the first)")
     ap.add_argument("--row", action="append", required=True)
     ap.add_argument("--target-row", default=None, help="its final figure is the target")
-    ap.add_argument("--within", type=float, default=0.005)
+    ap.add_argument("--figure", choices=sorted(FIGURE_KEY), default="accuracy")
+    ap.add_argument("--within", type=float, default=None,
+                    help="accuracy: points (default 0.005); perplexity: a share (default 0.03)")
     ap.add_argument("--baseline", action="append", default=[])
     ap.add_argument("--final-step", type=int, default=None, help="curves end here")
     ap.add_argument("--target-step", type=int, default=None,
@@ -130,6 +156,8 @@ def main():
     ap.add_argument("--svg", default=None)
     ap.add_argument("--title", default="test accuracy against wall-clock time")
     a = ap.parse_args()
+    if a.within is None:
+        a.within = 0.03 if a.figure == "perplexity" else 0.005
 
     lab = {}
     for d in a.lab:
@@ -147,7 +175,7 @@ def main():
         run = sorted(runs, key=lambda r: r["step_ms"])[len(runs) // 2]
         step_ms = run["step_ms"]
         rows.append({"label": label, "method": method, "step_ms": step_ms, "floor": run["floor"],
-                     "bytes": runs[0]["bytes"], "curve": curve(path, a.final_step)})
+                     "bytes": runs[0]["bytes"], "curve": curve(path, a.final_step, a.figure)})
     target_row = next((r for r in rows if r["label"] == a.target_row), rows[0])
     target = target_row["curve"][-1][1]
     if a.target_step is not None:
@@ -158,13 +186,14 @@ def main():
         target = at[0][1]
     for r in rows:
         r["final"] = r["curve"][-1][1]
-        hit = next((p for p in r["curve"] if p[1] >= target - a.within), None)
+        hit = next((p for p in r["curve"] if reached(p[1], target, a.within, a.figure)), None)
         r["steps_to"] = hit[0] if hit else None
         r["time_to"] = hit[0] * r["step_ms"] / 1e3 if hit else None
-    print(f"target: {target:.4f} ({target_row['label']}'s figure at step "
-          f"{a.target_step or target_row['curve'][-1][0]}), reached within "
-          f"{a.within * 100:.1f} point; × floor: against the compute floor of the row's own "
-          f"lab sitting\n")
+    tolerance = (f"{a.within * 100:g}% (≤ {target * (1 + a.within):.2f})"
+                 if a.figure == "perplexity" else f"{a.within * 100:.1f} point")
+    print(f"target: {fmt_figure(target, a.figure)} ({target_row['label']}'s {a.figure} at step "
+          f"{a.target_step or target_row['curve'][-1][0]}), reached within {tolerance}; "
+          f"× floor: against the compute floor of the row's own lab sitting\n")
     head = ["method", "step (lab)", "× floor", "sent/worker/step", "final", "steps to target",
             "time to target"] + [f"vs {b}" for b in a.baseline]
     print("| " + " | ".join(head) + " |")
@@ -173,14 +202,15 @@ def main():
         cells = [r["label"], f"{r['step_ms']:.1f} ms",
                  f"{r['step_ms'] / r['floor']:.2f}" if r["floor"] else "—",
                  f"{r['bytes'] / 1e3:.1f} kB" if r["bytes"] is not None else "—",
-                 f"{r['final']:.4f}", str(r["steps_to"] or "not reached"), fmt_s(r["time_to"])]
+                 fmt_figure(r["final"], a.figure), str(r["steps_to"] or "not reached"),
+                 fmt_s(r["time_to"])]
         for b in a.baseline:
             base = next((x for x in rows if x["label"] == b), None)
             ok = base and base["time_to"] and r["time_to"]
             cells.append(f"{base['time_to'] / r['time_to']:.1f}×" if ok else "—")
         print("| " + " | ".join(cells) + " |")
     if a.svg:
-        svg(rows, target, a.title, a.svg)
+        svg(rows, target, a.title, a.svg, a.figure)
 
 
 if __name__ == "__main__":

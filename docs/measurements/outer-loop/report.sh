@@ -26,3 +26,17 @@ python3 scripts/outer_loop_report.py --lab $O/lab-1gbit --target-row "gradcomp d
   --row "fp16, H=30, 3 fragments, delay 9|$C/diloco-fp16-f3d9.jsonl|fp16+--sync-every=30+--fragments=3+--delay=9" \
   --baseline "DDP dense" --baseline "powersgd:rank=2" --svg $O/curves-1gbit.svg \
   --title "MLP, 4 workers, 1 Gbit/s: test accuracy against wall-clock time"
+echo
+# The transformer LM (perplexity, lower is better; curves every 10 steps, lm/): two sittings
+# at 100 Mbit/s + 48 ms, each row against its own sitting's compute floor.
+L=$O/lm
+python3 scripts/outer_loop_report.py --figure perplexity --lab $O/lab-lm-100mbit \
+  --lab $O/lab-lm-100mbit-streaming --target-row "gradcomp dense" \
+  --row "gradcomp dense|$L/curve10-dense.jsonl|none" \
+  --row "powersgd:rank=2 (best per-step)|$L/curve-powersgd2.jsonl|powersgd:rank=2" \
+  --row "H=5, averaging|$L/curve10-h5-avg.jsonl|fp16+--sync-every=5+--outer=average" \
+  --row "H=5, delay 3, lr 1e-3|$L/curve10-h5-avg-d3-lr1e-3.jsonl|fp16+--sync-every=5+--outer=average+--delay=3" \
+  --row "H=5, delay 3, lr 3e-3|$L/curve10-h5-avg-d3.jsonl|fp16+--sync-every=5+--outer=average+--delay=3" \
+  --row "H=10, 2 fragments, delay 4, lr 1e-3|$L/curve10-h10-avg-f2-d4-lr1e-3.jsonl|fp16+--sync-every=10+--fragments=2+--outer=average+--delay=4" \
+  --baseline "gradcomp dense" --svg $O/curves-lm-100mbit.svg \
+  --title "LM, 4 workers, 100 Mbit/s + 48 ms: test perplexity against wall-clock time"
