@@ -40,3 +40,16 @@ python3 scripts/outer_loop_report.py --figure perplexity --lab $O/lab-lm-100mbit
   --row "H=10, 2 fragments, delay 4, lr 1e-3|$L/curve10-h10-avg-f2-d4-lr1e-3.jsonl|fp16+--sync-every=10+--fragments=2+--outer=average+--delay=4" \
   --baseline "gradcomp dense" --svg $O/curves-lm-100mbit.svg \
   --title "LM, 4 workers, 100 Mbit/s + 48 ms: test perplexity against wall-clock time"
+echo
+# The MLP at W = 8 (curves every 13 steps, 117 a epoch; curves-w8/): 8 workers on the 2 cores.
+C8=$O/curves-w8
+python3 scripts/outer_loop_report.py --lab $O/lab-w8-100mbit \
+  --target-row "gradcomp dense" --target-step 117 \
+  --row "gradcomp dense|$C8/dense.jsonl|none" --row "DDP dense|$C8/dense.jsonl|ddp dense" \
+  --row "powersgd:rank=2 (best per-step)|$C8/powersgd2.jsonl|powersgd:rank=2" \
+  --row "DiLoCo fp32, H=30|$C8/diloco-fp32.jsonl|none+--sync-every=30" \
+  --row "DiLoCo fp16, H=30|$C8/diloco-fp16.jsonl|fp16+--sync-every=30" \
+  --row "fp16, H=30, 3 fragments, delay 9|$C8/diloco-fp16-f3d9.jsonl|fp16+--sync-every=30+--fragments=3+--delay=9" \
+  --row "fp16, H=60, 2 fragments, delay 29|$C8/diloco-fp16-h60f2d29.jsonl|fp16+--sync-every=60+--fragments=2+--delay=29" \
+  --baseline "DDP dense" --baseline "powersgd:rank=2 (best per-step)" --svg $O/curves-w8-100mbit.svg \
+  --title "MLP, 8 workers, 100 Mbit/s + 48 ms: test accuracy against wall-clock time"
