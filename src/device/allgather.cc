@@ -31,6 +31,7 @@
 
 #include "codecs/codecs.h"
 #include "device/dgc.h"
+#include "device/momentum.h"
 #include "device/reducers.h"
 #include "dist/step_recorder.h"
 #include "gradcomp/advise/collectives.h"
@@ -159,9 +160,8 @@ std::vector<std::pair<std::string, at::Tensor>> DeviceAllgatherReducer::state() 
 namespace {
 
 // efm's accumulation, as ResidualUpdate::apply writes it (codec.cc), rounding for rounding:
-// u <- m*u + g ; e <- e + u   (Nesterov: u <- m*(u + g) ; e <- e + (u + g)). The host
-// build contracts m*u + g into one fused multiply-add (GCC's default for C++ on FMA
-// targets), as ATen's add with alpha does on the CPU and nvcc's code does on CUDA.
+// u <- m*u + g (one fused multiply-add: momentum.h) ; e <- e + u   (Nesterov:
+// u <- m*(u + g) ; e <- e + (u + g)).
 void accumulate_momentum(const at::Tensor& u, const at::Tensor& e, const at::Tensor& g,
                          const StepContext& ctx) {
   if (!(ctx.momentum >= 0.0f && ctx.momentum < 1.0f)) {
@@ -173,8 +173,7 @@ void accumulate_momentum(const at::Tensor& u, const at::Tensor& e, const at::Ten
     u.add_(g).mul_(m);
     e.add_(u.add(g));
   } else {
-    at::Tensor out = u;
-    at::add_out(out, g, u, m);
+    add_momentum(u, g, m);
     e.add_(u);
   }
 }

@@ -22,6 +22,7 @@
 #include <span>
 
 #include "codecs/codecs.h"
+#include "device/momentum.h"
 
 namespace gradcomp::device {
 
@@ -74,10 +75,8 @@ at::Tensor DgcMemory::clipped(const at::Tensor& grad, const StepContext& ctx) co
   return s == 1.0f ? grad : grad.mul(static_cast<double>(s));
 }
 
-// The host's accumulate. m*u + g is one fused multiply-add there (std::fma); ATen's add
-// with alpha, add_out(u, g, u, m) = g + m*u, is one on CUDA and in the CPU's vector loop
-// (allgather.cc's accumulate_momentum relies on the same; the test holds both to it).
-// Nesterov's m*(u + g) rounds the sum, then the product, then (v + u) + g as written.
+// The host's accumulate: m*u + g as one fused multiply-add (momentum.h). Nesterov's
+// m*(u + g) rounds the sum, then the product, then (v + u) + g as written.
 void DgcMemory::accumulate(const at::Tensor& g) {
   if (!o_.correction) {
     v_.add_(g);
@@ -88,8 +87,7 @@ void DgcMemory::accumulate(const at::Tensor& g) {
     u_.add_(g).mul_(m);
     v_.add_(u_).add_(g);
   } else {
-    at::Tensor out = u_;
-    at::add_out(out, g, u_, m);
+    add_momentum(u_, g, m);
     v_.add_(u_);
   }
 }
