@@ -31,13 +31,14 @@ echo
 # at 100 Mbit/s + 48 ms, each row against its own sitting's compute floor.
 L=$O/lm
 python3 scripts/outer_loop_report.py --figure perplexity --lab $O/lab-lm-100mbit \
-  --lab $O/lab-lm-100mbit-streaming --target-row "gradcomp dense" \
+  --lab $O/lab-lm-100mbit-streaming --lab $O/lab-lm-100mbit-fp32 --target-row "gradcomp dense" \
   --row "gradcomp dense|$L/curve10-dense.jsonl|none" \
   --row "powersgd:rank=2 (best per-step)|$L/curve-powersgd2.jsonl|powersgd:rank=2" \
   --row "H=5, averaging|$L/curve10-h5-avg.jsonl|fp16+--sync-every=5+--outer=average" \
   --row "H=5, delay 3, lr 1e-3|$L/curve10-h5-avg-d3-lr1e-3.jsonl|fp16+--sync-every=5+--outer=average+--delay=3" \
   --row "H=5, delay 3, lr 3e-3|$L/curve10-h5-avg-d3.jsonl|fp16+--sync-every=5+--outer=average+--delay=3" \
   --row "H=10, 2 fragments, delay 4, lr 1e-3|$L/curve10-h10-avg-f2-d4-lr1e-3.jsonl|fp16+--sync-every=10+--fragments=2+--outer=average+--delay=4" \
+  --row "the same, fp32|$L/curve10-h10-avg-f2-d4-lr1e-3-fp32.jsonl|none+--sync-every=10+--fragments=2+--outer=average+--delay=4" \
   --baseline "gradcomp dense" --svg $O/curves-lm-100mbit.svg \
   --title "LM, 4 workers, 100 Mbit/s + 48 ms: test perplexity against wall-clock time"
 echo
