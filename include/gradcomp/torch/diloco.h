@@ -6,7 +6,8 @@
 //
 //   auto comm = gradcomp::dist::Communicator::connect(gradcomp::dist::rendezvous_from_env());
 //   gradcomp::DiLoCo diloco(model->named_parameters(), comm,
-//                           {.sync_every = 30, .compressor = "ef(chunktopk:chunk=4096,k=64,values=2bit)"});
+//                           {.sync_every = 30, .compressor =
+//                           "ef(chunktopk:chunk=4096,k=64,values=2bit)"});
 //   torch::optim::AdamW inner(model->parameters(), 1e-3);
 //   for (...) {
 //     inner.zero_grad();
@@ -41,8 +42,8 @@ struct DiLoCoOptions {
   std::int64_t sync_every = 0;  // H: inner steps per round (required, >= 1)
   // Any spec `gradcomp list` accepts, applied to the pseudo-gradients: "fp16" (OpenDiLoCo,
   // the default: dist::kDefaultOuterCompressor), "none" (fp32, as DiLoCo),
-  // "ef(chunktopk:values=2bit)" (SparseLoCo's message), ... A bare biased codec gets error feedback, kept per worker
-  // across rounds.
+  // "ef(chunktopk:values=2bit)" (SparseLoCo's message), ... A bare biased codec gets error
+  // feedback, kept per worker across rounds.
   std::string compressor = dist::kDefaultOuterCompressor;
   // The outer optimizer (gradcomp/outer_optimizer.h): "nesterov:lr=0.7,momentum=0.9"
   // (DiLoCo), "average" (local SGD), "sparseloco:lr=1,decay=0.95", "sgd:lr=..,momentum=..".
