@@ -45,6 +45,9 @@ struct BucketPlan {
     std::size_t param = 0;   // index into the parameter list
     std::size_t offset = 0;  // elements from the start of the bucket
     std::size_t numel = 0;
+    // Elements from the start of the parameter: 0 except in a fragment's piece of a
+    // parameter (fragment_pieces below); plan_buckets' slots hold whole parameters.
+    std::size_t param_offset = 0;
   };
   std::uint32_t id = 0;
   bool compressible = true;  // false: the dense bucket
@@ -75,12 +78,23 @@ std::vector<std::size_t> hand_over_order(std::span<const BucketPlan> plan);
 std::vector<std::vector<std::size_t>> exchange_groups(std::span<const BucketPlan> plan,
                                                       double min_group_mb);
 
-// Streaming outer loops (gradcomp/dist/outer_loop.h): the fragment of each bucket (plan
-// order), fragments 0..F-1 of whole buckets balanced by elements: largest bucket first,
-// each to the fragment with the fewest elements so far (the lowest index on ties), so
-// that every round sends about as much. A pure function of the plan. InvalidArgument
-// for fragments < 1.
-std::vector<int> fragment_of_buckets(std::span<const BucketPlan> plan, int fragments);
+// Streaming outer loops (gradcomp/dist/outer_loop.h): what each of F fragments exchanges,
+// as pieces of the plan's buckets. The compressible buckets, in plan order, are laid end to
+// end and cut into F runs of equal elements; a cut inside a single-layer bucket moves to the
+// nearest row boundary, so that a piece is still a matrix of whole rows (PowerSGD and ATOMO
+// factor it). The dense bucket goes whole to the fragment with the fewest elements (the
+// lowest index on ties). Why cut buckets: the link carries one fragment per H / F steps, and
+// whole-layer fragments are only as even as the layers (the default MLP's largest matrix is
+// 2/3 of the model, so one fragment of 2 or 3 carried most of a round's bytes and its
+// exchange outlasted the delay: docs/measurements/outer-loop.md).
+//
+// Returns F lists of pieces, each a BucketPlan of its own: ids 0, 1, ... in plan order
+// (with F == 1, or no cut inside a bucket, a piece is that bucket, its id and name
+// unchanged; a cut bucket's pieces are named "fc2.weight[rows 0:768]"), slots into the
+// parameters with param_offset. A fragment is empty when F exceeds the rows there are.
+// A pure function of the plan: the same on every rank. InvalidArgument for fragments < 1.
+std::vector<std::vector<BucketPlan>> fragment_pieces(std::span<const BucketPlan> plan,
+                                                     int fragments);
 
 // The group size GradientExchange uses when none is given. A dense exchange keeps small
 // groups: its allreduces are large enough to pay for themselves, and each one starts while

@@ -136,6 +136,14 @@ class DiLoCo:
         self._steps += 1
         return changed
 
+    def synchronize(self) -> None:
+        """At the end of training: every rank's parameters become one model, the
+        consensus (a last round of every fragment; the replicas set to its result).
+        Collective: call it on every rank after the same inner step, before evaluating or
+        saving the final model. Training may go on afterwards."""
+        with torch.no_grad():
+            self._loop.synchronize(self._steps)
+
     @property
     def inner_steps(self) -> int:
         return self._steps

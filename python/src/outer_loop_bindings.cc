@@ -111,6 +111,11 @@ class PyOuterLoop {
     loop_->drain();
   }
 
+  void synchronize(std::int64_t steps) {
+    py::gil_scoped_release release;
+    loop_->synchronize(steps);
+  }
+
   std::string describe() const { return loop_->describe(); }
 
  private:
@@ -149,6 +154,7 @@ void bind_outer_loop(py::module_& m) {
       .def("load_state", &PyOuterLoop::load_state, py::arg("saved"), py::arg("steps"))
       .def("take_stats", &PyOuterLoop::take_stats)
       .def("drain", &PyOuterLoop::drain)
+      .def("synchronize", &PyOuterLoop::synchronize, py::arg("steps"))
       .def("describe", &PyOuterLoop::describe);
   m.def(
       "check_outer_loop",

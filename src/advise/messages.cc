@@ -262,18 +262,15 @@ MethodPlan plan_method(std::string_view method, std::span<const ParamInfo> param
     }
   }
   if (plus == std::string_view::npos) return m;
-  // An outer loop: one exchange job per fragment (dist::OuterLoop), its buckets together.
+  // An outer loop: one exchange job per fragment (dist::OuterLoop), its pieces together.
   m.outer = parse_outer_flags(method.substr(plus));
-  const std::vector<int> fragment_of = fragment_of_buckets(buckets, m.outer.fragments);
   m.rounds.clear();
-  for (int f = 0; f < m.outer.fragments; ++f) {
-    std::vector<BucketPlan> members;
+  const std::vector<std::vector<BucketPlan>> fragments =
+      fragment_pieces(buckets, m.outer.fragments);
+  for (std::size_t f = 0; f < fragments.size(); ++f) {
+    const std::vector<BucketPlan>& members = fragments[f];
     FragmentPlan fp;
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      if (fragment_of[b] != f) continue;
-      members.push_back(buckets[b]);
-      if (buckets[b].compressible) fp.compressed_elements += buckets[b].numel;
-    }
+    for (const BucketPlan& b : members) fp.compressed_elements += b.compressible ? b.numel : 0;
     if (members.empty()) continue;
     const std::string tag = "fragment " + std::to_string(f) + " (" + describe(members) + "): ";
     const bool compressed = fp.compressed_elements > 0;

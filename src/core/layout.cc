@@ -131,20 +131,89 @@ std::vector<std::vector<std::size_t>> exchange_groups(std::span<const BucketPlan
   return groups;
 }
 
-std::vector<int> fragment_of_buckets(std::span<const BucketPlan> plan, int fragments) {
+namespace {
+
+// Elements [begin, begin + numel) of bucket b as a bucket of its own (slots cut to fit).
+BucketPlan piece_of(const BucketPlan& b, std::size_t begin, std::size_t numel) {
+  if (begin == 0 && numel == b.numel) return b;
+  BucketPlan p;
+  p.compressible = b.compressible;
+  p.numel = numel;
+  const std::size_t end = begin + numel;
+  for (const BucketPlan::Slot& s : b.slots) {
+    const std::size_t lo = std::max(begin, s.offset);
+    const std::size_t hi = std::min(end, s.offset + s.numel);
+    if (lo >= hi) continue;
+    p.slots.push_back({s.param, lo - begin, hi - lo, s.param_offset + (lo - s.offset)});
+  }
+  if (b.rows > 0) {
+    const std::size_t cols = b.numel / b.rows;
+    p.rows = numel / cols;
+    p.name =
+        b.name + "[rows " + std::to_string(begin / cols) + ":" + std::to_string(end / cols) + "]";
+  } else {
+    p.name = b.name + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]";
+  }
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::vector<BucketPlan>> fragment_pieces(std::span<const BucketPlan> plan,
+                                                     int fragments) {
   if (fragments < 1)
     throw InvalidArgument("fragments must be >= 1, got " + std::to_string(fragments));
-  std::vector<std::size_t> order(plan.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return plan[a].numel > plan[b].numel; });
-  std::vector<std::size_t> load(static_cast<std::size_t>(fragments), 0);
-  std::vector<int> out(plan.size(), 0);
-  for (const std::size_t b : order) {
+  const auto f_count = static_cast<std::size_t>(fragments);
+  std::size_t total = 0;
+  for (const BucketPlan& b : plan) total += b.compressible ? b.numel : 0;
+  // Fragment f starts at element cut[f] of the compressible buckets laid end to end.
+  std::vector<std::size_t> cut(f_count);
+  for (std::size_t f = 0; f < f_count; ++f) {
+    cut[f] = static_cast<std::size_t>(static_cast<long double>(total) * f / f_count + 0.5L);
+  }
+  std::vector<std::vector<BucketPlan>> out(f_count);
+  std::vector<std::size_t> load(f_count, 0);
+  std::uint32_t next_id = 0;
+  std::size_t pos = 0;  // where the bucket starts in the sequence
+  std::vector<const BucketPlan*> dense;
+  for (const BucketPlan& b : plan) {
+    if (!b.compressible) {
+      dense.push_back(&b);
+      continue;
+    }
+    // (first element in the bucket, fragment) of each piece, in order.
+    std::vector<std::pair<std::size_t, std::size_t>> starts;
+    const auto first =
+        static_cast<std::size_t>(std::upper_bound(cut.begin(), cut.end(), pos) - cut.begin() - 1);
+    starts.push_back({0, first});
+    const std::size_t cols = b.rows > 0 ? b.numel / b.rows : 1;
+    for (std::size_t f = first + 1; f < f_count && cut[f] < pos + b.numel; ++f) {
+      std::size_t at = cut[f] - pos;
+      if (cols > 1) at = (at + cols / 2) / cols * cols;  // the nearest row boundary
+      if (at >= b.numel) break;                          // the next bucket starts it
+      if (at == starts.back().first) {
+        starts.back().second = f;  // the earlier fragment gets nothing of this bucket
+      } else {
+        starts.push_back({at, f});
+      }
+    }
+    for (std::size_t k = 0; k < starts.size(); ++k) {
+      const std::size_t begin = starts[k].first;
+      const std::size_t end = k + 1 < starts.size() ? starts[k + 1].first : b.numel;
+      BucketPlan p = piece_of(b, begin, end - begin);
+      p.id = next_id++;
+      load[starts[k].second] += p.numel;
+      out[starts[k].second].push_back(std::move(p));
+    }
+    pos += b.numel;
+  }
+  for (const BucketPlan* d : dense) {
     const auto lightest =
-        static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    out[b] = lightest;
-    load[static_cast<std::size_t>(lightest)] += plan[b].numel;
+        static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    BucketPlan p = *d;
+    p.id = next_id++;
+    load[lightest] += p.numel;
+    out[lightest].push_back(std::move(p));
   }
   return out;
 }

@@ -56,6 +56,11 @@ bool DiLoCo::step() {
   return changed;
 }
 
+void DiLoCo::synchronize() {
+  torch::NoGradGuard no_grad;
+  loop_->synchronize(steps_);
+}
+
 void DiLoCo::set_inner_steps(std::int64_t steps) {
   if (steps < 0) throw InvalidArgument("DiLoCo: negative inner step count");
   steps_ = steps;

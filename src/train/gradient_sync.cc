@@ -182,6 +182,7 @@ class OuterSync final : public GradientSync {
     return diloco_.step();
   }
   void resume_at(std::int64_t steps) override { diloco_.set_inner_steps(steps); }
+  void finish_training(std::int64_t /*steps*/) override { diloco_.synchronize(); }
   bool momentum_in_memory() const override { return false; }
   const std::vector<BucketPlan>& buckets() const override { return diloco_.loop().buckets(); }
   ExchangeStats take_stats() override { return diloco_.take_stats(); }

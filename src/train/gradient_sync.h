@@ -75,6 +75,9 @@ class GradientSync {
   // After the optimizer's step that completed `steps` steps: the outer loop's rounds.
   // True when the weights were changed.
   virtual bool after_optimizer_step(std::int64_t /*steps*/) { return false; }
+  // After the last step of training (`steps` of them), before the final evaluation and
+  // checkpoint: the outer loop's consensus model on every rank.
+  virtual void finish_training(std::int64_t /*steps*/) {}
   // After a checkpoint restored state(): training continues after `steps` steps.
   virtual void resume_at(std::int64_t /*steps*/) {}
 };

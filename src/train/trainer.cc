@@ -391,6 +391,13 @@ TrainSummary Trainer::run() {
     }
     const bool epoch_done = step_ % steps_per_epoch_ == 0;
     if (epoch_done) completed_epochs = step_ / steps_per_epoch_;
+    if (step_ == end_step) {
+      // The end of training (not a --max-steps stop, which a resume continues): an outer
+      // loop's replicas become one model before it is evaluated and saved.
+      sync_->finish_training(step_);
+      const ExchangeStats s = sync_->take_stats();
+      totals_.add_costs(s.reduce);
+    }
     const auto t_eval = Clock::now();
     last_eval = evaluate();
     evaluated_at_stop = true;

@@ -3,6 +3,7 @@
 // its streaming schedule, delayed merges, resume bit for bit, and its refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -131,8 +132,10 @@ TEST(OuterLoop, NesterovFollowsDiLoCosRule) {
   }
 }
 
-// Streaming: with 2 fragments every H = 4 steps, one fragment's tensors change at steps
+// Streaming: with 2 fragments every H = 4 steps, one fragment's weights change at steps
 // 2, 6, ... and the other's at 4, 8, ...; with a delay of 1 the change lands a step later.
+// The fragments are equal within a row: a.weight and b.weight's first 4 rows (1860
+// elements), b.weight's other 29 rows (1885); the bias joins the lighter, the first.
 TEST(OuterLoop, FragmentsSyncOnAStaggeredScheduleAndMergeAfterTheirDelay) {
   for (const std::int64_t delay : {0, 1}) {
     run_ranks(2, [&](Communicator& comm) {
@@ -141,9 +144,11 @@ TEST(OuterLoop, FragmentsSyncOnAStaggeredScheduleAndMergeAfterTheirDelay) {
       OuterLoop loop(rep.spans(), kParams, comm, method("fp16"), options(4, "average", 2, delay));
       EXPECT_EQ(loop.sync_offset(0), 2);
       EXPECT_EQ(loop.sync_offset(1), 4);
-      const std::vector<int>& frag = loop.fragment_of_bucket();
-      ASSERT_EQ(frag.size(), loop.buckets().size());
-      // Largest bucket (b.weight) alone in fragment 0; the others in fragment 1.
+      const std::vector<int>& frag = loop.fragment_of_piece();
+      ASSERT_EQ(frag.size(), loop.pieces().size());
+      ASSERT_EQ(frag, (std::vector<int>{0, 0, 1, 0}));
+      EXPECT_EQ(loop.pieces()[1].name, "b.weight[rows 0:4]");
+      EXPECT_EQ(loop.pieces()[2].name, "b.weight[rows 4:33]");
       for (std::int64_t s = 1; s <= 9; ++s) {
         rep.inner_step(r, s);
         const Replica stepped = rep;
@@ -153,8 +158,12 @@ TEST(OuterLoop, FragmentsSyncOnAStaggeredScheduleAndMergeAfterTheirDelay) {
         if (!due) continue;
         const auto merged = static_cast<int>(((s - delay) / 2 - 1) % 2);
         for (std::size_t b = 0; b < frag.size(); ++b) {
-          for (const BucketPlan::Slot& slot : loop.buckets()[b].slots) {
-            const bool moved = rep.w[slot.param] != stepped.w[slot.param];
+          for (const BucketPlan::Slot& slot : loop.pieces()[b].slots) {
+            const auto begin = static_cast<std::ptrdiff_t>(slot.param_offset);
+            const auto end = begin + static_cast<std::ptrdiff_t>(slot.numel);
+            const bool moved =
+                !std::equal(rep.w[slot.param].begin() + begin, rep.w[slot.param].begin() + end,
+                            stepped.w[slot.param].begin() + begin);
             EXPECT_EQ(moved, frag[b] == merged) << "step " << s << " param " << slot.param;
           }
         }
@@ -188,6 +197,62 @@ TEST(OuterLoop, ADelayedMergeKeepsTheStepsTakenMeanwhile) {
         ASSERT_NEAR(merged[r].w[p][i], at6[r].w[p][i] + (mean - at4[r].w[p][i]), 1e-5)
             << p << " " << i;
       }
+    }
+  }
+}
+
+// synchronize(): the end of training leaves one model. Averaging with an exact exchange,
+// no delay: every replica becomes the mean of the replicas (fragment 0 was synced at step
+// 2, fragment 1 not since the start). With a delay and a round in flight, the ranks still
+// end bit for bit equal, and training goes on afterwards on the usual schedule.
+TEST(OuterLoop, SynchronizeLeavesOneModelOnEveryRank) {
+  constexpr int kWorld = 3;
+  std::vector<Replica> before(kWorld, Replica(0)), after(kWorld, Replica(0));
+  run_ranks(kWorld, [&](Communicator& comm) {
+    const int r = comm.rank();
+    Replica rep(r);
+    OuterLoop loop(rep.spans(), kParams, comm, method("none"), options(4, "average", 2));
+    for (std::int64_t s = 1; s <= 3; ++s) {
+      rep.inner_step(r, s);
+      loop.after_inner_step(s);
+    }
+    before[static_cast<std::size_t>(r)] = rep;
+    loop.synchronize(3);
+    after[static_cast<std::size_t>(r)] = rep;
+  });
+  for (std::size_t p = 0; p < kParams.size(); ++p) {
+    for (std::size_t i = 0; i < before[0].w[p].size(); ++i) {
+      double mean = 0;
+      for (const Replica& b : before) mean += b.w[p][i];
+      mean /= kWorld;
+      for (std::size_t r = 0; r < kWorld; ++r) {
+        ASSERT_NEAR(after[r].w[p][i], mean, 1e-5) << p << " " << i;
+      }
+    }
+  }
+
+  for (const std::string spec : {"fp16", "ef(topk:ratio=0.1)"}) {
+    std::vector<Replica> synced(kWorld, Replica(0)), later(kWorld, Replica(0));
+    run_ranks(kWorld, [&](Communicator& comm) {
+      const int r = comm.rank();
+      Replica rep(r);
+      OuterLoop loop(rep.spans(), kParams, comm, method(spec), options(4, "nesterov", 2, 1));
+      for (std::int64_t s = 1; s <= 6; ++s) {  // fragment 0's round of step 6 in flight
+        rep.inner_step(r, s);
+        loop.after_inner_step(s);
+      }
+      loop.synchronize(6);
+      synced[static_cast<std::size_t>(r)] = rep;
+      for (std::int64_t s = 7; s <= 10; ++s) {
+        rep.inner_step(r, s);
+        // Step 6's round was merged by synchronize; step 8's merges at 9.
+        EXPECT_EQ(loop.after_inner_step(s), s == 9) << s;
+      }
+      later[static_cast<std::size_t>(r)] = rep;
+    });
+    for (std::size_t r = 1; r < kWorld; ++r) {
+      EXPECT_EQ(synced[r].w, synced[0].w) << spec << " rank " << r;
+      EXPECT_NE(later[r].w, later[0].w) << spec << " rank " << r;
     }
   }
 }

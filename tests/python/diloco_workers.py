@@ -134,3 +134,23 @@ def delayed_rounds_beside_the_jobs_collectives(rank, world):
         sums.append(t[0].item())
     d.close()
     return sums, d.inner_steps
+
+
+def synchronize_makes_one_model(rank, world):
+    """Streaming (2 fragments, a round in flight at the end): after synchronize() every
+    rank holds the same parameters; the ranks' parameters gathered, as rank 0 sees them."""
+    model = small_model(seed=rank)
+    inner = torch.optim.SGD(model.parameters(), lr=0.1)
+    hooked = inner if hasattr(inner, "register_step_post_hook") else None
+    d = gc.DiLoCo(model, hooked, "average", sync_every=4, fragments=2, delay=1)
+    _inner_steps(model, inner, rank, 0, 6, d)  # fragment 0's round of step 6 in flight
+    apart = torch.cat([p.detach().flatten() for p in model.parameters()])
+    d.synchronize()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    before = [torch.empty_like(apart) for _ in range(world)]
+    d.close()
+    dist.all_gather(gathered, flat)
+    dist.all_gather(before, apart)
+    return (all(torch.equal(gathered[0], g) for g in gathered),
+            all(torch.equal(before[0], b) for b in before))

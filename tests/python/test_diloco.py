@@ -53,3 +53,9 @@ def test_delayed_rounds_get_a_group_of_their_own():
     for sums, steps in ddp_support.run(diloco_workers.delayed_rounds_beside_the_jobs_collectives, 2):
         assert sums == [3.0] * 12
         assert steps == 12
+
+
+def test_synchronize_leaves_one_model_on_every_rank():
+    for same_after, same_before in ddp_support.run(diloco_workers.synchronize_makes_one_model, 2):
+        assert not same_before  # the replicas had drifted apart
+        assert same_after

@@ -25,8 +25,9 @@
 // flight and every rank issues the same collectives in the same order.
 //
 // Buckets follow gradcomp's layout rules (gradcomp/layout.h, per-layer): matrices are
-// compressed, small and 1-D tensors go in one dense bucket. Fragments are made of whole
-// buckets, balanced by elements (largest first, each to the lightest fragment so far).
+// compressed, small and 1-D tensors go in one dense bucket. Fragments are runs of equal
+// elements of the buckets laid end to end, cut between rows (layout.h's fragment_pieces): a
+// bucket a cut falls in is exchanged as pieces, each with its own compressor memory.
 //
 // A failed exchange (a peer died, a timeout) throws CommError from the step that waits
 // for it, before any weight is touched: no rank applies a partial mean. Resume: the
@@ -91,15 +92,25 @@ class OuterLoop {
   // when it changed the caller's weights. Throws CommError when a round failed.
   bool after_inner_step(std::int64_t steps);
 
-  // Every state buffer, named: "outer.bucket<id>.global", "outer.bucket<id>.momentum",
-  // with a delay "outer.bucket<id>.round_start" (the replica when its round started), and
-  // the compressor's memories "bucket<id>.<name>". Waits for an exchange in flight
-  // first (its outer step is applied to x, its merge stays due). Writable: a checkpoint
-  // restores through them, then calls resume_at.
+  // Every state buffer, named by piece id: "outer.bucket<id>.global",
+  // "outer.bucket<id>.momentum", with a delay "outer.bucket<id>.round_start" (the replica
+  // when its round started), and the compressor's memories "bucket<id>.<name>". Waits for an
+  // exchange in flight first (its outer step is applied to x, its merge stays due). Writable: a
+  // checkpoint restores through them, then calls resume_at.
   std::vector<StateBuffer> state();
   // After restoring state(): training continues after `steps` inner steps; a merge that
   // was due after them is still done.
   void resume_at(std::int64_t steps);
+
+  // The end of training: one model on every rank. After the inner step that completed
+  // `steps` steps (after_inner_step(steps) first): waits for a round in flight and merges
+  // it, then exchanges every fragment now, one after the other, and sets x and every
+  // replica to the mean of the replicas (x - mean d; the outer optimizer and its momentum
+  // are left out, mix ignored). Collective: every rank calls it at the
+  // same step. Without it each rank ends with its own replica, up to H + D steps apart
+  // from the others; which one is "the model" would be arbitrary. Training may go on
+  // after it, on the usual schedule.
+  void synchronize(std::int64_t steps);
 
   // Waits for an exchange in flight (delay > 0) and applies its outer step; its merge
   // stays due. After it the communicator is idle until the next round starts: call it
@@ -116,9 +127,12 @@ class OuterLoop {
   // "nesterov:lr=0.7,momentum=0.9 every 30 steps over allgather(ef(topk:ratio=0.01)), 2
   // fragments, delay 5".
   std::string describe() const;
+  // The layout of the weights (per-layer buckets).
   const std::vector<BucketPlan>& buckets() const { return plan_; }
-  // The fragment of each bucket (plan order).
-  const std::vector<int>& fragment_of_bucket() const { return fragment_of_; }
+  // What is exchanged: the buckets, cut into fragments (layout.h's fragment_pieces), in
+  // id order, and the fragment of each.
+  const std::vector<BucketPlan>& pieces() const { return pieces_; }
+  const std::vector<int>& fragment_of_piece() const { return fragment_of_; }
   // Inner steps after which fragment f's round starts, in [1, H]: (f + 1) H / F.
   std::int64_t sync_offset(int fragment) const;
 
@@ -129,7 +143,12 @@ class OuterLoop {
     bool stepped = false;       // the outer step is applied to x
   };
 
+  // The caller's weights a piece's slot covers.
+  std::span<float> weights_of(const BucketPlan::Slot& s) const {
+    return weights_[s.param].subspan(s.param_offset, s.numel);
+  }
   void start_round(int fragment, std::int64_t steps);
+  void wait_for_exchange();  // throws the exchange's failure
   void finish_outer_step();  // waits for the exchange in flight, applies the outer step
   void merge(int fragment);
   std::optional<int> fragment_due(std::int64_t steps) const;
@@ -138,11 +157,12 @@ class OuterLoop {
   OuterLoopOptions options_;
   OuterOptimizer outer_;
   std::vector<BucketPlan> plan_;
-  std::vector<BucketShape> shapes_;
+  std::vector<BucketPlan> pieces_;   // id order
+  std::vector<BucketShape> shapes_;  // of pieces_
   std::vector<int> fragment_of_;
-  std::vector<std::vector<std::size_t>> fragment_buckets_;  // plan indices
-  // Per bucket: x, the round's pseudo-gradient (the mean after the exchange), momentum.
-  // round_start_: with a delay, the replica's weights when the bucket's round started.
+  std::vector<std::vector<std::size_t>> fragment_pieces_;  // indices into pieces_
+  // Per piece: x, the round's pseudo-gradient (the mean after the exchange), momentum.
+  // round_start_: with a delay, the replica's weights when the piece's round started.
   std::vector<std::vector<float>> global_, delta_, momentum_, round_start_;
   std::optional<Pending> pending_;
   std::exception_ptr failure_;

@@ -76,6 +76,10 @@ class DiLoCo {
   // last round; resume from a checkpoint.
   bool step();
 
+  // At the end of training: every rank's parameters become the one consensus model (a
+  // last round of every fragment, dist::OuterLoop::synchronize). Collective. Call it
+  // before evaluating or saving the final model.
+  void synchronize();
   // Inner steps taken so far (set_inner_steps on resume, after restoring state()).
   std::int64_t inner_steps() const { return steps_; }
   void set_inner_steps(std::int64_t steps);
