@@ -27,6 +27,7 @@ import glob
 import json
 import math
 import os
+import statistics
 import sys
 
 COLOURS = ["#222222", "#7f7f7f", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
@@ -49,11 +50,14 @@ def lab_rows(lab_dir):
         rows.setdefault(run["method"], []).append(
             {"step_ms": ms, "bytes": s.get("bytes_sent_per_worker_per_step"),
              "bandwidth": run["bandwidth"]})
-    floor = (rows.get("compute floor") or [{}])[0].get("step_ms")
-    for runs in rows.values():
-        for r in runs:
-            r["floor"] = floor  # each sitting's own: the machine's load moves it
-    return rows
+    # A sitting with --repeats has several runs of each row: one entry with their median
+    # step and the median of its floor runs, as the lab's own table gives them.
+    floors = [r["step_ms"] for r in rows.get("compute floor", []) if r["step_ms"]]
+    floor = statistics.median(floors) if floors else None
+    return {method: [{"step_ms": statistics.median(r["step_ms"] for r in runs),
+                      "bytes": runs[0]["bytes"], "bandwidth": runs[0]["bandwidth"],
+                      "floor": floor}]  # each sitting's own: the machine's load moves it
+            for method, runs in rows.items()}
 
 
 FIGURE_KEY = {"accuracy": "test_accuracy", "perplexity": "test_perplexity"}
@@ -172,7 +176,7 @@ def main():
         if method not in lab:
             sys.exit(f"outer_loop_report: no lab run of '{method}' in {a.lab}")
         runs = lab[method]
-        run = sorted(runs, key=lambda r: r["step_ms"])[len(runs) // 2]
+        run = sorted(runs, key=lambda r: r["step_ms"])[len(runs) // 2]  # over sittings
         step_ms = run["step_ms"]
         rows.append({"label": label, "method": method, "step_ms": step_ms, "floor": run["floor"],
                      "bytes": runs[0]["bytes"], "curve": curve(path, a.final_step, a.figure)})

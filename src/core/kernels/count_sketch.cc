@@ -36,7 +36,8 @@ namespace {
 
 constexpr std::size_t kChunk = 1024;                        // coordinates per inner pass
 constexpr std::size_t kBuildChunk = 4096;                   // the same, building
-constexpr std::size_t kParallelMin = std::size_t{1} << 17;  // below this, one thread
+// Below this, one thread ([[maybe_unused]]: only OpenMP pragmas read it in some builds).
+[[maybe_unused]] constexpr std::size_t kParallelMin = std::size_t{1} << 17;
 
 // v with its sign bit flipped where `mask` (0 or 0x80000000) says: s * v, exactly.
 float flip(float v, std::uint32_t mask) {
