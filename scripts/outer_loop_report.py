@@ -20,7 +20,8 @@ target: 0.03 = 3%).
            [--title TEXT] [--final-step N] [--figure accuracy|perplexity]
 
 LAB METHOD is the method as bench-net records it ("none", "ddp dense",
-"fp16+--sync-every=30"); the compute floor is taken from the same results.
+"fp16+--sync-every=30"); the compute floor is taken from the same results. METHOD@SITTING
+takes the run of the --lab directory named SITTING only, for a method several sittings ran.
 """
 import argparse
 import glob
@@ -167,6 +168,8 @@ def main():
     for d in a.lab:
         for method, runs in lab_rows(d).items():
             lab.setdefault(method, []).extend(runs)
+            # METHOD@SITTING: that sitting's run only (a method several sittings ran).
+            lab.setdefault(method + "@" + os.path.basename(os.path.normpath(d)), []).extend(runs)
     rows = []
     for spec in a.row:
         try:

@@ -27,7 +27,7 @@ python3 scripts/outer_loop_report.py --lab $O/lab-100mbit --lab $O/lab-100mbit-p
   --row "DiLoCo fp16, H=30|$C/diloco-fp16.jsonl|fp16+--sync-every=30" \
   --row "fp16, H=45, 3 fragments, delay 14|$C/pieces-h45f3d14.jsonl|fp16+--sync-every=45+--fragments=3+--delay=14" \
   --row "fp16, H=60, 4 fragments, delay 14|$C/pieces-h60f4d14.jsonl|fp16+--sync-every=60+--fragments=4+--delay=14" \
-  --row "fp16, H=60, 2 fragments, delay 29|$C/pieces-h60f2d29.jsonl|fp16+--sync-every=60+--fragments=2+--delay=29" \
+  --row "fp16, H=60, 2 fragments, delay 29|$C/pieces-h60f2d29.jsonl|fp16+--sync-every=60+--fragments=2+--delay=29@lab-100mbit-pieces" \
   --baseline "DDP dense" --baseline "powersgd:rank=2 (best per-step)" --svg $O/curves-100mbit-pieces.svg \
   --title "MLP, 4 workers, 100 Mbit/s + 48 ms, fragments of equal size: test accuracy against wall-clock time"
 echo
@@ -66,3 +66,13 @@ python3 scripts/outer_loop_report.py --lab $O/lab-w8-100mbit \
   --row "fp16, H=60, 2 fragments, delay 29|$C8/diloco-fp16-h60f2d29.jsonl|fp16+--sync-every=60+--fragments=2+--delay=29" \
   --baseline "DDP dense" --baseline "powersgd:rank=2 (best per-step)" --svg $O/curves-w8-100mbit.svg \
   --title "MLP, 8 workers, 100 Mbit/s + 48 ms: test accuracy against wall-clock time"
+echo
+# W = 8 with fragments of equal size (2026-11-28, lab-w8-100mbit-pieces).
+python3 scripts/outer_loop_report.py --lab $O/lab-w8-100mbit --lab $O/lab-w8-100mbit-pieces \
+  --target-row "gradcomp dense" --target-step 117 \
+  --row "gradcomp dense|$C8/dense.jsonl|none" --row "DDP dense|$C8/dense.jsonl|ddp dense" \
+  --row "powersgd:rank=2 (best per-step)|$C8/powersgd2.jsonl|powersgd:rank=2" \
+  --row "fp16, H=45, 3 fragments, delay 14|$C8/pieces-h45f3d14.jsonl|fp16+--sync-every=45+--fragments=3+--delay=14" \
+  --row "fp16, H=60, 2 fragments, delay 29|$C8/pieces-h60f2d29.jsonl|fp16+--sync-every=60+--fragments=2+--delay=29@lab-w8-100mbit-pieces" \
+  --baseline "DDP dense" --baseline "powersgd:rank=2 (best per-step)" --svg $O/curves-w8-100mbit-pieces.svg \
+  --title "MLP, 8 workers, 100 Mbit/s + 48 ms, fragments of equal size: test accuracy against wall-clock time"
