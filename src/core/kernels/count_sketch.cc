@@ -34,8 +34,8 @@ using detail::splitmix64;
 
 namespace {
 
-constexpr std::size_t kChunk = 1024;                        // coordinates per inner pass
-constexpr std::size_t kBuildChunk = 4096;                   // the same, building
+constexpr std::size_t kChunk = 1024;       // coordinates per inner pass
+constexpr std::size_t kBuildChunk = 4096;  // the same, building
 // Below this, one thread ([[maybe_unused]]: only OpenMP pragmas read it in some builds).
 [[maybe_unused]] constexpr std::size_t kParallelMin = std::size_t{1} << 17;
 
