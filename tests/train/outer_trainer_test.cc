@@ -98,6 +98,38 @@ TEST(OuterTrainer, ResumedRunContinuesBitForBit) {
   std::filesystem::remove_all(dir);
 }
 
+// The end of training (run() to its last step) leaves one model on every rank. 32 steps
+// an epoch, H = 6, 2 fragments, delay 2: the round of step 30 merges at step 32, after
+// steps 31 and 32 that each replica took alone; yet the ranks end bit for bit equal. A
+// --max-steps stop is not the end: there the replicas stay apart, for the resumed run.
+TEST(OuterTrainer, TheEndOfTrainingLeavesOneModel) {
+  for (const std::int64_t max_steps : {0, 20}) {
+    Params params(kWorld);
+    std::mutex model_init;
+    run_ranks(kWorld, [&](Communicator& comm) {
+      const int r = comm.rank();
+      const test::Data all = synthetic(1024, 64, 8);
+      TrainConfig cfg = config(r);
+      cfg.max_steps = max_steps;
+      std::unique_lock init(model_init);
+      const SyncFactory make_outer = outer_sync(comm, "fp16", outer(6, "nesterov", 2, 2));
+      Trainer t(cfg, data::shard(all.train, r, kWorld), all.test, [&](const SyncSetup& setup) {
+        init.unlock();
+        return make_outer(setup);
+      });
+      (void)t.run();
+      for (const torch::Tensor& p : t.model().parameters()) {
+        params[static_cast<std::size_t>(r)].push_back(p.detach().clone());
+      }
+    });
+    bool same = true;
+    for (std::size_t i = 0; i < params[0].size(); ++i) {
+      same = same && torch::equal(params[0][i], params[1][i]);
+    }
+    EXPECT_EQ(same, max_steps == 0) << "max_steps " << max_steps;
+  }
+}
+
 // H = 1 with plain averaging, an exact exchange and SGD without momentum: every step
 // averages x - lr g_r over the ranks, which is x - lr mean(g): the per-step dense exchange.
 TEST(OuterTrainer, AveragingEveryStepIsSynchronousSgd) {
