@@ -23,9 +23,10 @@ namespace gradcomp::detail {
 namespace {
 
 // The packing kernels' thresholds (bitpack_internal.h): the max runs in chunks of
-// kChunk values, and below kParallelMin values everything runs on one thread.
-constexpr std::size_t kChunk = std::size_t{1} << 15;        // values per parallel chunk
-constexpr std::size_t kParallelMin = std::size_t{1} << 16;  // below this, one thread
+// kChunk values, and below kParallelMin values everything runs on one thread. Only the
+// OpenMP build reads them ([[maybe_unused]] for clang's warning in the others).
+[[maybe_unused]] constexpr std::size_t kChunk = std::size_t{1} << 15;        // values per chunk
+[[maybe_unused]] constexpr std::size_t kParallelMin = std::size_t{1} << 16;  // one thread below
 
 #ifdef __AVX2__
 inline __m256i as_int(__m256 v) { return _mm256_castps_si256(v); }

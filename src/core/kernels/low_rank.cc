@@ -39,8 +39,9 @@ namespace {
 // Columns of Q (or P) handled together: 8 accumulators of 8 lanes fit AVX2's 16
 // registers with room for the loads.
 constexpr std::size_t kBlock = 8;
-constexpr std::size_t kLanes = 8;                           // dot8's partial sums
-constexpr std::size_t kParallelMin = std::size_t{1} << 16;  // M elements; below: one thread
+constexpr std::size_t kLanes = 8;  // dot8's partial sums
+// M elements; below: one thread (only OpenMP pragmas read it in some builds).
+[[maybe_unused]] constexpr std::size_t kParallelMin = std::size_t{1} << 16;
 constexpr std::size_t kColumnChunk = 512;  // back_project: columns per parallel task
 
 void check_size(std::string_view op, std::string_view what, std::size_t got, std::size_t want) {
