@@ -57,27 +57,18 @@ OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const Para
     }
   }
   plan_ = plan_buckets(params, options_.layout);
+  // Pieces at their ids (0, 1, ... in plan order), so that state() names and orders
+  // buffers as the plan does.
   std::vector<std::vector<BucketPlan>> fragments = fragment_pieces(plan_, options_.fragments);
+  std::size_t count = 0;
+  for (const std::vector<BucketPlan>& f : fragments) count += f.size();
+  pieces_.resize(count);
+  fragment_of_.resize(count);
   for (std::size_t f = 0; f < fragments.size(); ++f) {
     for (BucketPlan& p : fragments[f]) {
-      fragment_of_.push_back(static_cast<int>(f));
-      pieces_.push_back(std::move(p));
+      fragment_of_[p.id] = static_cast<int>(f);
+      pieces_[p.id] = std::move(p);
     }
-  }
-  // Id order (the plan's order), so that state() names and orders buffers as the plan does.
-  std::vector<std::size_t> order(pieces_.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return pieces_[a].id < pieces_[b].id; });
-  {
-    std::vector<BucketPlan> sorted;
-    std::vector<int> fragment_of;
-    for (const std::size_t i : order) {
-      sorted.push_back(std::move(pieces_[i]));
-      fragment_of.push_back(fragment_of_[i]);
-    }
-    pieces_ = std::move(sorted);
-    fragment_of_ = std::move(fragment_of);
   }
   shapes_ = bucket_shapes(pieces_);
   fragment_pieces_.resize(static_cast<std::size_t>(options_.fragments));
@@ -168,22 +159,24 @@ std::optional<int> OuterLoop::fragment_due(std::int64_t steps) const {
 bool OuterLoop::after_inner_step(std::int64_t steps) {
   bool changed = false;
   if (pending_ && steps >= pending_->merge_at) {
-    const int f = pending_->fragment;
-    finish_outer_step();
-    merge(f);
-    pending_.reset();
+    merge_pending();
     changed = true;
   }
   if (const std::optional<int> f = fragment_due(steps)) {
     start_round(*f, steps);
     if (options_.delay == 0) {
-      finish_outer_step();
-      merge(*f);
-      pending_.reset();
+      merge_pending();
       changed = true;
     }
   }
   return changed;
+}
+
+void OuterLoop::merge_pending() {
+  const int f = pending_->fragment;
+  finish_outer_step();
+  merge(f);
+  pending_.reset();
 }
 
 void OuterLoop::start_round(int fragment, std::int64_t steps) {
@@ -268,12 +261,7 @@ void OuterLoop::merge(int fragment) {
 }
 
 void OuterLoop::synchronize(std::int64_t steps) {
-  if (pending_) {
-    const int f = pending_->fragment;
-    finish_outer_step();
-    merge(f);
-    pending_.reset();
-  }
+  if (pending_) merge_pending();
   for (int f = 0; f < options_.fragments; ++f) {
     start_round(f, steps);
     wait_for_exchange();

@@ -151,6 +151,7 @@ class OuterLoop {
   void wait_for_exchange();  // throws the exchange's failure
   void finish_outer_step();  // waits for the exchange in flight, applies the outer step
   void merge(int fragment);
+  void merge_pending();  // the round in flight: its outer step (if not yet) and its merge
   std::optional<int> fragment_due(std::int64_t steps) const;
 
   std::vector<std::span<float>> weights_;
