@@ -31,6 +31,18 @@ CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebI
   -DGRADCOMP_SANITIZE=fuzzer-no-link,address,undefined -DGRADCOMP_BUILD_TOOLS=OFF \
   -DGRADCOMP_BUILD_BENCH=OFF -DGRADCOMP_BUILD_DIST=OFF >/dev/null
 
+# Debian's OpenBLAS falls back to its generic Prescott kernels on CPUs it does not know
+# (Sapphire Rapids: 2.6x slower matrix products). gradcomp-torch sets OPENBLAS_CORETYPE for
+# itself (tools/gradcomp/blas_core.h) and its --version says which; the tests get the same.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  core=$(build/bin/gradcomp-torch --version |
+    sed -n 's/.*OPENBLAS_CORETYPE=\([A-Za-z0-9]*\), set by gradcomp.*/\1/p')
+  if [ -n "$core" ]; then
+    echo "test.sh: OPENBLAS_CORETYPE=$core for the tests (OpenBLAS does not know this CPU)"
+    export OPENBLAS_CORETYPE=$core
+  fi
+fi
+
 echo "== tests (Release) (at ${SECONDS} s)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 

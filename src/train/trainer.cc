@@ -14,6 +14,7 @@
 
 #include "gradcomp/cpu.h"
 #include "gradcomp/error.h"
+#include "train/blas_core_env.h"
 
 namespace gradcomp::train {
 
@@ -66,7 +67,15 @@ std::string describe_blas() {
   if (auto* f = reinterpret_cast<GetConfig>(::dlsym(RTLD_DEFAULT, "openblas_get_config"))) {
     std::string cfg = f();
     while (!cfg.empty() && cfg.back() == ' ') cfg.pop_back();
-    return cfg + " (" + where + ")";
+    std::string core;
+    if (const char* c = std::getenv("OPENBLAS_CORETYPE")) {
+      core = std::string(" [OPENBLAS_CORETYPE=") + c;
+      if (std::getenv(kBlasCoreSetByGradcomp) != nullptr) {
+        core += ", set by gradcomp: OpenBLAS fell back to its generic Prescott kernels here";
+      }
+      core += "]";
+    }
+    return cfg + " (" + where + ")" + core;
   }
   if (libs.empty()) return "unknown (no BLAS library mapped)";
   return where;

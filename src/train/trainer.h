@@ -185,6 +185,9 @@ void set_threads(int threads, int blas_threads = 0);
 // shared objects mapped into the process (/proc/self/maps) and, for OpenBLAS, its
 // openblas_get_config() string, e.g.
 // "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64 (/usr/lib/.../libblas.so.3)".
+// When OPENBLAS_CORETYPE is set it ends with "[OPENBLAS_CORETYPE=SkylakeX]", and with ", set
+// by gradcomp: ..." when gradcomp-torch set it because OpenBLAS fell back to its generic
+// kernels (tools/gradcomp/blas_core.h; the environment variable kBlasCoreSetByGradcomp says so).
 std::string describe_blas();
 
 }  // namespace gradcomp::train

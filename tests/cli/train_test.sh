@@ -24,6 +24,20 @@ else
   fail "3 workers, top-k"; cat err1.txt run1.txt
 fi
 
+# OpenBLAS's kernels: on a CPU with AVX2 the run never uses the generic Prescott ones
+# (Debian's OpenBLAS falls back to them on CPUs it does not know; gradcomp-torch then sets
+# OPENBLAS_CORETYPE, tools/gradcomp/blas_core.h), and a core the user names stands.
+if grep -q "OpenBLAS" run1.txt && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  if env -u OPENBLAS_CORETYPE "$GRADCOMP" train --workers 2 "${small[@]}" --steps 2 > blas1.txt 2>&1 &&
+     grep -qE '^ +BLAS ' blas1.txt && ! grep -E '^ +BLAS ' blas1.txt | grep -q "Prescott" &&
+     OPENBLAS_CORETYPE=Haswell "$GRADCOMP" train --workers 1 "${small[@]}" --steps 2 > blas2.txt 2>&1 &&
+     grep -E '^ +BLAS ' blas2.txt | grep -q "Haswell" && ! grep -q "fell back" blas2.txt; then
+    pass "OpenBLAS: no generic kernels on an AVX2 CPU; OPENBLAS_CORETYPE stands"
+  else
+    fail "OpenBLAS kernels"; cat blas1.txt blas2.txt
+  fi
+fi
+
 # The same seed gives the same accuracy and loss (to the printed digits).
 "$GRADCOMP" train --workers 3 --compressor "ef(topk:ratio=0.05)" "${small[@]}" > run2.txt 2>/dev/null
 if [ "$(grep -E '^  test (accuracy|loss)' run1.txt)" = "$(grep -E '^  test (accuracy|loss)' run2.txt)" ] &&

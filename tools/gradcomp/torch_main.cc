@@ -6,15 +6,23 @@
 #include <vector>
 
 #include "bench/torch_baseline.h"
+#include "blas_core.h"
 #include "commands.h"
 #include "terminate_handler.h"
+#include "train/trainer.h"
 
 int main(int argc, char** argv) {
+  // Before anything prints or starts a thread: this may replace the process.
+  gradcomp::cli::rerun_with_a_known_blas_core(argv);
   // Gloo's and c10d's threads may throw past us: one line and exit 1, not std::terminate.
   gradcomp::cli::install_terminate_handler();
   CLI::App app{"gradcomp: gradient compression for data-parallel training (LibTorch commands)",
                "gradcomp"};
-  app.set_version_flag("--version", std::string("gradcomp ") + GRADCOMP_VERSION);
+  // With the BLAS: scripts/test.sh reads the OPENBLAS_CORETYPE gradcomp chose from it.
+  app.set_version_flag("--version", [] {
+    return std::string("gradcomp ") + GRADCOMP_VERSION + "\nBLAS " +
+           gradcomp::train::describe_blas();
+  });
   app.require_subcommand(1);
   gradcomp::cli::add_train_command(app, argc, argv);
   gradcomp::cli::add_eval_command(app);
