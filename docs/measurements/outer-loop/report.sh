@@ -76,3 +76,24 @@ python3 scripts/outer_loop_report.py --lab $O/lab-w8-100mbit --lab $O/lab-w8-100
   --row "fp16, H=60, 2 fragments, delay 29|$C8/pieces-h60f2d29.jsonl|fp16+--sync-every=60+--fragments=2+--delay=29@lab-w8-100mbit-pieces" \
   --baseline "DDP dense" --baseline "powersgd:rank=2 (best per-step)" --svg $O/curves-w8-100mbit-pieces.svg \
   --title "MLP, 8 workers, 100 Mbit/s + 48 ms, fragments of equal size: test accuracy against wall-clock time"
+echo
+# What the delay costs (2026-11-28, a new machine): five seeds, then the v5-d4 sitting.
+python3 scripts/seed_table.py $O/seeds/summaries.jsonl --prefix v5/ --baseline v5/dense \
+  --label "v5/dense=dense" --label "v5/h45f1d0=H=45 (no fragments, no delay)" \
+  --label "v5/h45f3d0=H=45, 3 fragments, no delay" --label "v5/h45f3d4=H=45, 3 fragments, delay 4" \
+  --label "v5/h60f6d6=H=60, 6 fragments, delay 6" --label "v5/h30f5d5=H=30, 5 fragments, delay 5" \
+  --label "v5/h45f5d8=H=45, 5 fragments, delay 8" --label "v5/h60f6d9=H=60, 6 fragments, delay 9" \
+  --label "v5/h45f3d14=H=45, 3 fragments, delay 14" --label "v5/h90f3d14=H=90, 3 fragments, delay 14" \
+  --label "v5/h45f3d14mix5=H=45, 3 fragments, delay 14, --mix 0.5" \
+  --label "v5/h45f3d14avg=H=45, 3 fragments, delay 14, --outer average" \
+  --label "v5/h45f3d14-eager=H=45, 3 fragments, delay 14, eager (dropped)" \
+  --label "v5/qsgd16-h45f3d4=qsgd:levels=16, H=45, 3 fragments, delay 4" \
+  --label "v5/efsign32-h45f3d4=efsign:block=32, the same" --label "v5/2bit-h45f3d4=2bit, the same"
+echo
+python3 scripts/outer_loop_report.py --lab $O/lab-100mbit-v5-d4 \
+  --target-row "gradcomp dense" --target-step 234 \
+  --row "gradcomp dense|$C/dense.jsonl|none" --row "DDP dense|$C/dense.jsonl|ddp dense" \
+  --row "powersgd:rank=2 (best per-step)|$C/powersgd2.jsonl|powersgd:rank=2" \
+  --row "fp16, H=45, 3 fragments, delay 14|$C/pieces-h45f3d14.jsonl|fp16+--sync-every=45+--fragments=3+--delay=14" \
+  --row "fp16, H=45, 3 fragments, delay 4|$C/v5-h45f3d4.jsonl|fp16+--sync-every=45+--fragments=3+--delay=4" \
+  --baseline "DDP dense" --baseline "powersgd:rank=2 (best per-step)"
