@@ -16,6 +16,10 @@ std::string isa_built_for();
 // "x86-64-v3 (avx2 fma f16c; no avx512f)".
 std::string isa_cpu_offers();
 
+// The same level as a number: 1 (baseline x86-64) to 4 (x86-64-v4: AVX-512 F/BW/DQ/VL);
+// 0 off x86-64.
+int cpu_x86_64_level();
+
 // One line for a run header: "ISA: built for x86-64-v2; CPU offers x86-64-v3 (...)".
 std::string isa_summary();
 

@@ -46,7 +46,7 @@ static bool cpu_has_f16c() {
 }
 #endif
 
-std::string isa_cpu_offers() {
+int cpu_x86_64_level() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
   const bool v2 = __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt") &&
@@ -55,7 +55,16 @@ std::string isa_cpu_offers() {
                   __builtin_cpu_supports("bmi2") && cpu_has_f16c();
   const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  std::string level = v4 ? "x86-64-v4" : v3 ? "x86-64-v3" : v2 ? "x86-64-v2" : "x86-64";
+  return v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
+#else
+  return 0;
+#endif
+}
+
+std::string isa_cpu_offers() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  const int v = cpu_x86_64_level();
+  std::string level = v == 1 ? "x86-64" : "x86-64-v" + std::to_string(v);
   std::string have, lack;
   auto note = [&](const char* name, bool present) {
     (present ? have : lack) += std::string(" ") + name;

@@ -6,40 +6,19 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "gradcomp/cpu.h"
 #include "train/blas_core_env.h"
 
 namespace gradcomp::cli {
-
-namespace {
-
-bool cpu_has(const char* feature) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  __builtin_cpu_init();
-  if (std::strcmp(feature, "avx512") == 0) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512cd");
-  }
-  if (std::strcmp(feature, "avx2") == 0) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }
-#else
-  (void)feature;
-#endif
-  return false;
-}
-
-}  // namespace
 
 std::string blas_core_to_use() {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return "";
   using GetCorename = char* (*)();
   auto* corename = reinterpret_cast<GetCorename>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  if (corename == nullptr || corename() == nullptr) return "";
-  if (std::strcmp(corename(), "Prescott") != 0) return "";
-  if (cpu_has("avx512")) return "SkylakeX";
-  if (cpu_has("avx2")) return "Haswell";
-  return "";
+  const char* core = corename != nullptr ? corename() : nullptr;
+  if (core == nullptr || std::strcmp(core, "Prescott") != 0) return "";
+  const int level = cpu_x86_64_level();
+  return level >= 4 ? "SkylakeX" : level == 3 ? "Haswell" : "";
 }
 
 void rerun_with_a_known_blas_core(char** argv) {

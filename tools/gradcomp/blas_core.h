@@ -11,8 +11,8 @@ namespace gradcomp::cli {
 
 // The OPENBLAS_CORETYPE this process should have run with, or "" when there is nothing to
 // fix: OpenBLAS is not loaded, it picked a core of its own, OPENBLAS_CORETYPE is already
-// set (the user's choice stands), or the CPU has no AVX2. "SkylakeX" where the CPU has
-// AVX-512 (F, BW, VL, DQ, CD), else "Haswell".
+// set (the user's choice stands), or the CPU is below x86-64-v3 (gradcomp/cpu.h).
+// "SkylakeX" on x86-64-v4 (AVX-512), "Haswell" on v3 (AVX2, FMA).
 std::string blas_core_to_use();
 
 // If blas_core_to_use() names a core: sets OPENBLAS_CORETYPE (and
