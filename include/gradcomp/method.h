@@ -34,9 +34,12 @@ namespace gradcomp {
 // How the workers combine compressed buckets (gradcomp/dist/reducers.h):
 // kAuto: dense for the none codec, allreduce for a linear codec, allgather otherwise (with
 // a dense fallback for a bucket whose gathered message would be larger); a scheme runs
-// its own exchange.
-enum class ReducerKind : std::uint8_t { kAuto, kDense, kAllreduce, kAllgather };
-// "auto", "dense", "allreduce", "allgather"; InvalidArgument otherwise.
+// its own exchange. kScatter, only when asked for: each rank owns 1/W of every bucket,
+// receives every rank's compressed slice of it, and sends back the compressed mean (any
+// codec, 2(W-1)/W of a message per rank, like a ring allreduce; error feedback at both
+// ends when the method keeps one).
+enum class ReducerKind : std::uint8_t { kAuto, kDense, kAllreduce, kAllgather, kScatter };
+// "auto", "dense", "allreduce", "allgather", "scatter"; InvalidArgument otherwise.
 ReducerKind parse_reducer_kind(std::string_view name);
 const char* to_string(ReducerKind kind);
 

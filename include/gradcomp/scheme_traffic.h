@@ -19,10 +19,13 @@ namespace gradcomp {
 
 class Params;
 
-enum class Collective : std::uint8_t { kAllreduce, kAllgather };
+enum class Collective : std::uint8_t { kAllreduce, kAllgather, kScatter };
+// "allreduce", "allgather", "scatter".
+const char* to_string(Collective kind);
 
-// One collective of the allreduce topology. bytes: the allreduced buffer, or the largest
-// message one worker contributes to the allgather.
+// One collective of the allreduce topology. bytes: the allreduced buffer, the largest
+// message one worker contributes to the allgather, or one worker's whole message that the
+// scatter reducer sends 1/W to each owner (and gets back as the owners' means).
 struct CollectiveRound {
   std::string what = {};  // "sketches + dense", "Q", ...
   Collective kind = Collective::kAllreduce;

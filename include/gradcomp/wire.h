@@ -59,11 +59,13 @@ enum class WireId : std::uint16_t {
   kSketch = 13,
   kAtomo = 14,
   kChunkTopk = 15,
+  kInt = 16,
 };
 inline constexpr WireId kBuiltinWireIds[] = {
-    WireId::kNone,    WireId::kFp16,   WireId::kTopk,   WireId::kRandomk, WireId::kThreshold,
-    WireId::kMask,    WireId::k2bit,   WireId::k1bit,   WireId::kQsgd,    WireId::kTerngrad,
-    WireId::kSignsgd, WireId::kEfsign, WireId::kSketch, WireId::kAtomo,   WireId::kChunkTopk};
+    WireId::kNone,      WireId::kFp16,     WireId::kTopk,      WireId::kRandomk,
+    WireId::kThreshold, WireId::kMask,     WireId::k2bit,      WireId::k1bit,
+    WireId::kQsgd,      WireId::kTerngrad, WireId::kSignsgd,   WireId::kEfsign,
+    WireId::kSketch,    WireId::kAtomo,    WireId::kChunkTopk, WireId::kInt};
 constexpr std::uint16_t wire_id(WireId id) { return static_cast<std::uint16_t>(id); }
 // The ids run 1, 2, ... with no gap or repeat: two codecs cannot share one, and the next
 // codec's id is plain.

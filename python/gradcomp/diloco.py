@@ -71,6 +71,11 @@ class DiLoCo:
         compressor: any spec ``gradcomp.list_codecs()`` names, applied to the
             pseudo-gradients: ``"fp16"`` (the default, as OpenDiLoCo), ``"none"`` (fp32,
             as DiLoCo), ``"ef(chunktopk:values=2bit)"`` (SparseLoCo's message), ...
+        reducer: how the workers combine them: ``"auto"`` (fp16 and none are
+            allreduced, other codecs gathered) or ``"scatter"`` (any codec at a ring
+            allreduce's bytes: each rank averages 1/W of the model from the others'
+            compressed slices and sends it back compressed; ``compressor="int"`` then
+            sends 4 bits per value).
         fragments: Streaming DiLoCo's fragments, exchanged on a staggered schedule
             (must divide ``sync_every``).
         delay: inner steps a fragment's exchange overlaps before it is merged
@@ -94,7 +99,8 @@ class DiLoCo:
     def __init__(self, model: torch.nn.Module,
                  inner_optimizer: Optional[torch.optim.Optimizer] = None,
                  outer_optimizer: Union[str, torch.optim.Optimizer] = "nesterov:lr=0.7,momentum=0.9",
-                 *, sync_every: int, compressor: str = _C.DEFAULT_OUTER_COMPRESSOR, fragments: int = 1,
+                 *, sync_every: int, compressor: str = _C.DEFAULT_OUTER_COMPRESSOR,
+                 reducer: str = "auto", fragments: int = 1,
                  delay: int = 0, mix: float = 0.0,
                  process_group: Optional[dist.ProcessGroup] = None, seed: int = 0,
                  timeout: datetime.timedelta = datetime.timedelta(minutes=30),
@@ -108,7 +114,7 @@ class DiLoCo:
         options.seed = int(seed)
         options.min_elements = int(min_elements)
         options.dense_share = float(dense_share)
-        _C.check_outer_loop(compressor, options)  # before any collective
+        _C.check_outer_loop(compressor, reducer, options)  # before any collective
         params = [(n, p.detach()) for n, p in model.named_parameters() if p.requires_grad]
         if process_group is not None:
             group = process_group
@@ -117,9 +123,11 @@ class DiLoCo:
         else:
             group = dist.distributed_c10d._get_default_group()
         self._settings = {"sync_every": options.sync_every, "outer": options.outer,
-                          "compressor": compressor, "fragments": options.fragments,
+                          "compressor": compressor, "reducer": reducer,
+                          "fragments": options.fragments,
                           "delay": options.delay, "mix": options.mix}
-        self._loop = _C.OuterLoop(group, params, compressor, options, timeout.total_seconds())
+        self._loop = _C.OuterLoop(group, params, compressor, reducer, options,
+                                  timeout.total_seconds())
         self._steps = 0
         self._hook = None
         if inner_optimizer is not None:
@@ -165,7 +173,10 @@ class DiLoCo:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         if not isinstance(state, dict) or state.get("format") != _FORMAT:
             raise ValueError(f"DiLoCo.load_state_dict: not a {_FORMAT} state")
-        if state.get("settings") != self._settings:
+        saved = state.get("settings")
+        if isinstance(saved, dict) and "reducer" not in saved:
+            saved = {**saved, "reducer": "auto"}  # saved before the reducer was a setting
+        if saved != self._settings:
             raise ValueError(f"DiLoCo.load_state_dict: saved with {state.get('settings')}, "
                              f"this outer loop has {self._settings}")
         steps = int(state["inner_steps"])

@@ -70,7 +70,10 @@ class CompressionState:
         min_elements: tensors with fewer elements stay dense (as do all 1-D tensors).
         dense_steps: the first steps are averaged densely (a warm-up).
         reducer: ``"auto"`` (allreduce for linear codecs, allgather otherwise),
-            ``"allgather"``, ``"allreduce"`` or ``"dense"``.
+            ``"allgather"``, ``"allreduce"``, ``"dense"`` or ``"scatter"`` (each rank
+            averages 1/W of every tensor from the others' compressed slices and sends it
+            back compressed: any codec at a ring allreduce's bytes; staged through host
+            memory for CUDA buckets).
         seed: the seed of stochastic codecs; the same on every rank.
         steps_per_epoch: steps in one epoch, for schedules counted in epochs (DGC's
             density warm-up); 0 if unknown (such schedules are then off).

@@ -28,8 +28,8 @@ class PyOuterLoop {
  public:
   PyOuterLoop(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
               const std::vector<std::pair<std::string, at::Tensor>>& params,
-              const std::string& compressor, const dist::OuterLoopOptions& options,
-              double timeout_seconds) {
+              const std::string& compressor, const std::string& reducer,
+              const dist::OuterLoopOptions& options, double timeout_seconds) {
     if (!(timeout_seconds > 0)) throw InvalidArgument("DiLoCo: timeout must be positive");
     std::vector<std::span<float>> weights;
     std::vector<ParamInfo> infos;
@@ -38,7 +38,7 @@ class PyOuterLoop {
       infos.push_back({name, p.numel(), p.dim(), p.dim() > 0 ? p.size(0) : 0});
       params_.push_back(p);
     }
-    const Method method = Method::parse(compressor, {.momentum = 0.0});
+    const Method method = dist::parse_outer_method(compressor, parse_reducer_kind(reducer));
     py::gil_scoped_release release;  // the constructor's collectives may take a while
     comm_ = std::make_unique<dist::Communicator>(dist::communicator_over(
         group, std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1e3))));
@@ -146,9 +146,9 @@ void bind_outer_loop(py::module_& m) {
                           "gradcomp::dist::OuterLoop over a torch.distributed process group")
       .def(py::init<const c10::intrusive_ptr<c10d::ProcessGroup>&,
                     const std::vector<std::pair<std::string, at::Tensor>>&, const std::string&,
-                    const dist::OuterLoopOptions&, double>(),
-           py::arg("group"), py::arg("params"), py::arg("compressor"), py::arg("options"),
-           py::arg("timeout_seconds"))
+                    const std::string&, const dist::OuterLoopOptions&, double>(),
+           py::arg("group"), py::arg("params"), py::arg("compressor"), py::arg("reducer"),
+           py::arg("options"), py::arg("timeout_seconds"))
       .def("after_inner_step", &PyOuterLoop::after_inner_step, py::arg("steps"))
       .def("state", &PyOuterLoop::state)
       .def("load_state", &PyOuterLoop::load_state, py::arg("saved"), py::arg("steps"))
@@ -158,10 +158,12 @@ void bind_outer_loop(py::module_& m) {
       .def("describe", &PyOuterLoop::describe);
   m.def(
       "check_outer_loop",
-      [](const std::string& compressor, const dist::OuterLoopOptions& options) {
-        dist::OuterLoop::check(Method::parse(compressor, {.momentum = 0.0}), options);
+      [](const std::string& compressor, const std::string& reducer,
+         const dist::OuterLoopOptions& options) {
+        dist::OuterLoop::check(dist::parse_outer_method(compressor, parse_reducer_kind(reducer)),
+                               options);
       },
-      py::arg("compressor"), py::arg("options"),
+      py::arg("compressor"), py::arg("reducer"), py::arg("options"),
       "ValueError when the compressor or the options cannot run (before any collective)");
 }
 

@@ -52,6 +52,16 @@ double allgather_seconds(double max_message_bytes, int workers, const Link& link
          link.collective_overhead;
 }
 
+double scatter_bytes(double message_bytes, int workers) {
+  return allreduce_bytes(message_bytes, workers);
+}
+
+double scatter_seconds(double message_bytes, int workers, const Link& link) {
+  if (workers <= 1 || message_bytes <= 0) return 0.0;
+  return scatter_bytes(message_bytes, workers) / rate(link) + 3.0 * link.latency +
+         link.collective_overhead;
+}
+
 double ps_seconds(double push_bytes, double pull_bytes, int workers, int servers,
                   const Link& link) {
   if (push_bytes <= 0 && pull_bytes <= 0) return 0.0;

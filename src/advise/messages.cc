@@ -13,6 +13,7 @@
 
 #include "gradcomp/error.h"
 #include "gradcomp/memory.h"
+#include "gradcomp/method.h"
 #include "gradcomp/wire.h"
 
 namespace gradcomp::advise {
@@ -108,8 +109,9 @@ MethodPlan plan_scheme(std::string_view spec, const SchemeDescription& info, con
   return m;
 }
 
+// scatter: the scatter reducer (--reducer=scatter) instead of the codec's own aggregation.
 MethodPlan plan_codec(std::string_view spec, const CodecRegistry& registry,
-                      std::span<const BucketPlan> buckets) {
+                      std::span<const BucketPlan> buckets, bool scatter) {
   const std::size_t total = total_numel(buckets);
   MethodPlan m;
   m.spec = std::string(spec);
@@ -136,7 +138,14 @@ MethodPlan plan_codec(std::string_view spec, const CodecRegistry& registry,
     }
   }
   m.message_bytes = messages;
-  if (linear) {
+  if (scatter) {
+    // Each worker encodes its whole message (1/W to each owner) and decodes every owner's
+    // mean, plus the owner's W slices of 1/W: the per-element costs count one of each.
+    m.family = "scatter";
+    m.traits = {.all_allreduce = true, .overlappable = false, .decode_per_peer = false};
+    if (dense > 0) m.rounds.push_back({"dense (fp32)", Collective::kAllreduce, kF32 * dense});
+    m.rounds.push_back({"slices, then the owners' means", Collective::kScatter, messages});
+  } else if (linear) {
     m.rounds.push_back(
         {"dense + linear regions (fp32)", Collective::kAllreduce, kF32 * dense + f32});
     if (f16 > 0) m.rounds.push_back({"linear regions (fp16)", Collective::kAllreduce, f16});
@@ -177,10 +186,17 @@ std::size_t encoded_bytes(const CodecRegistry& registry, std::string_view spec, 
 
 namespace {
 
-// "+--sync-every=30+--fragments=2" -> the outer loop's shape; InvalidArgument naming
+// What the flags after a spec ask for: an outer loop's shape, the scatter reducer.
+struct MethodFlags {
+  OuterPlan outer;  // sync_every 0: a per-step method
+  bool scatter = false;
+};
+
+// "+--sync-every=30+--fragments=2+--reducer=scatter" -> MethodFlags; InvalidArgument naming
 // what is wrong.
-OuterPlan parse_outer_flags(std::string_view flags) {
-  OuterPlan o;
+MethodFlags parse_method_flags(std::string_view flags) {
+  MethodFlags m;
+  OuterPlan& o = m.outer;
   o.flags = std::string(flags);
   auto integer = [](std::string_view key, std::string_view text) {
     std::int64_t v = 0;
@@ -190,6 +206,7 @@ OuterPlan parse_outer_flags(std::string_view flags) {
     }
     return v;
   };
+  bool outer_flag = false;
   std::string_view rest = flags;
   while (!rest.empty()) {
     rest.remove_prefix(1);  // '+'
@@ -199,18 +216,26 @@ OuterPlan parse_outer_flags(std::string_view flags) {
     const std::size_t eq = flag.find('=');
     const std::string_view key = flag.substr(0, eq);
     const std::string_view value = eq == std::string_view::npos ? "" : flag.substr(eq + 1);
+    outer_flag = outer_flag || key != "--reducer";
     if (key == "--sync-every") {
       o.sync_every = integer(key, value);
     } else if (key == "--fragments") {
       o.fragments = static_cast<int>(integer(key, value));
     } else if (key == "--delay") {
       o.delay = integer(key, value);
+    } else if (key == "--reducer") {
+      if (value != "scatter" && value != "auto") {
+        throw InvalidArgument("'" + std::string(flag) +
+                              "': advise models --reducer=scatter (or auto, the default)");
+      }
+      m.scatter = value == "scatter";
     } else if (key != "--outer" && key != "--mix") {  // no cost of their own
       throw InvalidArgument("'" + std::string(flag) +
-                            "': an outer loop takes --sync-every=H, --fragments=F, --delay=D, "
-                            "--outer=RULE, --mix=A");
+                            "': a method takes --reducer=scatter, and an outer loop "
+                            "--sync-every=H, --fragments=F, --delay=D, --outer=RULE, --mix=A");
     }
   }
+  if (!outer_flag) return m;  // only --reducer: a per-step method
   if (o.sync_every < 1) throw InvalidArgument("an outer loop needs --sync-every=H with H >= 1");
   if (o.fragments < 1 || o.sync_every % o.fragments != 0) {
     throw InvalidArgument(
@@ -221,7 +246,7 @@ OuterPlan parse_outer_flags(std::string_view flags) {
     throw InvalidArgument("--delay=" + std::to_string(o.delay) + " must be in [0, " +
                           std::to_string(o.sync_every / o.fragments) + ")");
   }
-  return o;
+  return m;
 }
 
 }  // namespace
@@ -232,12 +257,17 @@ MethodPlan plan_method(std::string_view method, std::span<const ParamInfo> param
   const std::string_view spec = method.substr(0, plus);
   const std::vector<BucketPlan> buckets = plan_buckets(params, options.layout);
   const SpecNode node = spec == "dense" ? SpecNode{} : parse_spec(spec);
-  const bool dense = is_dense(spec, node, registry);
+  const MethodFlags flags =
+      plus == std::string_view::npos ? MethodFlags{} : parse_method_flags(method.substr(plus));
+  // The method's own refusals under scatter (a scheme, a named memory), as gradcomp train
+  // gives them; "none" is then the codec it is, sent in slices, not the dense allreduce.
+  if (flags.scatter) (void)Method::parse(spec, {.reducer = ReducerKind::kScatter}, registry);
+  const bool dense = !flags.scatter && is_dense(spec, node, registry);
   const SchemeDescription* scheme = dense || node.inner ? nullptr : registry.find_scheme(node.name);
   auto plan_of = [&](std::span<const BucketPlan> bs) {
     if (dense) return plan_dense(spec, bs);
     if (scheme != nullptr) return plan_scheme(spec, *scheme, node, bs);
-    return plan_codec(spec, registry, bs);
+    return plan_codec(spec, registry, bs, flags.scatter);
   };
   // The whole model's plan gives the byte counts and the parameter server's rounds; the
   // allreduce topology's collectives are those of each exchange group in turn.
@@ -261,9 +291,9 @@ MethodPlan plan_method(std::string_view method, std::span<const ParamInfo> param
       m.dense_rounds.push_back(std::move(r));
     }
   }
-  if (plus == std::string_view::npos) return m;
+  if (flags.outer.sync_every == 0) return m;
   // An outer loop: one exchange job per fragment (dist::OuterLoop), its pieces together.
-  m.outer = parse_outer_flags(method.substr(plus));
+  m.outer = flags.outer;
   m.rounds.clear();
   const std::vector<std::vector<BucketPlan>> fragments =
       fragment_pieces(buckets, m.outer.fragments);

@@ -11,13 +11,27 @@ namespace gradcomp::advise {
 namespace {
 
 double round_seconds(const Round& r, const Scenario& s, const Link& link) {
-  return r.kind == Collective::kAllreduce ? allreduce_seconds(r.bytes, s.workers, link)
-                                          : allgather_seconds(r.bytes, s.workers, link);
+  switch (r.kind) {
+    case Collective::kAllreduce:
+      return allreduce_seconds(r.bytes, s.workers, link);
+    case Collective::kAllgather:
+      return allgather_seconds(r.bytes, s.workers, link);
+    case Collective::kScatter:
+      return scatter_seconds(r.bytes, s.workers, link);
+  }
+  return 0.0;
 }
 
 double round_bytes(const Round& r, int workers) {
-  return r.kind == Collective::kAllreduce ? allreduce_bytes(r.bytes, workers)
-                                          : allgather_bytes(r.bytes, workers);
+  switch (r.kind) {
+    case Collective::kAllreduce:
+      return allreduce_bytes(r.bytes, workers);
+    case Collective::kAllgather:
+      return allgather_bytes(r.bytes, workers);
+    case Collective::kScatter:
+      return scatter_bytes(r.bytes, workers);
+  }
+  return 0.0;
 }
 
 // An outer loop: every H / F inner steps one fragment is exchanged, its encode, rounds
@@ -44,8 +58,7 @@ void predict_outer_loop(const MethodPlan& plan, const Scenario& s, const Link& l
     double t = 0;
     for (const Round& r : fp.rounds) {
       const double rt = round_seconds(r, s, link);
-      p.rounds.push_back(
-          {r.what, r.kind == Collective::kAllreduce ? "allreduce" : "allgather", r.bytes, rt});
+      p.rounds.push_back({r.what, to_string(r.kind), r.bytes, rt});
       t += rt;
       p.bytes_sent += round_bytes(r, s.workers) / h;
       if (rt > 0) ++p.collectives;
@@ -163,8 +176,7 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
   } else {
     for (const Round& r : plan.rounds) {
       const double t = round_seconds(r, s, link);
-      p.rounds.push_back(
-          {r.what, r.kind == Collective::kAllreduce ? "allreduce" : "allgather", r.bytes, t});
+      p.rounds.push_back({r.what, to_string(r.kind), r.bytes, t});
       p.comm_s += t;
       p.bytes_sent += round_bytes(r, s.workers);
       if (t > 0) ++p.collectives;

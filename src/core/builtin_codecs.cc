@@ -22,6 +22,7 @@ void register_builtin_codecs(CodecRegistry& registry) {
   register_qsgd(registry);            // wire id 9
   register_terngrad(registry);        // wire id 10
   register_signsgd(registry);         // wire ids 11 (signsgd), 12 (efsign)
+  register_int(registry);             // wire id 16
   // named memories (their messages are those of a codec above)
   register_dgc(registry);  // dgc: topk messages
   // sketches

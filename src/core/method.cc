@@ -18,8 +18,9 @@ ReducerKind parse_reducer_kind(std::string_view name) {
   if (name == "dense") return ReducerKind::kDense;
   if (name == "allreduce") return ReducerKind::kAllreduce;
   if (name == "allgather") return ReducerKind::kAllgather;
+  if (name == "scatter") return ReducerKind::kScatter;
   throw InvalidArgument("reducer: unknown kind '" + std::string(name) +
-                        "' (known: auto, allgather, allreduce, dense)");
+                        "' (known: auto, allgather, allreduce, dense, scatter)");
 }
 
 const char* to_string(ReducerKind kind) {
@@ -32,6 +33,8 @@ const char* to_string(ReducerKind kind) {
       return "allreduce";
     case ReducerKind::kAllgather:
       return "allgather";
+    case ReducerKind::kScatter:
+      return "scatter";
   }
   return "?";
 }
@@ -75,6 +78,8 @@ std::string default_compressor(ReducerKind kind) {
       return "fp16";
     case ReducerKind::kAllgather:
       return "efm(topk:ratio=0.01)";
+    case ReducerKind::kScatter:
+      return "int";
     case ReducerKind::kAuto:
       break;
   }
@@ -176,6 +181,14 @@ void Method::resolve_reducer() {
       if (!codec_->traits().linear) {
         throw InvalidArgument("reducer: allreduce needs a linear codec; " + codec_->spec() +
                               " is not (use allgather or auto)");
+      }
+      break;
+    case ReducerKind::kScatter:
+      // The owner's stage keeps plain error feedback or none; a named memory (DGC) keeps
+      // state the owner could not mirror.
+      if (memory_ != nullptr) {
+        throw InvalidArgument("reducer: scatter runs a codec under ef, efm, noef or bare; " +
+                              node_->name + " is a memory of its own (use allgather)");
       }
       break;
     case ReducerKind::kDense:

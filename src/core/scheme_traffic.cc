@@ -141,3 +141,19 @@ SchemeTraffic fetchsgd_traffic(const Params& p, std::span<const BucketPlan> buck
 }
 
 }  // namespace gradcomp::detail
+
+namespace gradcomp {
+
+const char* to_string(Collective kind) {
+  switch (kind) {
+    case Collective::kAllreduce:
+      return "allreduce";
+    case Collective::kAllgather:
+      return "allgather";
+    case Collective::kScatter:
+      return "scatter";
+  }
+  return "?";
+}
+
+}  // namespace gradcomp

@@ -81,6 +81,7 @@ OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const Para
   ConfigFields fields = {{"outer loop sync_every", std::to_string(options_.sync_every)},
                          {"outer loop optimizer", outer_.spec()},
                          {"outer loop compressor", method.canonical()},
+                         {"outer loop reducer", to_string(method.context().reducer)},
                          {"outer loop fragments", std::to_string(options_.fragments)},
                          {"outer loop delay", std::to_string(options_.delay)},
                          {"outer loop mix", json_number(options_.mix)},
@@ -123,6 +124,10 @@ OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const Para
 }
 
 OuterLoop::~OuterLoop() = default;
+
+Method parse_outer_method(std::string_view compressor, ReducerKind reducer) {
+  return Method::parse(compressor, {.reducer = reducer, .momentum = 0.0});
+}
 
 void OuterLoop::check(const Method& method, const OuterLoopOptions& options) {
   check_options(options);

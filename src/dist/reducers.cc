@@ -31,6 +31,7 @@
 #include "gradcomp/error.h"
 #include "gradcomp/kernels/half.h"
 #include "gradcomp/wire.h"
+#include "scatter_reducer.h"
 #include "step_recorder.h"
 
 namespace gradcomp::dist {
@@ -344,6 +345,8 @@ std::string describe_reducer(const Method& method) {
       return "dense";
     case ReducerKind::kAllreduce:
       return "allreduce(" + method.canonical() + ")";
+    case ReducerKind::kScatter:
+      return "scatter(" + method.canonical() + ")";
     case ReducerKind::kAllgather:
     case ReducerKind::kAuto:
       break;
@@ -384,6 +387,8 @@ std::unique_ptr<Reducer> make_reducer(const Method& method, Communicator& comm,
     case ReducerKind::kAllreduce:
       mode = Mode::kAllreduce;
       break;
+    case ReducerKind::kScatter:
+      return make_scatter_reducer(method, comm, buckets);
     case ReducerKind::kAllgather:
     case ReducerKind::kAuto:  // never for a codec method: Method resolves it
       mode = Mode::kAllgather;

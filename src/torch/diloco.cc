@@ -36,7 +36,7 @@ void DiLoCo::build(const NamedParameters& params, dist::Communicator& comm) {
     weights.emplace_back(p.data_ptr<float>(), static_cast<std::size_t>(p.numel()));
     infos.push_back({item.key(), p.numel(), p.dim(), p.dim() > 0 ? p.size(0) : 0});
   }
-  const Method method = Method::parse(options_.compressor, {.momentum = 0.0});
+  const Method method = dist::parse_outer_method(options_.compressor, options_.reducer);
   dist::OuterLoopOptions o;
   o.sync_every = options_.sync_every;
   o.outer = options_.outer;

@@ -222,13 +222,14 @@ SyncFactory reducer_sync(ReducerFactory make_reducer, Method method) {
   };
 }
 
-SyncFactory outer_sync(dist::Communicator& comm, std::string compressor,
+SyncFactory outer_sync(dist::Communicator& comm, std::string compressor, ReducerKind reducer,
                        dist::OuterLoopOptions options) {
-  return [&comm, compressor = std::move(compressor),
+  return [&comm, compressor = std::move(compressor), reducer,
           options = std::move(options)](const SyncSetup& setup) -> std::unique_ptr<GradientSync> {
     DiLoCoOptions o;
     o.sync_every = options.sync_every;
     o.compressor = compressor;
+    o.reducer = reducer;
     o.outer = options.outer;
     o.fragments = options.fragments;
     o.delay = options.delay;

@@ -103,8 +103,9 @@ using ReducerFactory = std::function<std::unique_ptr<Reducer>(std::span<const Bu
 SyncFactory reducer_sync(ReducerFactory make_reducer, Method method);
 
 // Local steps with an outer loop over comm (which must outlive the trainer): `compressor`
-// on the pseudo-gradients, options as DiLoCoOptions (its layout and seed are the run's).
-SyncFactory outer_sync(dist::Communicator& comm, std::string compressor,
+// on the pseudo-gradients combined by `reducer`, options as DiLoCoOptions (its layout and
+// seed are the run's).
+SyncFactory outer_sync(dist::Communicator& comm, std::string compressor, ReducerKind reducer,
                        dist::OuterLoopOptions options);
 
 }  // namespace gradcomp::train

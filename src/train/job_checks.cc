@@ -316,9 +316,6 @@ void check_outer_loop(const JobOptions& o) {
   if (is_parameter_server(o)) {
     throw InvalidArgument("--sync-every runs on --topology allreduce only");
   }
-  if (o.reducer != dist::ReducerKind::kAuto) {
-    throw InvalidArgument("--reducer does not apply with --sync-every (the compressor decides)");
-  }
   if (o.train.dense_steps > 0) {
     throw InvalidArgument("--dense-steps does not apply with --sync-every (no per-step exchange)");
   }
@@ -344,7 +341,7 @@ Method validate_job_options(const JobOptions& o) {
   // The outer loop's compressor works on pseudo-gradients: the inner optimizer's momentum
   // is not its own (a bare biased codec gets plain error feedback).
   if (has_outer_loop(o)) {
-    Method method = Method::parse(o.compressor, {.momentum = 0.0});
+    Method method = dist::parse_outer_method(o.compressor, o.reducer);
     dist::OuterLoop::check(method, o.outer_loop);
     return method;
   }

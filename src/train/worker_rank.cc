@@ -97,7 +97,7 @@ int WorkerRank::run() {
                   return w;
                 },
                 method_)
-      : has_outer_loop(o) ? outer_sync(comm, o.compressor, o.outer_loop)
+      : has_outer_loop(o) ? outer_sync(comm, o.compressor, o.reducer, o.outer_loop)
                           : exchange_sync(comm, o.compressor, o.reducer);
   Trainer trainer(cfg, std::move(train_set), std::move(test_set), factory);
   (void)trainer.run();

@@ -418,6 +418,38 @@ TEST(AdviseStepModel, OuterLoopsPayTheirExchangeOnceEveryHSteps) {
   }
 }
 
+// The scatter reducer: a ring allreduce's bytes for any codec's message, three one-way
+// latencies; per step or under an outer loop; what the method refuses, refused.
+TEST(AdviseMessages, TheScatterReducer) {
+  const Link link{.bandwidth = 1e6, .latency = 1e-3, .collective_overhead = 0.0};
+  EXPECT_DOUBLE_EQ(scatter_seconds(1e6, 4, link), 1.5 + 3e-3);
+  EXPECT_DOUBLE_EQ(scatter_bytes(1e6, 4), 1.5e6);
+  EXPECT_EQ(scatter_seconds(1e6, 1, link), 0.0);
+
+  const std::vector<ParamInfo> mlp = builtin_model("mlp").params;
+  const MethodPlan gathered = plan_method("int", mlp);
+  const MethodPlan scattered = plan_method("int+--reducer=scatter", mlp);
+  EXPECT_EQ(scattered.family, "scatter");
+  EXPECT_EQ(scattered.outer.sync_every, 0);
+  EXPECT_DOUBLE_EQ(scattered.message_bytes, gathered.message_bytes);
+  ASSERT_FALSE(scattered.rounds.empty());
+  EXPECT_EQ(scattered.rounds.back().kind, Collective::kScatter);
+  EXPECT_DOUBLE_EQ(scattered.rounds.back().bytes, scattered.message_bytes);
+  EXPECT_TRUE(scattered.traits.all_allreduce);
+
+  const MethodPlan outer = plan_method("int+--sync-every=45+--fragments=3+--reducer=scatter", mlp);
+  EXPECT_EQ(outer.outer.sync_every, 45);
+  ASSERT_EQ(outer.fragments.size(), 3u);
+  for (const FragmentPlan& f : outer.fragments) {
+    EXPECT_EQ(f.rounds.back().kind, Collective::kScatter);
+  }
+  EXPECT_EQ(plan_method("none+--reducer=scatter", mlp).family, "scatter");  // fp32 slices
+  for (const char* bad : {"dgc+--reducer=scatter", "powersgd+--reducer=scatter",
+                          "dense+--reducer=scatter", "int+--reducer=allgather"}) {
+    EXPECT_THROW((void)plan_method(bad, mlp), InvalidArgument) << bad;
+  }
+}
+
 TEST(AdviseSweep, AllgatherFallsBehindAllreduceAsWGrows) {
   SweepGrid g;
   g.workers = {2, 8, 64, 512};

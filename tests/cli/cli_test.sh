@@ -322,6 +322,8 @@ train_err "--async-momentum half: unknown (known: compensate, as-given)" --topol
 train_err "--ps-split-elements: -1 is not an integer >= 0" --topology ps-sync --ps-split-elements -1
 train_err "--topology ring: unknown" --topology ring
 train_err "reducer: unknown kind 'ring'" --reducer ring
+train_err "reducer: scatter runs a codec under ef, efm, noef or bare; dgc is a memory of its own" --reducer scatter --compressor dgc
+train_err "reducer: scatter runs a codec under ef, efm, noef or bare; dgc is a memory of its own" --reducer scatter --compressor dgc --sync-every 4
 train_err "--reducer applies to --topology allreduce only" --topology ps-sync --reducer dense
 train_err "unknown codec 'nosuch'" --compressor nosuch
 train_err "--resume needs --checkpoint-dir" --resume

@@ -182,28 +182,33 @@ for spec in "2bit" "ef(topk:ratio=0.05)" "powersgd:rank=2"; do
   fi
 done
 
-# The outer loop (--sync-every): stopped at step 45, a step whose delayed round is still
+# The outer loop (--sync-every): stopped at step 46, a step whose delayed round is still
 # to be merged (rounds of 2 fragments every 4 steps, merged 1 step later), and resumed,
 # it ends with checkpoints byte-identical to an uninterrupted run's (the replica, the
-# global weights, the outer momentum, every rank's error feedback).
-outer=(--sync-every 4 --fragments 2 --delay 1 --compressor "ef(topk:ratio=0.05)"
-       --outer "sparseloco:lr=0.9,decay=0.8")
-rm -rf ck_full ck_split
-"$GRADCOMP" train --workers 3 "${outer[@]}" "${small[@]}" --checkpoint-dir ck_full \
-  > outer.txt 2> e.txt &&
-"$GRADCOMP" train --workers 3 "${outer[@]}" "${small[@]}" --checkpoint-dir ck_split \
-  --steps 46 > /dev/null 2>> e.txt &&
-"$GRADCOMP" train --workers 3 "${outer[@]}" "${small[@]}" --checkpoint-dir ck_split \
-  --resume > resumed.txt 2>> e.txt
-status=$?
-same=1
-for r in 0 1 2; do cmp -s "ck_full/rank-$r.ckpt" "ck_split/rank-$r.ckpt" || same=0; done
-if [ $status -eq 0 ] && [ $same -eq 1 ] && grep -q "resumed from .* at step 46" resumed.txt &&
-   grep -q "reducer  *sparseloco:lr=0.9,decay=0.8 every 4 steps over allgather(ef(topk" outer.txt; then
-  pass "outer loop, 2 fragments, delay 1: stopped at step 46 and resumed == uninterrupted"
-else
-  fail "outer loop resume (exit $status, identical $same)"; cat e.txt resumed.txt outer.txt
-fi
+# global weights, the outer momentum, every rank's error feedback; under the scatter
+# reducer each rank's memory of every slice and its owner memory).
+for recipe in "allgather(ef(topk|--compressor ef(topk:ratio=0.05) --outer sparseloco:lr=0.9,decay=0.8" \
+              "scatter(ef(int|--compressor int --reducer scatter"; do
+  header=${recipe%%|*}
+  read -r -a flags <<< "${recipe#*|}"
+  outer=(--sync-every 4 --fragments 2 --delay 1 "${flags[@]}")
+  rm -rf ck_full ck_split
+  "$GRADCOMP" train --workers 3 "${outer[@]}" "${small[@]}" --checkpoint-dir ck_full \
+    > outer.txt 2> e.txt &&
+  "$GRADCOMP" train --workers 3 "${outer[@]}" "${small[@]}" --checkpoint-dir ck_split \
+    --steps 46 > /dev/null 2>> e.txt &&
+  "$GRADCOMP" train --workers 3 "${outer[@]}" "${small[@]}" --checkpoint-dir ck_split \
+    --resume > resumed.txt 2>> e.txt
+  status=$?
+  same=1
+  for r in 0 1 2; do cmp -s "ck_full/rank-$r.ckpt" "ck_split/rank-$r.ckpt" || same=0; done
+  if [ $status -eq 0 ] && [ $same -eq 1 ] && grep -q "resumed from .* at step 46" resumed.txt &&
+     grep -q "reducer  *.* every 4 steps over $header" outer.txt; then
+    pass "outer loop over $header...), 2 fragments, delay 1: stopped at step 46 and resumed == uninterrupted"
+  else
+    fail "outer loop over $header...) resume (exit $status, identical $same)"; cat e.txt resumed.txt outer.txt
+  fi
+done
 # Killed while rank 0 had written an epoch's checkpoint and rank 1 had not: the ranks
 # agree on the newest step both hold (rank 0 keeps its previous checkpoint as .prev).
 rm -rf ck_lag ck_ref

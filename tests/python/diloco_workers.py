@@ -52,12 +52,13 @@ def matches_torch_reference(rank, world, sync_every, steps, outer_is_torch):
     return worst, diloco.describe(), diloco.inner_steps
 
 
-def resumes_bit_for_bit(rank, world, spec, outer):
+def resumes_bit_for_bit(rank, world, spec, outer, reducer="auto"):
     """10 steps straight against 5, a state_dict round trip into new objects, 5 more."""
     def fresh():
         model = small_model(seed=0)
         inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        d = gc.DiLoCo(model, None, outer, sync_every=4, compressor=spec, fragments=2, delay=1)
+        d = gc.DiLoCo(model, None, outer, sync_every=4, compressor=spec, reducer=reducer,
+                      fragments=2, delay=1)
         return model, inner, d
 
     # The hook-less form: step() after each optimizer step.
@@ -99,6 +100,7 @@ def bad_settings(rank, world):
     for kwargs in ({"sync_every": 0}, {"sync_every": 4, "fragments": 3},
                    {"sync_every": 4, "compressor": "bogus"},
                    {"sync_every": 4, "outer_optimizer": "sparseloco", "compressor": "fp16"},
+                   {"sync_every": 4, "compressor": "dgc", "reducer": "scatter"},
                    {"sync_every": 4, "outer_optimizer": torch.optim.Adam(model.parameters())}):
         out.append(raised(lambda: gc.DiLoCo(model, **kwargs)))
     return out

@@ -14,10 +14,13 @@ def test_an_exact_exchange_is_diloco_written_with_torchs_own_sgd(outer_is_torch)
         assert steps == 7
 
 
-@pytest.mark.parametrize("spec,outer", [("ef(topk:ratio=0.05)", "sparseloco:lr=0.9,decay=0.8"),
-                                        ("fp16", "nesterov")])
-def test_a_resumed_run_continues_bit_for_bit(spec, outer):
-    for same, stats in ddp_support.run(diloco_workers.resumes_bit_for_bit, 2, spec, outer):
+@pytest.mark.parametrize("spec,outer,reducer",
+                         [("ef(topk:ratio=0.05)", "sparseloco:lr=0.9,decay=0.8", "auto"),
+                          ("fp16", "nesterov", "auto"),
+                          ("int", "nesterov", "scatter")])  # both stages' error feedback resume
+def test_a_resumed_run_continues_bit_for_bit(spec, outer, reducer):
+    for same, stats in ddp_support.run(diloco_workers.resumes_bit_for_bit, 2, spec, outer,
+                                       reducer):
         assert same
         assert stats["rounds"] >= 1 and stats["bytes_sent"] > 0
 
@@ -33,11 +36,12 @@ def test_ranks_configured_differently_all_raise_the_same_line():
 def test_bad_settings_are_refused_before_any_collective():
     (results,) = ddp_support.run(diloco_workers.bad_settings, 1)
     kinds = [r[0] if r else None for r in results]
-    assert kinds == ["ValueError", "ValueError", "ValueError", "ValueError", "TypeError"], results
+    assert kinds == ["ValueError"] * 5 + ["TypeError"], results
     assert "sync_every" in results[0][1]
     assert "divisor" in results[1][1] or "divide" in results[1][1]
     assert "unknown codec 'bogus'" in results[2][1]
     assert "keeps none" in results[3][1]
+    assert "scatter runs a codec under ef, efm, noef or bare" in results[4][1]
 
 
 def test_a_round_without_a_peer_raises_commerror_and_changes_nothing():

@@ -54,6 +54,17 @@ def test_every_spec_trains_a_multi_bucket_model(spec):
         assert f"efm({spec}:" in describe, describe
 
 
+def test_the_scatter_reducer_trains_through_the_hook():
+    # Each rank averages half of every tensor from the other's 4-bit slices: the replicas
+    # stay identical, and each rank sends 2(W-1)/W of a message per tensor.
+    results = ddp_support.run(workers.train_spec, 2, "int", 5, "cpu", "scatter")
+    (losses0, flat0, stats0, describe), (_, flat1, _, _) = results
+    assert all(torch.isfinite(torch.tensor(losses0)))
+    assert torch.equal(flat0, flat1), "replicas diverged"
+    assert describe.startswith("scatter(efm(int:bits=4,block=64)"), describe
+    assert stats0["compression_ratio"] > 2, stats0  # the first step is dense
+
+
 def test_bare_biased_codec_with_torch_sgd_is_plain_error_feedback():
     for describe in ddp_support.run(workers.bare_codec_with_torch_sgd, 2, "topk:ratio=0.1"):
         assert describe.startswith("allgather(ef(topk:"), describe

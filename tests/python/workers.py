@@ -159,9 +159,9 @@ def buckets_on_two_devices_agree(rank, world, spec, steps, devices=("cpu", "cuda
     return worst, models[1][1].on_device
 
 
-def train_spec(rank, world, spec, steps, device="cpu"):
+def train_spec(rank, world, spec, steps, device="cpu", reducer="auto"):
     model = ddp(small_model().to(device))
-    state = gc.CompressionState(spec, dense_share=0.0, seed=7)
+    state = gc.CompressionState(spec, dense_share=0.0, seed=7, reducer=reducer)
     model.register_comm_hook(state, gc.hook)
     opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
     losses = _sgd_steps(model, opt, rank, steps, device=device)

@@ -54,7 +54,7 @@ Params train(const std::string& spec, const dist::OuterLoopOptions& outer, Train
     // 0's weights: the lock is released in between, or rank 0 would wait in the broadcast
     // while holding it.
     std::unique_lock init(model_init);
-    const SyncFactory make_outer = outer_sync(comm, spec, outer);
+    const SyncFactory make_outer = outer_sync(comm, spec, ReducerKind::kAuto, outer);
     Trainer t(cfg, data::shard(all.train, r, kWorld), all.test, [&](const SyncSetup& setup) {
       init.unlock();
       return make_outer(setup);
@@ -112,7 +112,8 @@ TEST(OuterTrainer, TheEndOfTrainingLeavesOneModel) {
       TrainConfig cfg = config(r);
       cfg.max_steps = max_steps;
       std::unique_lock init(model_init);
-      const SyncFactory make_outer = outer_sync(comm, "fp16", outer(6, "nesterov", 2, 2));
+      const SyncFactory make_outer =
+          outer_sync(comm, "fp16", ReducerKind::kAuto, outer(6, "nesterov", 2, 2));
       Trainer t(cfg, data::shard(all.train, r, kWorld), all.test, [&](const SyncSetup& setup) {
         init.unlock();
         return make_outer(setup);

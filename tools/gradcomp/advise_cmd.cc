@@ -403,7 +403,9 @@ void add_advise_command(CLI::App& app) {
   a->add_option("--bench-size", f->bench_size, "Elements of the on-the-spot codec bench")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 28));
-  a->add_option("--methods", f->methods, "Compressor specs, space-separated")
+  a->add_option("--methods", f->methods,
+                "Compressor specs, space-separated; SPEC+--reducer=scatter for the scatter "
+                "reducer, SPEC+--sync-every=H[+--fragments=F][+--delay=D] for an outer loop")
       ->capture_default_str();
   a->add_option("--dense-share", f->dense_share, "As gradcomp train --dense-share")
       ->capture_default_str()

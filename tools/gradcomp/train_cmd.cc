@@ -70,8 +70,13 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
           " with --topology ps-sync or --reducer allgather, " + kPsAsyncDefaultCompressor +
           " (ef) with --topology ps-async, " +
           dist::default_compressor(dist::ReducerKind::kAllreduce) + " with --reducer allreduce, " +
-          dist::default_compressor(dist::ReducerKind::kDense) + " with --reducer dense");
-  cmd->add_option("--reducer", flags->reducer, "auto | dense | allreduce | allgather")
+          dist::default_compressor(dist::ReducerKind::kDense) + " with --reducer dense, " +
+          dist::default_compressor(dist::ReducerKind::kScatter) +
+          " with --reducer scatter; with --sync-every: " + dist::kDefaultOuterCompressor);
+  cmd->add_option("--reducer", flags->reducer,
+                  "auto | dense | allreduce | allgather | scatter (each rank averages 1/W of "
+                  "every bucket from the others' compressed slices and sends it back "
+                  "compressed: any codec at a ring allreduce's bytes)")
       ->capture_default_str();
   cmd->add_option("--topology", flags->topology,
                   "allreduce | ps-sync | ps-async (parameter server: --servers ranks beside "

@@ -50,6 +50,15 @@ double allgather_seconds(double max_message_bytes, int workers, const Link& link
 // Bytes one worker sends in it: (W-1) m.
 double allgather_bytes(double max_message_bytes, int workers);
 
+// The scatter reducer (src/dist/scatter_reducer.cc) for one worker's messages of m bytes:
+// two point-to-point phases, each sending (W-1)/W m over the worker's link and receiving as
+// much. Every receive is posted before the first send, so phase 1 pays a ready notice and
+// the data (2 alpha), phase 2, whose notices arrived meanwhile, only the data (alpha):
+//   3 alpha + 2 (W-1)/W m / beta (+ overhead), whatever the algorithm.
+double scatter_seconds(double message_bytes, int workers, const Link& link);
+// Bytes one worker sends in it: 2(W-1)/W * m.
+double scatter_bytes(double message_bytes, int workers);
+
 // Synchronous parameter server with S servers on links like the workers': each worker
 // pushes `push_bytes` (push_bytes/S to each server) and pulls `pull_bytes`; a server's
 // link carries W * push_bytes / S in and W * pull_bytes / S out, so each direction costs

@@ -59,6 +59,12 @@ namespace gradcomp::dist {
 // links (docs/measurements/outer-loop.md).
 inline constexpr const char* kDefaultOuterCompressor = "fp16";
 
+// The outer loop's compressor, parsed once: for momentum 0 (the inner optimizer's momentum
+// is not the outer loop's: a bare biased codec gets plain error feedback) and the reducer
+// asked for (auto: fp16 is allreduced; "scatter" runs any codec at ring-allreduce bytes).
+// InvalidArgument as Method::parse.
+Method parse_outer_method(std::string_view compressor, ReducerKind reducer = ReducerKind::kAuto);
+
 struct OuterLoopOptions {
   std::int64_t sync_every = 0;  // H >= 1: inner steps per round (per fragment)
   std::string outer{OuterOptimizer::kDefaultSpec};

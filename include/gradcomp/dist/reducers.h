@@ -3,7 +3,10 @@
 //   allreduce  linear codecs (randomk, fp16, none): the summable region of every
 //              compressed bucket's message is allreduced, then decoded once;
 //   allgather  every other codec: every rank's messages are gathered and each is
-//              decoded into the bucket with weight 1/W.
+//              decoded into the bucket with weight 1/W;
+//   scatter    any codec, when asked for: rank j receives every rank's compressed slice j
+//              of each bucket, decodes their mean and sends it back compressed, point to
+//              point (src/dist/scatter_reducer.cc).
 // Each step is fused into as few collectives as possible, issued in a fixed order:
 //   1. one fp32 allreduce: all uncompressed buckets + every fp32 linear region
 //      (bf16 regions are widened into it as well: Gloo has no bf16 sum);

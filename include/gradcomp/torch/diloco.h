@@ -45,6 +45,10 @@ struct DiLoCoOptions {
   // "ef(chunktopk:values=2bit)" (SparseLoCo's message), ... A bare biased codec gets error
   // feedback, kept per worker across rounds.
   std::string compressor = dist::kDefaultOuterCompressor;
+  // How the workers combine the compressed pseudo-gradients: kAuto (fp16 is allreduced,
+  // other codecs gathered) or kScatter (any codec at a ring allreduce's bytes: each rank
+  // averages 1/W of the model and sends it back compressed; "int" sends 4 bits).
+  ReducerKind reducer = ReducerKind::kAuto;
   // The outer optimizer (gradcomp/outer_optimizer.h): "nesterov:lr=0.7,momentum=0.9"
   // (DiLoCo), "average" (local SGD), "sparseloco:lr=1,decay=0.95", "sgd:lr=..,momentum=..".
   std::string outer{OuterOptimizer::kDefaultSpec};
