@@ -43,6 +43,9 @@
 #                                  least G MiB; default the trainer's: 1 MiB for dense,
 #                                  25 for a compressed exchange)          [MIN_GROUP_MB]
 #   --no-floor                     skip the no-communication run
+#   NETLAB_TCP_SLOW_START_AFTER_IDLE=0   (environment only) no restart of TCP's congestion
+#                                  window on idle connections in the ranks' namespaces
+#                                  (scripts/netlab.sh); recorded in meta.json and the table
 #   --gradcomp PATH                (default build/bin/gradcomp)           [GRADCOMP]
 #   --out DIR                      (default bench-net-out/<UTC time>)     [OUT]
 #
@@ -285,6 +288,7 @@ json.dump({"date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "cpu": "$cpu", "cores": $(n
            "model": "$MODEL_NAME", "batch": $BATCH,
            "min_group_mb": "${MIN_GROUP_MB:-auto}",
            "length": "$length", "repeats": $REPEATS, "delay": "$DELAY", "delay_by": "$impairment", "bandwidths": "$BANDWIDTHS",
+           "tcp_slow_start_after_idle": "${NETLAB_TCP_SLOW_START_AFTER_IDLE:-kernel default}",
            "methods": "$METHODS", "ddp": "$DDP_METHODS"}, open(sys.argv[1], "w"))
 EOF
 

@@ -58,6 +58,10 @@
 # lab address), MASTER_PORT, GLOO_SOCKET_IFNAME=lab0, GRADCOMP_TIMEOUT_MS,
 # OMP_WAIT_POLICY=passive (unless set), NETLAB_ROLE=worker|server, NETLAB_NS. "{rank}" in
 # an argument is replaced by the rank. Rank 0's output goes to the terminal too.
+# NETLAB_TCP_SLOW_START_AFTER_IDLE=0|1 sets net.ipv4.tcp_slow_start_after_idle in every
+# rank's namespace (unset: the kernel's default, 1: an idle connection restarts from a small
+# congestion window, which a long-distance link pays for in round trips; 0 is the usual
+# tuning for such links).
 #
 # As a library (scripts/bench-net.sh): `source scripts/netlab.sh`, then netlab_require_root,
 # netlab_up N, netlab_shape RATE [DELAY [JITTER [LOSS]]], netlab_run LOGDIR CMD...,
@@ -83,6 +87,7 @@ NETLAB_DL_PIDS=()     # delay lines (nfq-delay) netlab_shape started, one per ra
 NETLAB_DL_NS=()       # ... and the namespace of each, whose iptables rules feed it
 NETLAB_DL_LOGDIR=""
 NETLAB_IMPAIR=${NETLAB_IMPAIR:-auto}  # auto | netem | delayline
+NETLAB_TCP_SLOW_START_AFTER_IDLE=${NETLAB_TCP_SLOW_START_AFTER_IDLE:-}  # "": the kernel's
 NETLAB_NETEM=""                       # probed once: 1 if the kernel has netem
 NETLAB_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NETLAB_DELAYLINE=${NETLAB_DELAYLINE:-$NETLAB_REPO/build/netlab/nfq-delay}
@@ -174,6 +179,10 @@ netlab_up() {
     ip -n "$sw" link set "p$r" up || return 1
     ip -n "$ns" addr add "$(netlab_addr "$r")/24" dev "$NETLAB_IF" || return 1
     ip -n "$ns" link set "$NETLAB_IF" up || return 1
+    if [ -n "$NETLAB_TCP_SLOW_START_AFTER_IDLE" ]; then
+      ip netns exec "$ns" sysctl -qw \
+        "net.ipv4.tcp_slow_start_after_idle=$NETLAB_TCP_SLOW_START_AFTER_IDLE" || return 1
+    fi
   done
 }
 

@@ -345,11 +345,16 @@ def build(out):
 
 def render_table(meta, rows, bandwidths, floor, targets, prediction_note=""):
     lines = []
+    delay = ""
+    if meta.get("delay"):
+        delay = (", delay " + meta["delay"] + " each end"
+                 + (" (netlab's delay line)" if meta.get("delay_by") == "delayline" else ""))
+    tcp = meta.get("tcp_slow_start_after_idle", "kernel default")
+    if tcp != "kernel default":
+        delay += ", net.ipv4.tcp_slow_start_after_idle=" + tcp
     lines.append("Network lab: %s workers, %s, batch %s/worker, %s; links %s%s."
                  % (meta["workers"], meta["model"], meta["batch"], meta["length"],
-                    " and ".join(bandwidths), (", delay " + meta["delay"] + " each end"
-                    + (" (netlab's delay line)" if meta.get("delay_by") == "delayline" else ""))
-                    if meta.get("delay") else ""))
+                    " and ".join(bandwidths), delay))
     lines.append("Measured %s on %s (%s cores, Linux %s), load average %s at start, %s at end; "
                  "gradcomp %s, torch %s."
                  % (meta["date"], meta["cpu"], meta["cores"], meta["kernel"],

@@ -143,8 +143,9 @@ MethodPlan plan_codec(std::string_view spec, const CodecRegistry& registry,
     // mean, plus the owner's W slices of 1/W: the per-element costs count one of each.
     m.family = "scatter";
     m.traits = {.all_allreduce = true, .overlappable = false, .decode_per_peer = false};
-    if (dense > 0) m.rounds.push_back({"dense (fp32)", Collective::kAllreduce, kF32 * dense});
-    m.rounds.push_back({"slices, then the owners' means", Collective::kScatter, messages});
+    // Uncompressed buckets travel in the same two phases, as fp32 slices.
+    m.rounds.push_back({"slices, then the owners' means (dense ones in fp32)",
+                        Collective::kScatter, messages + kF32 * dense});
   } else if (linear) {
     m.rounds.push_back(
         {"dense + linear regions (fp32)", Collective::kAllreduce, kF32 * dense + f32});

@@ -1,5 +1,5 @@
-// The scatter reducer: each rank owns 1/W of every compressed bucket (slice r of rank r)
-// and the average is built there, from compressed slices, then sent back compressed.
+// The scatter reducer: each rank owns 1/W of every bucket (slice r of rank r) and the
+// average is built there, from compressed slices, then sent back compressed.
 //
 //   phase 1  every rank compresses slice j of each bucket (its own memory per slice) and
 //            sends it to rank j; rank j decodes the W messages of its slice, in rank
@@ -26,7 +26,10 @@
 // message varies (2bit, threshold, atomo) pays its bound. Slots are zero-padded; what a
 // slot holds past its message is not read.
 //
-// Uncompressed buckets (BucketRef::compressed == false) ride one fp32 allreduce first.
+// Uncompressed buckets (BucketRef::compressed == false) take the same two phases as raw
+// fp32 slices: the owner sums them in rank order and sends back the mean. A ring allreduce
+// beside the phases would cost 2(W-1) latency hops, more than the phases themselves on a
+// distant link.
 #include "scatter_reducer.h"
 
 #include <algorithm>
@@ -35,7 +38,6 @@
 #include <utility>
 #include <vector>
 
-#include "dense_packing.h"
 #include "gradcomp/dist/reducers.h"
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"
@@ -44,16 +46,6 @@
 namespace gradcomp::dist {
 
 namespace {
-
-// The RNG key of a slice's message: a stochastic codec must not draw the same numbers for
-// the W slices of a bucket, nor the owner for its mean as for its own slice.
-std::uint32_t slice_stream(std::uint32_t bucket, std::size_t slice, bool owner) {
-  std::uint64_t k = (std::uint64_t{bucket} << 32) | (std::uint64_t{owner} << 31) | slice;
-  k ^= k >> 33;
-  k *= 0xff51afd7ed558ccdULL;
-  k ^= k >> 33;
-  return static_cast<std::uint32_t>(k);
-}
 
 // The message at the start of a slot (header + payload), framing checked.
 std::span<const std::byte> message_in_slot(std::span<const std::byte> slot, int from,
@@ -83,7 +75,6 @@ class ScatterReducer final : public Reducer {
         describe_(describe_reducer(method)) {
     // The owners keep error feedback when the workers' memory keeps a residual.
     const bool owner_feedback = !method.make_memory(1)->state().empty();
-    std::size_t dense_cap = 0;
     for (const BucketShape& s : shapes) {
       Bucket b;
       b.id = s.id;
@@ -93,22 +84,21 @@ class ScatterReducer final : public Reducer {
         const std::size_t len = slice_length(b.n, j);
         b.slices.push_back(method.make_memory(len));
         b.slot_bytes.push_back(len == 0 ? 0 : b.slices.back()->max_encoded_bytes());
+        b.slot_cap.push_back(std::max(b.slot_bytes.back(), 4 * len));
       }
       const std::size_t mine = slice_length(b.n, me_);
       b.owner =
           owner_feedback ? make_error_feedback(codec_, mine) : make_pass_through(codec_, mine);
       b.mean.resize(mine);
-      dense_cap += b.n;
       buckets_.push_back(std::move(b));
     }
-    packing_ = DensePacking(dense_cap);
     std::size_t send_cap = 0;
     std::size_t own_slice_cap = 0;
     std::size_t recv_cap = 0;
     for (const Bucket& b : buckets_) {
-      for (std::size_t j = 0; j < world_; ++j) send_cap += b.slot_bytes[j];
-      own_slice_cap += b.slot_bytes[me_];
-      recv_cap += b.slot_bytes[me_] * world_;
+      for (std::size_t j = 0; j < world_; ++j) send_cap += b.slot_cap[j];
+      own_slice_cap += b.slot_cap[me_];
+      recv_cap += b.slot_cap[me_] * world_;
     }
     slices_out_.resize(send_cap);
     slices_in_.resize(recv_cap);
@@ -121,7 +111,7 @@ class ScatterReducer final : public Reducer {
     StepRecorder rec(comm_, stats_);
     const float inv_w = 1.0f / static_cast<float>(world_);
 
-    // ---- this step's frames: per destination j, the slots of the compressed buckets
+    // ---- this step's frames: per destination j, a slot of slice j of every bucket
     layout(refs);
 
     // ---- receives first (both phases), so that every send finds its receive posted
@@ -138,13 +128,17 @@ class ScatterReducer final : public Reducer {
       }
     }
 
-    // ---- encode every slice of every compressed bucket, then send slice j to rank j
+    // ---- encode every slice of every bucket (fp32 when uncompressed), then send slice j to
+    // rank j
     for (std::size_t b = 0; b < refs.size(); ++b) {
-      if (!refs[b].compressed) continue;
       Bucket& bk = buckets_[b];
       for (std::size_t j = 0; j < world_; ++j) {
-        if (bk.slot_bytes[j] == 0) continue;
         const std::span<std::byte> slot = out_slot(b, j);
+        if (slot.empty()) continue;
+        if (!refs[b].compressed) {
+          std::memcpy(slot.data(), slice_of(refs[b].grad, j).data(), slot.size());
+          continue;
+        }
         const std::size_t len =
             bk.slices[j]->compress(slice_of(refs[b].grad, j), slice_ctx(ctx, bk, j, false), slot);
         std::fill(slot.begin() + static_cast<std::ptrdiff_t>(len), slot.end(), std::byte{0});
@@ -157,21 +151,17 @@ class ScatterReducer final : public Reducer {
       }
     }
 
-    // ---- the uncompressed buckets' fp32 mean, while the slices travel
-    packing_.begin(refs.size());
-    for (const BucketRef& r : refs) {
-      if (!r.compressed) packing_.add_dense(r.grad);
-    }
-    comm_.allreduce_sum(packing_.pack());
-    packing_.write_means(inv_w);
-
-    // ---- phase 1 arrives: the mean of my slice, compressed by its owner memory
+    // ---- phase 1 arrives: the mean of my slice, compressed by its owner memory (or fp32)
     wait_all(slices_in);
     rec.communicated();
     for (std::size_t b = 0; b < refs.size(); ++b) {
       Bucket& bk = buckets_[b];
-      if (!refs[b].compressed || bk.slot_bytes[me_] == 0) continue;
+      if (bk.mean.empty()) continue;
       std::fill(bk.mean.begin(), bk.mean.end(), 0.0f);
+      if (!refs[b].compressed) {
+        sum_dense_slices(b, inv_w);
+        continue;
+      }
       for (std::size_t r = 0; r < world_; ++r) {
         const std::span<const std::byte> slot =
             r == me_ ? std::span<const std::byte>(out_slot(b, me_)) : in_slot(r, b);
@@ -192,16 +182,19 @@ class ScatterReducer final : public Reducer {
     wait_all(sent);
     rec.communicated();
 
-    // ---- phase 2 arrives: every slice from its owner's message
+    // ---- phase 2 arrives: every slice from its owner's message (or fp32 mean)
     for (std::size_t b = 0; b < refs.size(); ++b) {
       const Bucket& bk = buckets_[b];
-      if (!refs[b].compressed) continue;
       for (std::size_t j = 0; j < world_; ++j) {
-        if (bk.slot_bytes[j] == 0) continue;
-        const std::span<float> dst = slice_of(refs[b].grad, j);
-        std::fill(dst.begin(), dst.end(), 0.0f);
         const std::span<const std::byte> slot =
             j == me_ ? std::span<const std::byte>(own_sum_slot(b)) : sums_slot(j, b);
+        if (slot.empty()) continue;
+        const std::span<float> dst = slice_of(refs[b].grad, j);
+        if (!refs[b].compressed) {
+          std::memcpy(dst.data(), slot.data(), slot.size());
+          continue;
+        }
+        std::fill(dst.begin(), dst.end(), 0.0f);
         codec_->decode_add(message_in_slot(slot, static_cast<int>(j), bk.id), dst, 1.0f);
       }
     }
@@ -240,6 +233,7 @@ class ScatterReducer final : public Reducer {
     std::uint32_t rows = 0;
     std::vector<std::unique_ptr<Memory>> slices;  // this rank's memory of each slice
     std::vector<std::size_t> slot_bytes;          // per slice: its message's bound (0: empty)
+    std::vector<std::size_t> slot_cap;            // ... or its fp32 bytes, whichever is more
     std::unique_ptr<Memory> owner;                // the owned slice's mean
     std::vector<float> mean;                      // the owned slice's mean, this step
   };
@@ -258,20 +252,25 @@ class ScatterReducer final : public Reducer {
     StepContext c = ctx;
     c.rank = static_cast<std::uint32_t>(me_);
     c.world = static_cast<std::uint32_t>(world_);
-    c.bucket = slice_stream(b.id, j, owner);
+    c.bucket = scatter_slice_stream(b.id, j, owner);
     c.rows = 0;  // a slice is a flat run of the bucket, not its matrix
     return c;
   }
 
-  // Frame sizes and slot offsets for this step's compressed buckets.
+  // Frame sizes and slot offsets for this step: a compressed slice's slot holds a message
+  // of its codec's bound, an uncompressed one its fp32 values.
   void layout(std::span<const BucketRef> refs) {
     frame_.assign(world_, 0);
     slot_offset_.assign(refs.size() * world_, 0);
+    slot_size_.assign(refs.size() * world_, 0);
     own_slot_offset_.assign(refs.size(), 0);
     for (std::size_t j = 0; j < world_; ++j) {
       for (std::size_t b = 0; b < refs.size(); ++b) {
+        const std::size_t size =
+            refs[b].compressed ? buckets_[b].slot_bytes[j] : 4 * slice_length(buckets_[b].n, j);
         slot_offset_[b * world_ + j] = frame_[j];
-        if (refs[b].compressed) frame_[j] += buckets_[b].slot_bytes[j];
+        slot_size_[b * world_ + j] = size;
+        frame_[j] += size;
       }
     }
     out_frame_offset_.assign(world_ + 1, 0);
@@ -286,26 +285,38 @@ class ScatterReducer final : public Reducer {
     return {slices_out_.data() + out_frame_offset_[j], frame_[j]};
   }
   std::span<std::byte> out_slot(std::size_t b, std::size_t j) {
-    return out_frame(j).subspan(slot_offset_[b * world_ + j], buckets_[b].slot_bytes[j]);
+    return out_frame(j).subspan(slot_offset_[b * world_ + j], slot_size_[b * world_ + j]);
   }
   // Rank r's frame of my slices (phase 1).
   std::span<std::byte> in_frame(std::size_t r) {
     return {slices_in_.data() + r * frame_[me_], frame_[me_]};
   }
   std::span<const std::byte> in_slot(std::size_t r, std::size_t b) {
-    return in_frame(r).subspan(slot_offset_[b * world_ + me_], buckets_[b].slot_bytes[me_]);
+    return in_frame(r).subspan(slot_offset_[b * world_ + me_], slot_size_[b * world_ + me_]);
   }
   // My slice's compressed mean in my phase-2 frame.
   std::span<std::byte> own_sum_slot(std::size_t b) {
     return std::span<std::byte>(sums_out_).subspan(own_slot_offset_[b],
-                                                   buckets_[b].slot_bytes[me_]);
+                                                   slot_size_[b * world_ + me_]);
   }
   // Owner j's frame of its means (phase 2).
   std::span<std::byte> sums_frame(std::size_t j) {
     return {sums_in_.data() + out_frame_offset_[j], frame_[j]};
   }
   std::span<const std::byte> sums_slot(std::size_t j, std::size_t b) {
-    return sums_frame(j).subspan(slot_offset_[b * world_ + j], buckets_[b].slot_bytes[j]);
+    return sums_frame(j).subspan(slot_offset_[b * world_ + j], slot_size_[b * world_ + j]);
+  }
+
+  // My slice of an uncompressed bucket: every rank's fp32 values summed in rank order, times
+  // 1/W (as every reducer's dense mean: the reciprocal, not a division), into my phase-2 slot.
+  void sum_dense_slices(std::size_t b, float inv_w) {
+    std::vector<float>& mean = buckets_[b].mean;
+    for (std::size_t r = 0; r < world_; ++r) {
+      const std::byte* src = r == me_ ? out_slot(b, me_).data() : in_slot(r, b).data();
+      for (std::size_t i = 0; i < mean.size(); ++i) mean[i] += load_le<float>(src + 4 * i);
+    }
+    for (float& x : mean) x *= inv_w;
+    std::memcpy(own_sum_slot(b).data(), mean.data(), 4 * mean.size());
   }
 
   // A peer that fails throws CommError from wait(); the requests still pending are then
@@ -336,9 +347,9 @@ class ScatterReducer final : public Reducer {
   std::shared_ptr<const Codec> codec_;
   std::string describe_;
   std::vector<Bucket> buckets_;
-  DensePacking packing_;
   std::vector<std::size_t> frame_;             // per rank j: bytes of one frame of slice j
   std::vector<std::size_t> slot_offset_;       // [b * W + j]: bucket b's slot in frame j
+  std::vector<std::size_t> slot_size_;         // [b * W + j]: its bytes this step
   std::vector<std::size_t> own_slot_offset_;   // per bucket: its slot in my frame
   std::vector<std::size_t> out_frame_offset_;  // frame j's start in slices_out_
   std::vector<std::byte> slices_out_;          // phase 1, sent: my messages of every slice
