@@ -90,13 +90,17 @@ python3 scripts/seed_table.py $O/seeds/summaries.jsonl --prefix v5/ --baseline v
   --label "v5/qsgd16-h45f3d4=qsgd:levels=16, H=45, 3 fragments, delay 4" \
   --label "v5/efsign32-h45f3d4=efsign:block=32, the same" --label "v5/2bit-h45f3d4=2bit, the same"
 echo
+# The baselines of the later sittings (the dense target, DDP dense and the best per-step
+# method, from the first machine's curves), and the columns they give.
+baselines=(--target-row "gradcomp dense" --target-step 234
+  --row "gradcomp dense|$C/dense.jsonl|none" --row "DDP dense|$C/dense.jsonl|ddp dense"
+  --row "powersgd:rank=2 (best per-step)|$C/powersgd2.jsonl|powersgd:rank=2")
+baseline_columns=(--baseline "DDP dense" --baseline "powersgd:rank=2 (best per-step)")
 python3 scripts/outer_loop_report.py --lab $O/lab-100mbit-v5-d4 \
-  --target-row "gradcomp dense" --target-step 234 \
-  --row "gradcomp dense|$C/dense.jsonl|none" --row "DDP dense|$C/dense.jsonl|ddp dense" \
-  --row "powersgd:rank=2 (best per-step)|$C/powersgd2.jsonl|powersgd:rank=2" \
+  "${baselines[@]}" \
   --row "fp16, H=45, 3 fragments, delay 14|$C/pieces-h45f3d14.jsonl|fp16+--sync-every=45+--fragments=3+--delay=14" \
   --row "fp16, H=45, 3 fragments, delay 4|$C/v5-h45f3d4.jsonl|fp16+--sync-every=45+--fragments=3+--delay=4" \
-  --baseline "DDP dense" --baseline "powersgd:rank=2 (best per-step)"
+  "${baseline_columns[@]}"
 echo
 # The scatter reducer and 4-bit pseudo-gradients (2026-12-01, an AMD EPYC VM): five seeds,
 # then the lab sitting v6-scatter.
@@ -108,19 +112,15 @@ python3 scripts/seed_table.py $O/seeds/summaries.jsonl --prefix v6/ --baseline v
   --label "v6/h45f3d1-int-scatter=int + scatter, H=45, 3 fragments, delay 1 (fp32 slices)"
 echo
 python3 scripts/outer_loop_report.py --lab $O/lab-100mbit-v6-scatter \
-  --target-row "gradcomp dense" --target-step 234 \
-  --row "gradcomp dense|$C/dense.jsonl|none" --row "DDP dense|$C/dense.jsonl|ddp dense" \
-  --row "powersgd:rank=2 (best per-step)|$C/powersgd2.jsonl|powersgd:rank=2" \
+  "${baselines[@]}" \
   --row "fp16, H=45, 3 fragments, delay 4|$C/v5-h45f3d4.jsonl|fp16+--sync-every=45+--fragments=3+--delay=4" \
   --row "int + scatter, H=45, 3 fragments, delay 2|$C/v6-h45f3d2-int-scatter.jsonl|int+--sync-every=45+--fragments=3+--delay=2+--reducer=scatter" \
-  --baseline "DDP dense" --baseline "powersgd:rank=2 (best per-step)"
+  "${baseline_columns[@]}"
 echo
 # The same after the uncompressed buckets joined the scatter as fp32 slices: the sitting
 # lab-100mbit-v6-fp32slices for the outer-loop rows, v6-scatter's for the baselines.
 python3 scripts/outer_loop_report.py --lab $O/lab-100mbit-v6-scatter --lab $O/lab-100mbit-v6-fp32slices \
-  --target-row "gradcomp dense" --target-step 234 \
-  --row "gradcomp dense|$C/dense.jsonl|none" --row "DDP dense|$C/dense.jsonl|ddp dense" \
-  --row "powersgd:rank=2 (best per-step)|$C/powersgd2.jsonl|powersgd:rank=2" \
+  "${baselines[@]}" \
   --row "int + scatter, H=45, 3 fragments, delay 1|$C/v6-h45f3d1-int-scatter.jsonl|int+--sync-every=45+--fragments=3+--delay=1+--reducer=scatter@lab-100mbit-v6-fp32slices" \
   --row "int + scatter, H=45, 3 fragments, delay 2|$C/v6-h45f3d2-int-scatter.jsonl|int+--sync-every=45+--fragments=3+--delay=2+--reducer=scatter@lab-100mbit-v6-fp32slices" \
-  --baseline "DDP dense" --baseline "powersgd:rank=2 (best per-step)"
+  "${baseline_columns[@]}"
