@@ -144,8 +144,8 @@ MethodPlan plan_codec(std::string_view spec, const CodecRegistry& registry,
     m.family = "scatter";
     m.traits = {.all_allreduce = true, .overlappable = false, .decode_per_peer = false};
     // Uncompressed buckets travel in the same two phases, as fp32 slices.
-    m.rounds.push_back({"slices, then the owners' means (dense ones in fp32)",
-                        Collective::kScatter, messages + kF32 * dense});
+    m.rounds.push_back({"slices, then the owners' means (dense ones in fp32)", Collective::kScatter,
+                        messages + kF32 * dense});
   } else if (linear) {
     m.rounds.push_back(
         {"dense + linear regions (fp32)", Collective::kAllreduce, kF32 * dense + f32});

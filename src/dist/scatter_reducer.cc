@@ -79,7 +79,6 @@ class ScatterReducer final : public Reducer {
       Bucket b;
       b.id = s.id;
       b.n = s.numel;
-      b.rows = static_cast<std::uint32_t>(s.rows);
       for (std::size_t j = 0; j < world_; ++j) {
         const std::size_t len = slice_length(b.n, j);
         b.slices.push_back(method.make_memory(len));
@@ -230,7 +229,6 @@ class ScatterReducer final : public Reducer {
   struct Bucket {
     std::uint32_t id = 0;
     std::size_t n = 0;
-    std::uint32_t rows = 0;
     std::vector<std::unique_ptr<Memory>> slices;  // this rank's memory of each slice
     std::vector<std::size_t> slot_bytes;          // per slice: its message's bound (0: empty)
     std::vector<std::size_t> slot_cap;            // ... or its fp32 bytes, whichever is more
