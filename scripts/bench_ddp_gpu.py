@@ -10,7 +10,9 @@ collectives carry (messages; PowerSGD's factors); for the others the bucket's ro
 through pinned host memory and the method on the CPU. Each gradcomp row names its path as
 CompressionState.on_device reports it ("device" or "staged"), and for the device path whether
 the codecs ran gradcomp's fused CUDA kernels or ATen operations (a spec ending in "@aten"
-switches the kernels off: the same method both ways in one run). Variants: DDP alone,
+switches the kernels off: the same method both ways in one run; "@perbucket" runs the device
+reducer one bucket at a time, GRADCOMP_DEVICE_BATCH=0, against its batches; "@aten+perbucket"
+both). Variants: DDP alone,
 torch's PowerSGD hook, gradcomp's hook with each --specs entry. Synthetic ImageNet-sized
 batches; the median step of --steps after --warmup. Prints a Markdown table; --json writes
 the record. --profile FILE adds, for each gradcomp variant, torch.profiler's table of three
@@ -53,12 +55,18 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     else:
         spec, _, mode = hook.partition("@")
-        kernels = mode != "aten" and gradcomp.cuda_kernels_built()
+        modes = set(mode.split("+")) if mode else set()
+        kernels = "aten" not in modes and gradcomp.cuda_kernels_built()
         previous = gradcomp.set_cuda_kernels(kernels)
+        # Read when the device reducer is built, at the first compressed step.
+        batch_switch = os.environ.get("GRADCOMP_DEVICE_BATCH")
+        if "perbucket" in modes:
+            os.environ["GRADCOMP_DEVICE_BATCH"] = "0"
         state = gc.CompressionState(spec)
         ddp.register_comm_hook(state, gc.hook)
         opt = gc.SGD(ddp.parameters(), lr=0.01, momentum=0.9, state=state)
-        path = ("device, " + ("kernels" if kernels else "aten")) if state.on_device else "staged"
+        path = ("device, " + ("kernels" if kernels else "aten")
+                + (", one bucket at a time" if "perbucket" in modes else "")) if state.on_device else "staged"
     x = torch.randn(batch, 3, 224, 224, device=device)
     y = torch.randint(0, 1000, (batch,), device=device)
     times = []
@@ -86,6 +94,10 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
         profile.flush()
     if previous is not None:
         gradcomp.set_cuda_kernels(previous)
+        if batch_switch is None:
+            os.environ.pop("GRADCOMP_DEVICE_BATCH", None)
+        else:
+            os.environ["GRADCOMP_DEVICE_BATCH"] = batch_switch
     del ddp, model, opt
     torch.cuda.empty_cache()
     return statistics.median(times), path
@@ -94,8 +106,8 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet50:64,alexnet:128", help="name:batch,...")
-    ap.add_argument("--specs", default="powersgd:rank=2;efm(topk:ratio=0.01);efm(topk:ratio=0.01)@aten;"
-                    "2bit;2bit@aten;efsign",
+    ap.add_argument("--specs", default="powersgd:rank=2;efm(topk:ratio=0.01);"
+                    "efm(topk:ratio=0.01)@perbucket;efm(topk:ratio=0.01)@aten;2bit;2bit@aten;efsign",
                     help="gradcomp compressors, ';'-separated")
     ap.add_argument("--torch-powersgd-rank", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)

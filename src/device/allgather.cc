@@ -16,13 +16,22 @@
 // bit for bit); on CUDA its device codecs are checked against the CPU codecs by
 // tests/python/test_device_codec.py on a GPU.
 //
+// Batches. Where the codec batches (DeviceCodec::batches(): top-k), the step's buckets are
+// encoded together and their messages decoded together: the error-feedback and momentum
+// memories of the compressible buckets lie back to back in one tensor, so that a step that
+// compresses all of them runs each memory update as one pass and the codec's selection
+// once for all (a step where some bucket falls back to dense runs them one by one).
+// GRADCOMP_DEVICE_BATCH=0 in the environment runs every step one bucket at a time: the
+// reference the tests hold the batches to, and the comparison a GPU run times.
+//
 // reduce() returns when the device work that writes the means is queued (it waits for the
 // payloads' copy, and the codecs' own checks and top-k's selection sizes wait for the
-// device too: about 1.5 ms a compressed bucket on an H100 with ResNet-50,
-// docs/measurements/gpu.md).
+// device too: one bucket at a time, about 0.84 ms a compressed bucket on an H200 with
+// ResNet-50, docs/measurements/gpu.md).
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -67,11 +76,16 @@ class DeviceAllgatherReducer final : public Reducer {
     std::uint32_t id = 0;
     std::size_t n = 0;
     std::uint32_t rows = 0;
+    bool in_flat = false;            // its memories are views of the flat ones below
     at::Tensor residual;             // ef, efm
     at::Tensor momentum;             // efm
     std::unique_ptr<DgcMemory> dgc;  // dgc
   };
   at::Tensor compress(Bucket& bucket, const at::Tensor& grad, const StepContext& ctx);
+  // The payloads of the buckets `sent` (indices, ascending; contexts[j] for sent[j]).
+  DeviceCodec::EncodedBatch encode(std::span<const at::Tensor> grads,
+                                   const std::vector<std::size_t>& sent,
+                                   const std::vector<StepContext>& contexts);
   void compress_dense(Bucket& bucket, const at::Tensor& grad, const StepContext& ctx);
   bool dense_is_cheaper(const Bucket& bucket, const StepContext& ctx) const;
 
@@ -81,8 +95,14 @@ class DeviceAllgatherReducer final : public Reducer {
   std::string describe_;
   std::shared_ptr<const Codec> codec_;
   std::unique_ptr<DeviceCodec> device_codec_;
+  bool batched_ = false;  // the codec batches, the memory is not DGC's, and not switched off
   dist::Communicator& comm_;
   std::vector<Bucket> buckets_;
+  // ef / efm: the compressible buckets' residuals (and momenta) back to back; their
+  // Bucket::residual / momentum are views of these, so that a batch reads them in place.
+  at::Tensor residual_flat_;
+  at::Tensor momentum_flat_;
+  std::size_t compressible_ = 0;
   std::vector<std::byte> send_;
   std::vector<std::byte> gathered_;
   std::vector<std::size_t> offsets_;
@@ -128,18 +148,40 @@ DeviceAllgatherReducer::DeviceAllgatherReducer(const Method& method, dist::Commu
   const detail::DgcOptions dgc = memory_ == MemoryKind::kDgc
                                      ? detail::DgcOptions::from(method.memory_params())
                                      : detail::DgcOptions{};
+  const char* switch_off = std::getenv("GRADCOMP_DEVICE_BATCH");
+  batched_ = device_codec_->batches() && memory_ != MemoryKind::kDgc &&
+             !(switch_off != nullptr && std::string(switch_off) == "0");
   const auto floats = at::TensorOptions().dtype(at::kFloat).device(device);
+  const bool residuals = memory_ == MemoryKind::kErrorFeedback || memory_ == MemoryKind::kMomentum;
+  std::int64_t flat = 0;
+  for (const BucketShape& s : shapes) {
+    if (s.compressible) {
+      ++compressible_;
+      flat += static_cast<std::int64_t>(s.numel);
+    }
+  }
+  if (residuals) {
+    residual_flat_ = at::zeros({flat}, floats);
+    if (memory_ == MemoryKind::kMomentum) momentum_flat_ = at::zeros({flat}, floats);
+  }
+  std::int64_t at = 0;
   for (const BucketShape& s : shapes) {
     Bucket b;
     b.id = s.id;
     b.n = s.numel;
     b.rows = static_cast<std::uint32_t>(s.rows);
+    const auto n = static_cast<std::int64_t>(s.numel);
     // Every bucket has its memory, the dense ones too, as the host reducer's do (their
     // states match name for name, so a checkpoint restores into either).
     if (memory_ == MemoryKind::kDgc) {
       b.dgc = std::make_unique<DgcMemory>(dgc, s.numel, floats);
-    } else if (memory_ != MemoryKind::kNone) {
-      b.residual = at::zeros({static_cast<std::int64_t>(s.numel)}, floats);
+    } else if (residuals && s.compressible) {
+      b.in_flat = true;
+      b.residual = residual_flat_.narrow(0, at, n);
+      if (memory_ == MemoryKind::kMomentum) b.momentum = momentum_flat_.narrow(0, at, n);
+      at += n;
+    } else if (residuals) {
+      b.residual = at::zeros({n}, floats);
       if (memory_ == MemoryKind::kMomentum) b.momentum = at::zeros_like(b.residual);
     }
     buckets_.push_back(std::move(b));
@@ -196,6 +238,61 @@ at::Tensor DeviceAllgatherReducer::compress(Bucket& bucket, const at::Tensor& gr
   return {};
 }
 
+DeviceCodec::EncodedBatch DeviceAllgatherReducer::encode(std::span<const at::Tensor> grads,
+                                                         const std::vector<std::size_t>& sent,
+                                                         const std::vector<StepContext>& contexts) {
+  if (batched_) {
+    std::vector<std::int64_t> sizes;
+    std::vector<at::Tensor> parts;
+    for (const std::size_t b : sent) {
+      sizes.push_back(static_cast<std::int64_t>(buckets_[b].n));
+      parts.push_back(grads[b]);
+    }
+    const at::Tensor g = at::cat(parts);
+    if (memory_ == MemoryKind::kNone) {
+      return device_codec_->encode_batch(g, sizes, contexts, /*feedback=*/false);
+    }
+    // The memories of the buckets sent, back to back: the flat ones themselves where every
+    // compressible bucket is sent (the usual step), else gathered and written back after.
+    std::size_t flat_sent = 0;
+    for (const std::size_t b : sent) flat_sent += buckets_[b].in_flat ? 1 : 0;
+    const bool every = flat_sent == sent.size() && flat_sent == compressible_;
+    const auto gathered = [&](at::Tensor Bucket::*memory, const at::Tensor& flat) {
+      if (every) return flat;
+      std::vector<at::Tensor> views;
+      for (const std::size_t b : sent) views.push_back(buckets_[b].*memory);
+      return at::cat(views);
+    };
+    const at::Tensor e = gathered(&Bucket::residual, residual_flat_);
+    at::Tensor u;
+    if (memory_ == MemoryKind::kMomentum) {
+      u = gathered(&Bucket::momentum, momentum_flat_);
+      accumulate_momentum(u, e, g, contexts.front());
+    } else {
+      e.add_(g);
+    }
+    DeviceCodec::EncodedBatch out = device_codec_->encode_batch(e, sizes, contexts, true);
+    if (!every) {
+      std::int64_t at = 0;
+      for (const std::size_t b : sent) {
+        const auto n = static_cast<std::int64_t>(buckets_[b].n);
+        buckets_[b].residual.copy_(e.narrow(0, at, n));
+        if (u.defined()) buckets_[b].momentum.copy_(u.narrow(0, at, n));
+        at += n;
+      }
+    }
+    return out;
+  }
+  DeviceCodec::EncodedBatch out;
+  std::vector<at::Tensor> payloads;
+  for (std::size_t j = 0; j < sent.size(); ++j) {
+    payloads.push_back(compress(buckets_[sent[j]], grads[sent[j]], contexts[j]));
+    out.bytes.push_back(payloads.back().numel());
+  }
+  out.payloads = at::cat(payloads);
+  return out;
+}
+
 // Memory::compress_dense: the step as if everything were sent exactly; grad receives it.
 void DeviceAllgatherReducer::compress_dense(Bucket& bucket, const at::Tensor& grad,
                                             const StepContext& ctx) {
@@ -248,10 +345,8 @@ void DeviceAllgatherReducer::reduce(std::span<const at::Tensor> grads,
 
   // ---- encode on the device; payloads to the host, framed
   std::vector<char> dense_now(buckets_.size(), 0);
-  std::size_t send_len = 0;
-  std::size_t n_messages = 0;
-  std::vector<at::Tensor> payloads;
-  std::vector<std::size_t> payload_buckets;
+  std::vector<std::size_t> sent;
+  std::vector<StepContext> contexts;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bk = buckets_[b];
     if (!compressed[b]) {
@@ -269,21 +364,22 @@ void DeviceAllgatherReducer::reduce(std::span<const at::Tensor> grads,
       ++stats_.dense_fallbacks;
       continue;
     }
-    payloads.push_back(compress(bk, grads[b], c));
-    payload_buckets.push_back(b);
-    ++n_messages;
+    sent.push_back(b);
+    contexts.push_back(c);
   }
+  const std::size_t n_messages = sent.size();
+  std::size_t send_len = 0;
   // Every payload crosses in one copy (one wait for the device), then each is framed.
-  if (!payloads.empty()) {
-    const at::Tensor host = at::cat(payloads).to(at::kCPU);
+  if (!sent.empty()) {
+    const DeviceCodec::EncodedBatch encoded = encode(grads, sent, contexts);
+    const at::Tensor host = encoded.payloads.to(at::kCPU);
     const auto* src = reinterpret_cast<const std::byte*>(host.data_ptr<std::uint8_t>());
-    for (std::size_t j = 0; j < payloads.size(); ++j) {
-      const auto bytes = static_cast<std::size_t>(payloads[j].numel());
+    for (std::size_t j = 0; j < sent.size(); ++j) {
+      const auto bytes = static_cast<std::size_t>(encoded.bytes[j]);
       send_.resize(std::max(send_.size(), send_len + kHeaderBytes + bytes));
       const std::span<std::byte> msg(send_.data() + send_len, kHeaderBytes + bytes);
       if (bytes > 0) std::memcpy(msg.data() + kHeaderBytes, src, bytes);
-      write_header(msg, codec_->wire_id(), codec_->config_tag(), buckets_[payload_buckets[j]].n,
-                   bytes);
+      write_header(msg, codec_->wire_id(), codec_->config_tag(), buckets_[sent[j]].n, bytes);
       src += bytes;
       send_len += msg.size();
     }
@@ -338,18 +434,32 @@ void DeviceAllgatherReducer::reduce(std::span<const at::Tensor> grads,
         at::from_blob(gathered_.data(), {static_cast<std::int64_t>(gathered_.size())},
                       at::TensorOptions().dtype(at::kByte))
             .to(grads.front().device());
-    std::size_t j = 0;
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      if (dense_now[b]) continue;
-      grads[b].zero_();
+    // Payload (r, j) of bucket sent[j], opened (framing, checksum, codec, n) bucket after
+    // bucket, as the one-at-a-time decode opens them.
+    std::vector<std::int64_t> positions(w * n_messages);
+    std::vector<std::int64_t> lengths(w * n_messages);
+    std::vector<at::Tensor> outs;
+    for (std::size_t j = 0; j < n_messages; ++j) {
+      outs.push_back(grads[sent[j]]);
       for (std::size_t r = 0; r < w; ++r) {
         const std::span<const std::byte> payload =
-            open_payload(spans_[r * n_messages + j], *codec_, buckets_[b].n);
-        const auto pos = static_cast<std::int64_t>(payload.data() - gathered_.data());
-        device_codec_->decode_payload_add(
-            on_device.narrow(0, pos, static_cast<std::int64_t>(payload.size())), grads[b], inv_w);
+            open_payload(spans_[r * n_messages + j], *codec_, buckets_[sent[j]].n);
+        positions[r * n_messages + j] =
+            static_cast<std::int64_t>(payload.data() - gathered_.data());
+        lengths[r * n_messages + j] = static_cast<std::int64_t>(payload.size());
       }
-      ++j;
+    }
+    if (batched_) {
+      device_codec_->decode_batch(on_device, positions, lengths, outs, inv_w);
+    } else {
+      for (std::size_t j = 0; j < n_messages; ++j) {
+        outs[j].zero_();
+        for (std::size_t r = 0; r < w; ++r) {
+          const std::size_t i = r * n_messages + j;
+          device_codec_->decode_payload_add(on_device.narrow(0, positions[i], lengths[i]), outs[j],
+                                            inv_w);
+        }
+      }
     }
   }
   rec.decoded();

@@ -25,6 +25,14 @@ const std::vector<std::pair<std::string, Factory>>& factories() {
   return table;
 }
 
+// The payload where ATen can view its fields as 4- and 8-byte values: a payload cut from
+// messages gathered back to back starts wherever the one before it ended (after top-k's
+// 4 + 6c bytes with fp16 values, 2 bytes off a word), and a dtype view needs its offset
+// to be a multiple of the new element size. Such a payload is copied (it is small).
+at::Tensor aligned(const at::Tensor& payload) {
+  return payload.storage_offset() % 8 == 0 ? payload : payload.clone();
+}
+
 }  // namespace
 
 at::Tensor DeviceCodec::encode_payload(const at::Tensor& g, const StepContext& ctx) const {
@@ -53,7 +61,83 @@ void DeviceCodec::decode_payload_add(const at::Tensor& payload, const at::Tensor
   const std::string op = codec().name() + " decode";
   check_floats(out, op.c_str());
   check_payload(payload, out.device(), op.c_str());
-  decode_add_impl(payload, out, alpha);
+  decode_add_impl(aligned(payload), out, alpha);
+}
+
+DeviceCodec::EncodedBatch DeviceCodec::encode_batch(const at::Tensor& flat,
+                                                    std::span<const std::int64_t> sizes,
+                                                    std::span<const StepContext> ctxs,
+                                                    bool feedback) const {
+  const std::string op = codec().name() + " encode";
+  check_floats(flat, op.c_str());
+  std::int64_t total = 0;
+  for (const std::int64_t n : sizes) {
+    if (n < 0) throw InvalidArgument(op + ": a batch segment of " + std::to_string(n) + " values");
+    total += n;
+  }
+  if (total != flat.numel() || ctxs.size() != sizes.size()) {
+    throw InvalidArgument(op + ": a batch of " + std::to_string(sizes.size()) + " segments (" +
+                          std::to_string(total) + " values, " + std::to_string(ctxs.size()) +
+                          " contexts) over " + std::to_string(flat.numel()) + " values");
+  }
+  return encode_batch_impl(flat, sizes, ctxs, feedback);
+}
+
+void DeviceCodec::decode_batch(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
+                               std::span<const std::int64_t> bytes,
+                               std::span<const at::Tensor> outs, float alpha) const {
+  const std::string op = codec().name() + " decode";
+  for (const at::Tensor& out : outs) check_floats(out, op.c_str());
+  if (!outs.empty()) check_payload(payloads, outs.front().device(), op.c_str());
+  const bool shaped = offsets.size() == bytes.size() &&
+                      (outs.empty() ? offsets.empty() : offsets.size() % outs.size() == 0);
+  if (!shaped) {
+    throw InvalidArgument(op + ": " + std::to_string(offsets.size()) + " offsets and " +
+                          std::to_string(bytes.size()) + " lengths for " +
+                          std::to_string(outs.size()) + " outputs");
+  }
+  for (std::size_t i = 0; i < offsets.size(); ++i) {
+    if (offsets[i] < 0 || bytes[i] < 0 || offsets[i] > payloads.numel() ||
+        bytes[i] > payloads.numel() - offsets[i]) {
+      throw InvalidArgument(op + ": payload " + std::to_string(i) + " outside the batch's " +
+                            std::to_string(payloads.numel()) + " bytes");
+    }
+  }
+  decode_batch_impl(payloads, offsets, bytes, outs, alpha);
+}
+
+DeviceCodec::EncodedBatch DeviceCodec::encode_batch_impl(const at::Tensor& flat,
+                                                         std::span<const std::int64_t> sizes,
+                                                         std::span<const StepContext> ctxs,
+                                                         bool feedback) const {
+  EncodedBatch out;
+  std::vector<at::Tensor> payloads;
+  std::int64_t offset = 0;
+  for (std::size_t s = 0; s < sizes.size(); ++s) {
+    const at::Tensor segment = flat.narrow(0, offset, sizes[s]);
+    payloads.push_back(feedback ? encode_feedback_impl(segment, ctxs[s])
+                                : encode_impl(segment, ctxs[s]));
+    out.bytes.push_back(payloads.back().numel());
+    offset += sizes[s];
+  }
+  out.payloads =
+      payloads.empty() ? at::empty({0}, flat.options().dtype(at::kByte)) : at::cat(payloads);
+  return out;
+}
+
+void DeviceCodec::decode_batch_impl(const at::Tensor& payloads,
+                                    std::span<const std::int64_t> offsets,
+                                    std::span<const std::int64_t> bytes,
+                                    std::span<const at::Tensor> outs, float alpha) const {
+  const std::size_t segments = outs.size();
+  const std::size_t ranks = segments == 0 ? 0 : offsets.size() / segments;
+  for (std::size_t s = 0; s < segments; ++s) {
+    outs[s].zero_();
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::size_t i = r * segments + s;
+      decode_add_impl(aligned(payloads.narrow(0, offsets[i], bytes[i])), outs[s], alpha);
+    }
+  }
 }
 
 at::Tensor DeviceCodec::encode_with_residual_impl(const at::Tensor& g, const at::Tensor& e,

@@ -35,6 +35,7 @@ namespace {
 
 using dist::test::run_ranks;
 using test::floats;
+using test::name_of;
 using test::same_bits;
 
 const std::vector<std::string> kSpecs = {
@@ -79,14 +80,6 @@ StepContext context(int step, std::uint32_t bucket = 3) {
   return ctx;
 }
 
-std::string name_of(const std::string& spec) {
-  std::string name = spec;
-  for (char& ch : name) {
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  }
-  return name;
-}
-
 // One bucket's memory on the host and on the device, built from one method.
 struct Memories {
   Method method;
@@ -112,16 +105,9 @@ struct Memories {
 
 // The device state: the host's names in its order, its values bit for bit.
 void expect_same_state(Memories& m, const std::string& where) {
-  const std::vector<StateBuffer> host = m.host->state();
   std::vector<std::pair<std::string, at::Tensor>> dev;
   m.dev->append_state("", dev);
-  ASSERT_EQ(host.size(), dev.size()) << where;
-  for (std::size_t i = 0; i < host.size(); ++i) {
-    ASSERT_EQ(host[i].name, dev[i].first) << where;
-    EXPECT_TRUE(same_bits(dev[i].second,
-                          at::tensor(std::vector<float>(host[i].data.begin(), host[i].data.end()))))
-        << where << ": " << host[i].name;
-  }
+  test::expect_same_state(m.host->state(), dev, where);
 }
 
 class DgcDeviceMemory : public ::testing::TestWithParam<std::string> {};
@@ -273,15 +259,7 @@ std::uint64_t check_reducers(const std::string& spec, dist::Communicator& comm) 
           at::tensor(std::vector<float>(host_grads[b].begin(), host_grads[b].end())).reshape({-1})))
           << where << " bucket " << kShapes[b].id;
     }
-    const std::vector<StateBuffer> hs = host->state();
-    const auto ds = dev->state();
-    EXPECT_EQ(hs.size(), ds.size()) << where;
-    for (std::size_t i = 0; i < std::min(hs.size(), ds.size()); ++i) {
-      EXPECT_EQ(hs[i].name, ds[i].first) << where;
-      EXPECT_TRUE(same_bits(ds[i].second,
-                            at::tensor(std::vector<float>(hs[i].data.begin(), hs[i].data.end()))))
-          << where << " " << hs[i].name;
-    }
+    test::expect_same_state(host->state(), dev->state(), where);
     const ReduceStats h = host->take_stats();
     const ReduceStats d = dev->take_stats();
     EXPECT_EQ(h.bytes_sent, d.bytes_sent) << where;

@@ -22,6 +22,8 @@ namespace {
 
 using test::floats;
 using test::same_bits;
+using Pair = test::CodecPair;
+const auto make = test::make_codec_pair;
 
 StepContext context(std::uint64_t step) {
   StepContext ctx;
@@ -42,17 +44,6 @@ std::vector<at::Tensor> tied_gradients(std::int64_t n) {
   // is often far off and DGC's corrections (0.8x retries, re-selection) run.
   at::Tensor lines = at::randn({(n + 15) / 16}).mul(3).exp().repeat_interleave(16).narrow(0, 0, n);
   return {blocks, signs, at::zeros({n}), spikes, lines.mul(signs)};
-}
-
-struct Pair {
-  std::shared_ptr<const Codec> cpu;
-  std::unique_ptr<DeviceCodec> dev;
-};
-
-Pair make(const std::string& spec) {
-  Pair p{builtin_registry().make_codec(spec), nullptr};
-  p.dev = make_device_codec(*p.cpu);
-  return p;
 }
 
 const std::vector<std::string> kSpecs = {"topk:select=exact", "topk:select=sampled",

@@ -60,6 +60,35 @@ class DeviceCodec {
   // codec would refuse.
   void decode_payload_add(const at::Tensor& payload, const at::Tensor& out, float alpha) const;
 
+  // ---- Batches: the tensors of one step encoded, and their messages decoded, together.
+  // Each result equals the one-tensor calls' above, tensor by tensor, byte for byte; a codec
+  // that batches() shares the launches and host syncs among the tensors (top-k: one
+  // selection and two syncs for all, not one selection and two syncs each, which cost
+  // ResNet-50's 42 tensors most of the device reducer's time: docs/measurements/gpu.md).
+  // The others run the one-tensor calls in a loop.
+  virtual bool batches() const { return false; }
+
+  struct EncodedBatch {
+    at::Tensor payloads;              // uint8 on flat's device: the payloads back to back
+    std::vector<std::int64_t> bytes;  // each one's length
+  };
+  // Segment s of flat (contiguous 1-D float32) is the sizes[s] values after segment s - 1;
+  // sum(sizes) = flat.numel(), ctxs[s] its step context. feedback: the payloads of
+  // encode_payload_feedback(segment s, ctxs[s]), each segment left p - decode(payload);
+  // else those of encode_payload(segment s, ctxs[s]), flat unchanged. A non-finite value
+  // is refused (InvalidArgument) as the one-tensor call refuses it, for the first
+  // segment holding one; flat's other segments may then have been written.
+  EncodedBatch encode_batch(const at::Tensor& flat, std::span<const std::int64_t> sizes,
+                            std::span<const StepContext> ctxs, bool feedback) const;
+  // outs[s] = the sum over r = 0, 1, ..., ranks - 1, in that order, of alpha * decode(payload
+  // (r, s)), where payload (r, s) is payloads.narrow(0, offsets[i], bytes[i]), i = r * S + s,
+  // S = outs.size(): what zeroing outs[s] and then decode_payload_add of each rank's
+  // payload in rank order writes. Refusals as decode_payload_add's, the first in
+  // segment-major order; the outs are then unspecified.
+  void decode_batch(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
+                    std::span<const std::int64_t> bytes, std::span<const at::Tensor> outs,
+                    float alpha) const;
+
  protected:
   // The hooks, called with checked arguments.
   virtual at::Tensor encode_impl(const at::Tensor& g, const StepContext& ctx) const = 0;
@@ -71,6 +100,13 @@ class DeviceCodec {
   // Validates the payload's length and contents before writing anything.
   virtual void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
                                float alpha) const = 0;
+  // The defaults loop over the one-tensor hooks; arguments checked.
+  virtual EncodedBatch encode_batch_impl(const at::Tensor& flat,
+                                         std::span<const std::int64_t> sizes,
+                                         std::span<const StepContext> ctxs, bool feedback) const;
+  virtual void decode_batch_impl(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
+                                 std::span<const std::int64_t> bytes,
+                                 std::span<const at::Tensor> outs, float alpha) const;
 
  private:
   const Codec& codec_;

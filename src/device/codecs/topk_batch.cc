@@ -1,0 +1,429 @@
+// top-k's batches on the device (topk_batch.h). The one-tensor path (topk.cc) costs every
+// tensor about twenty launches and two host syncs; a DDP bucket of ResNet-50 holds dozens
+// of tensors, most of them small. Here the segments of one flat tensor share the passes:
+//
+//   thresholds  per segment: for a sampled selection (DGC's) the rank-th largest pattern
+//               of topk.cc's line sample, drawn as it draws it; for an exact one, of the
+//               batch's own strided sample (exact_sample: any threshold with k entries above
+//               it gives the same top k), the small tensors the one-tensor path sorts whole
+//               included, or 0 (every entry a candidate) where a sample cannot narrow them.
+//               All segments' samples are sorted at once, keyed by segment;
+//   candidates  u >= the segment's threshold, segment by segment, one nonzero (sync 1), then
+//               the per-segment counts and the non-finite check in one transfer (sync 2);
+//   decide      on the host, per segment, what topk.cc decides from the count: all of
+//               them, the top k among them, or (rare) the one-tensor path on its own;
+//   top k       all candidates sorted at once by (segment, larger pattern first), stably,
+//               so ties go to the lower index as everywhere else; each segment's first m
+//               taken, then sorted back into index order;
+//   payloads    every segment's count, indices and values cut from three tensors and
+//               joined in one cat; the feedback (sent entries zeroed, or left with the
+//               fp16 rounding error) one indexed write over flat.
+//
+// The decode checks every payload of the step (count field, index range and order, finite
+// values) in one host sync and adds each rank's entries in one indexed write, rank after
+// rank, into the outputs (views of one DDP bucket) or an accumulator: the one-payload
+// path's arithmetic in its order.
+#include "topk_batch.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "codecs.h"
+#include "gradcomp/error.h"
+#include "gradcomp/kernels/select.h"
+#include "gradcomp/rng.h"
+#include "topk_select.h"
+
+namespace gradcomp::device::topk_detail {
+
+std::int64_t TopkParams::k(std::int64_t n) const {
+  return static_cast<std::int64_t>(kernels::count_for_fraction(ratio, static_cast<std::size_t>(n)));
+}
+bool TopkParams::sampled(std::int64_t n) const { return sampled_for(select, n); }
+std::int64_t TopkParams::min_count(std::int64_t n) const { return sampled(n) ? 0 : k(n); }
+std::int64_t TopkParams::max_count(std::int64_t n) const {
+  return sampled(n)
+             ? static_cast<std::int64_t>(kernels::sampled_max_count(static_cast<std::size_t>(k(n))))
+             : k(n);
+}
+
+namespace {
+
+// A host vector as an int64 tensor on `device` (from pinned memory, without a sync, to a GPU).
+at::Tensor to_device(const std::vector<std::int64_t>& v, const at::Device& device) {
+  at::Tensor t = at::empty({static_cast<std::int64_t>(v.size())},
+                           at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  std::copy(v.begin(), v.end(), t.data_ptr<std::int64_t>());
+  return t.to(device, /*non_blocking=*/true);
+}
+
+// Runs r = 0, 1, ...: the arithmetic sequences base[r] + step[r] * i, i < count[r], one
+// after the other (total = the sum of the counts), and each element's run.
+struct Runs {
+  at::Tensor values;
+  at::Tensor run;
+};
+Runs expand(const std::vector<std::int64_t>& base, const std::vector<std::int64_t>& step,
+            const std::vector<std::int64_t>& count, std::int64_t total, const at::Device& device) {
+  std::vector<std::int64_t> first(count.size());
+  std::int64_t at = 0;
+  for (std::size_t r = 0; r < count.size(); ++r) {
+    first[r] = at;
+    at += count[r];
+  }
+  Runs out;
+  out.run = at::repeat_interleave(to_device(count, device), c10::optional<std::int64_t>(total));
+  const at::Tensor i = at::arange(total, at::TensorOptions().dtype(at::kLong).device(device))
+                           .sub_(to_device(first, device).index_select(0, out.run));
+  out.values = to_device(base, device)
+                   .index_select(0, out.run)
+                   .add_(to_device(step, device).index_select(0, out.run).mul_(i));
+  return out;
+}
+
+// Per-segment patterns sorted by (segment, larger pattern first): keys seg * 2^31 + (max -
+// u), u int32 patterns, seg int64 (2^31 > every pattern, so segments never interleave).
+at::Tensor segment_keys(const at::Tensor& seg, const at::Tensor& u) {
+  return seg.mul(std::int64_t{1} << 31).add_(u.to(at::kLong).neg().add_(kMaxBits));
+}
+
+enum class Route { kNone, kBatch, kAlone };
+
+// The batch's strided samples for exact selections: at least this many values, and 16 per
+// n / k (about 16 of them above the k-th largest; the threshold is the (1.5 x that + 16)-th
+// largest, so a shortfall below k, which only sends the tensor down the one-tensor path, is
+// many standard deviations away). Far smaller than the one-tensor path's 65,536: the
+// batch sorts all its samples at once.
+constexpr std::int64_t kExactBatchSample = 1024;
+
+}  // namespace
+
+DeviceCodec::EncodedBatch encode_batch(const TopkParams& params, const at::Tensor& flat,
+                                       std::span<const std::int64_t> sizes,
+                                       std::span<const StepContext> ctxs, bool feedback) {
+  const char* op = "topk encode";
+  const at::Device device = flat.device();
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
+  const auto segments = sizes.size();
+  const std::int64_t total = flat.numel();
+
+  std::vector<std::int64_t> start(segments);
+  std::vector<SelectPlan> plan(segments);
+  std::vector<Route> route(segments, Route::kNone);
+  {
+    std::int64_t at = 0;
+    for (std::size_t s = 0; s < segments; ++s) {
+      start[s] = at;
+      const std::int64_t n = sizes[s];
+      at += n;
+      plan[s] = plan_selection(n, params.k(n), params.sampled(n), params.sample);
+      if (plan[s].kind == SelectPlan::Kind::kEmpty) continue;
+      route[s] =
+          fused_selection(flat.narrow(0, start[s], n), plan[s].k) ? Route::kAlone : Route::kBatch;
+    }
+  }
+  // Each segment's selection (global indices) where it runs on its own. The fused CUDA
+  // selection's segments go first: its own non-finite check then speaks before the batch's.
+  std::vector<at::Tensor> alone(segments);
+  const auto select_alone = [&](std::size_t s) {
+    const std::int64_t n = sizes[s];
+    alone[s] = select_topk(flat.narrow(0, start[s], n), params.k(n), params.sampled(n),
+                           params.sample, ctxs[s], op)
+                   .add(start[s]);
+  };
+  for (std::size_t s = 0; s < segments; ++s) {
+    if (route[s] == Route::kAlone) select_alone(s);
+  }
+
+  // ---- thresholds: the batch's sampled segments' order statistics, from one sort
+  std::vector<std::int64_t> thr_host(segments, 0);
+  std::vector<std::int64_t> run_base, run_step, run_count, run_segment;
+  std::vector<std::int64_t> sampled_segments, take;
+  std::int64_t samples = 0;
+  std::vector<std::int64_t> line_starts;
+  for (std::size_t s = 0; s < segments; ++s) {
+    if (route[s] != Route::kBatch) continue;
+    SelectPlan& p = plan[s];
+    if (p.kind == SelectPlan::Kind::kWhole || p.kind == SelectPlan::Kind::kStrided) {
+      // An exact selection: filtered by the batch's own strided sample (exact_sample), so
+      // the small tensors too; where that cannot narrow them, every entry a candidate.
+      const std::int64_t n = sizes[s];
+      const std::int64_t want =
+          std::max<std::int64_t>(kExactBatchSample, 16 * ((n + p.k - 1) / p.k));
+      p.kind = exact_sample(n, p.k, std::min(n / 8, want), p) ? SelectPlan::Kind::kStrided
+                                                              : SelectPlan::Kind::kWhole;
+    }
+    if (p.kind == SelectPlan::Kind::kWhole) continue;
+    const auto index = static_cast<std::int64_t>(sampled_segments.size());
+    sampled_segments.push_back(static_cast<std::int64_t>(s));
+    if (p.kind == SelectPlan::Kind::kStrided) {
+      run_base.push_back(start[s]);
+      run_step.push_back(p.stride);
+      run_count.push_back(p.samples);
+      run_segment.push_back(index);
+    } else {
+      line_starts.resize(static_cast<std::size_t>(p.lines));
+      draw_line_starts(CounterRng::for_step(ctxs[s], RngScope::kPerRank), p, line_starts.data());
+      for (const std::int64_t line : line_starts) {
+        run_base.push_back(start[s] + line);
+        run_step.push_back(1);
+        run_count.push_back(kLine);
+        run_segment.push_back(index);
+      }
+    }
+    take.push_back(samples + p.rank - 1);
+    samples += p.samples;
+  }
+  at::Tensor thr = to_device(thr_host, device);
+  if (!sampled_segments.empty()) {
+    const Runs pos = expand(run_base, run_step, run_count, samples, device);
+    const at::Tensor seg = to_device(run_segment, device).index_select(0, pos.run);
+    const at::Tensor keys =
+        std::get<0>(at::sort(segment_keys(seg, abs_bits(flat.index_select(0, pos.values)))));
+    // max - (key mod 2^31) is the pattern; +inf's pattern at most, so that the selection
+    // meets every non-finite entry.
+    const at::Tensor order_stat = keys.index_select(0, to_device(take, device))
+                                      .bitwise_and_(kMaxBits)
+                                      .neg_()
+                                      .add_(kMaxBits)
+                                      .clamp_max_(kNonFiniteBits);
+    thr.index_copy_(0, to_device(sampled_segments, device), order_stat);
+  }
+
+  // ---- candidates, their per-segment counts and the non-finite check (2 syncs)
+  std::vector<std::int64_t> boundaries(start);
+  boundaries.push_back(total);
+  const at::Tensor bounds_dev = to_device(boundaries, device);
+  // One comparison per segment in the batch (a launch each, no sync; a per-element copy of
+  // the thresholds would cost a pass of its own), then one nonzero over all of them.
+  const at::Tensor thresholds = thr.to(at::kInt);
+  const at::Tensor mask = at::zeros({total}, flat.options().dtype(at::kBool));
+  for (std::size_t s = 0; s < segments; ++s) {
+    if (route[s] != Route::kBatch || sizes[s] == 0) continue;
+    at::Tensor part = mask.narrow(0, start[s], sizes[s]);
+    at::ge_out(part, abs_bits(flat.narrow(0, start[s], sizes[s])),
+               thresholds.narrow(0, static_cast<std::int64_t>(s), 1));
+  }
+  const at::Tensor cand = at::nonzero(mask).view(-1);
+  const std::int64_t c_total = cand.numel();
+  const at::Tensor cand_seg =
+      at::searchsorted(bounds_dev.narrow(0, 1, static_cast<std::int64_t>(segments)), cand,
+                       /*out_int32=*/false, /*right=*/true);
+  const at::Tensor cand_u = abs_bits(flat.index_select(0, cand));
+  const at::Tensor bad = cand_u.ge(kNonFiniteBits);
+  const at::Tensor first_bad =
+      c_total > 0 ? bad.to(at::kByte).argmax().reshape({1}) : at::zeros({1}, longs);
+  const at::Tensor info =
+      at::cat({at::searchsorted(cand, bounds_dev), bad.any().to(at::kLong).reshape({1}), first_bad})
+          .cpu();
+  const std::int64_t* seen = info.data_ptr<std::int64_t>();
+  if (seen[segments + 1] != 0) {
+    const std::int64_t i = cand[seen[segments + 2]].item<std::int64_t>();
+    const auto s = static_cast<std::size_t>(std::upper_bound(start.begin(), start.end(), i) -
+                                            start.begin() - 1);
+    throw InvalidArgument(std::string(op) + ": non-finite value at index " +
+                          std::to_string(i - start[s]));
+  }
+
+  // ---- decide per segment: how many of its candidates (the first of them by pattern)
+  std::vector<std::int64_t> taken(segments, 0);
+  for (std::size_t s = 0; s < segments; ++s) {
+    if (route[s] != Route::kBatch) continue;
+    const std::int64_t c = seen[s + 1] - seen[s];
+    const std::int64_t k = plan[s].k;
+    switch (plan[s].kind) {
+      case SelectPlan::Kind::kWhole:
+        taken[s] = k;
+        break;
+      case SelectPlan::Kind::kStrided:
+        if (c >= k) {
+          taken[s] = k;
+        } else {
+          route[s] = Route::kAlone;  // the whole tensor, as topk.cc falls back
+        }
+        break;
+      case SelectPlan::Kind::kLines:
+        if (10 * c > 13 * k) {
+          taken[s] = k;  // hierarchical re-selection
+        } else if (10 * c < 8 * k) {
+          route[s] = Route::kAlone;  // DGC's 0.8x retries
+        } else {
+          taken[s] = c;
+        }
+        break;
+      case SelectPlan::Kind::kEmpty:
+        break;
+    }
+  }
+  std::int64_t m_total = 0;
+  std::vector<std::int64_t> take_base, ones, take_count;
+  for (std::size_t s = 0; s < segments; ++s) {
+    if (taken[s] == 0) continue;
+    take_base.push_back(seen[s]);
+    ones.push_back(1);
+    take_count.push_back(taken[s]);
+    m_total += taken[s];
+  }
+  at::Tensor selected = at::empty({0}, longs);
+  if (m_total > 0) {
+    const at::Tensor perm =
+        std::get<1>(at::sort(segment_keys(cand_seg, cand_u), /*stable=*/true, 0, false));
+    const at::Tensor pos = expand(take_base, ones, take_count, m_total, device).values;
+    selected = std::get<0>(at::sort(cand.index_select(0, perm.index_select(0, pos))));
+  }
+  bool any_alone = false;
+  for (std::size_t s = 0; s < segments; ++s) {
+    if (route[s] != Route::kAlone) continue;
+    if (!alone[s].defined()) select_alone(s);
+    taken[s] = alone[s].numel();
+    any_alone = true;
+  }
+  if (any_alone) {
+    std::vector<at::Tensor> parts{selected};
+    for (const at::Tensor& a : alone) {
+      if (a.defined()) parts.push_back(a);
+    }
+    selected = std::get<0>(at::sort(at::cat(parts)));
+  }
+
+  // ---- payloads: count, indices (segment-local), values, segment after segment
+  m_total = 0;
+  std::vector<std::int64_t> counts, zero_steps(segments, 0);
+  for (std::size_t s = 0; s < segments; ++s) {
+    counts.push_back(taken[s]);
+    m_total += taken[s];
+  }
+  const at::Tensor local =
+      selected.sub(expand(start, zero_steps, counts, m_total, device).values).to(at::kInt);
+  const at::Tensor vals = flat.index_select(0, selected);
+  const at::Tensor halves = params.fp16 ? sent_halves(vals) : at::Tensor();
+  const at::Tensor count_bytes = to_device(counts, device).to(at::kInt).view(at::kByte);
+  const at::Tensor index_bytes = local.view(at::kByte);
+  const at::Tensor value_bytes = (params.fp16 ? halves : vals).view(at::kByte);
+  const std::int64_t value_size = params.entry_bytes() - 4;
+  DeviceCodec::EncodedBatch out;
+  std::vector<at::Tensor> pieces;
+  std::int64_t at = 0;
+  for (std::size_t s = 0; s < segments; ++s) {
+    const std::int64_t m = taken[s];
+    pieces.push_back(count_bytes.narrow(0, 4 * static_cast<std::int64_t>(s), 4));
+    pieces.push_back(index_bytes.narrow(0, 4 * at, 4 * m));
+    pieces.push_back(value_bytes.narrow(0, value_size * at, value_size * m));
+    out.bytes.push_back(4 + (4 + value_size) * m);
+    at += m;
+  }
+  out.payloads = pieces.empty() ? at::empty({0}, flat.options().dtype(at::kByte)) : at::cat(pieces);
+
+  if (feedback && m_total > 0) {
+    if (params.fp16) {
+      flat.index_copy_(0, selected, vals.sub(halves.to(at::kFloat)));
+    } else {
+      flat.index_fill_(0, selected, 0.0);  // p - p is +0, as the CPU writes
+    }
+  }
+  return out;
+}
+
+bool decode_batch(const TopkParams& params, const at::Tensor& payloads,
+                  std::span<const std::int64_t> offsets, std::span<const std::int64_t> bytes,
+                  std::span<const at::Tensor> outs, float alpha) {
+  const std::size_t segments = outs.size();
+  if (segments == 0) return true;
+  const at::Device device = outs.front().device();
+  const std::size_t messages = offsets.size();
+  const std::size_t ranks = messages / segments;
+  const std::int64_t entry = params.entry_bytes();
+
+  // Lengths: what the host can check alone (a refusal is left to the one-payload path).
+  std::vector<std::int64_t> counts(messages), sizes(messages), out_base(messages);
+  std::vector<std::int64_t> acc_base(segments);
+  std::int64_t acc_total = 0;
+  for (std::size_t s = 0; s < segments; ++s) {
+    acc_base[s] = acc_total;
+    acc_total += outs[s].numel();
+  }
+  std::int64_t entries = 0;
+  std::vector<at::Tensor> fields, index_parts, value_parts;
+  for (std::size_t i = 0; i < messages; ++i) {
+    const std::size_t s = i % segments;
+    const std::int64_t n = outs[s].numel();
+    if (bytes[i] < 4 || (bytes[i] - 4) % entry != 0) return false;
+    const std::int64_t c = (bytes[i] - 4) / entry;
+    if (c < params.min_count(n) || c > params.max_count(n)) return false;
+    counts[i] = c;
+    sizes[i] = n;
+    out_base[i] = acc_base[s];
+    entries += c;
+    fields.push_back(payloads.narrow(0, offsets[i], 4));
+    index_parts.push_back(payloads.narrow(0, offsets[i] + 4, 4 * c));
+    value_parts.push_back(payloads.narrow(0, offsets[i] + 4 + 4 * c, (entry - 4) * c));
+  }
+  std::vector<at::Tensor> flags;
+  if (messages > 0) {
+    const at::Tensor field = at::cat(fields).view(at::kInt).to(at::kLong).bitwise_and_(kTwo32 - 1);
+    flags.push_back(field.ne(to_device(counts, device)).any());
+  }
+  at::Tensor idx, vals, message;
+  if (entries > 0) {
+    idx = at::cat(index_parts).view(at::kInt).to(at::kLong).bitwise_and_(kTwo32 - 1);
+    vals = at::cat(value_parts).view(params.fp16 ? at::kHalf : at::kFloat).to(at::kFloat);
+    message =
+        at::repeat_interleave(to_device(counts, device), c10::optional<std::int64_t>(entries));
+    // Index out of range, or (within a message) not above the previous one.
+    at::Tensor bad = idx.ge(to_device(sizes, device).index_select(0, message));
+    if (entries > 1) {
+      const at::Tensor later =
+          message.narrow(0, 1, entries - 1).eq(message.narrow(0, 0, entries - 1));
+      bad.narrow(0, 1, entries - 1)
+          .logical_or_(
+              idx.narrow(0, 1, entries - 1).le(idx.narrow(0, 0, entries - 1)).logical_and_(later));
+    }
+    flags.push_back(bad.any());
+    flags.push_back(vals.isfinite().logical_not().any());
+  }
+  if (!flags.empty() && at::stack(flags).any().item<bool>()) return false;  // the one sync
+
+  // Where the ranks' entries are added: into the outs themselves where they are views of
+  // one tensor (a DDP bucket's slots), zeroed first; else into one accumulator, copied
+  // into them after.
+  bool shared = true;
+  std::int64_t lo = std::numeric_limits<std::int64_t>::max();
+  std::int64_t hi = 0;
+  for (const at::Tensor& out : outs) {
+    shared = shared && out.is_alias_of(outs.front());
+    lo = std::min(lo, out.storage_offset());
+    hi = std::max(hi, out.storage_offset() + out.numel());
+  }
+  at::Tensor target;
+  if (shared) {
+    target = outs.front().as_strided({hi - lo}, {1}, lo);
+    for (std::size_t i = 0; i < messages; ++i)
+      out_base[i] = outs[i % segments].storage_offset() - lo;
+    for (const at::Tensor& out : outs) out.zero_();
+  } else {
+    target = at::zeros({acc_total}, outs.front().options());
+  }
+  if (entries > 0) {
+    const at::Tensor where = idx.add(to_device(out_base, device).index_select(0, message));
+    std::int64_t from = 0;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      std::int64_t c = 0;
+      for (std::size_t s = 0; s < segments; ++s) c += counts[r * segments + s];
+      if (c == 0) continue;
+      const at::Tensor w = where.narrow(0, from, c);
+      // out[i] = fma(alpha, v, out[i]), as decode_add_impl adds one payload.
+      target.index_copy_(0, w, target.index_select(0, w).add_(vals.narrow(0, from, c), alpha));
+      from += c;
+    }
+  }
+  if (!shared) {
+    for (std::size_t s = 0; s < segments; ++s) {
+      outs[s].copy_(target.narrow(0, acc_base[s], outs[s].numel()));
+    }
+  }
+  return true;
+}
+
+}  // namespace gradcomp::device::topk_detail

@@ -1,0 +1,47 @@
+// top-k's batches on the device (DeviceCodec::encode_batch / decode_batch; topk_batch.cc):
+// the tensors of a step selected, and their messages checked, all at once.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "gradcomp/device/codec.h"
+#include "gradcomp/step_context.h"
+
+namespace gradcomp::device::topk_detail {
+
+// A topk codec's parameters (its spec), and what they make of n values.
+struct TopkParams {
+  double ratio = 0.01;
+  std::string select = "auto";  // "auto", "sampled" or "exact"
+  bool fp16 = false;            // values=fp16
+  double sample = 0.01;         // the fraction sampled for the threshold
+
+  std::int64_t k(std::int64_t n) const;  // ceil(ratio * n), as the CPU codec counts it
+  bool sampled(std::int64_t n) const;
+  // The counts a message for n values may hold (the CPU codec's decode bounds).
+  std::int64_t min_count(std::int64_t n) const;
+  std::int64_t max_count(std::int64_t n) const;
+  std::int64_t entry_bytes() const { return fp16 ? 6 : 8; }
+};
+
+// DeviceCodec::encode_batch_impl for topk: every segment's selection as the one-tensor
+// select_topk (codecs.h) makes it, found in one pass over flat (one host sync for the
+// candidates' count, one for their per-segment counts and finiteness check). Segments the
+// batch cannot settle (the fused CUDA selection's sparse ones; DGC's 0.8x retries; an
+// exact sample that fell short of k) run select_topk on their own.
+DeviceCodec::EncodedBatch encode_batch(const TopkParams& params, const at::Tensor& flat,
+                                       std::span<const std::int64_t> sizes,
+                                       std::span<const StepContext> ctxs, bool feedback);
+
+// DeviceCodec::decode_batch_impl for topk, with every payload's checks in one host sync.
+// Returns false, having written nothing, where a payload would be refused: the caller then
+// decodes one payload at a time, which refuses it with the one-tensor words.
+bool decode_batch(const TopkParams& params, const at::Tensor& payloads,
+                  std::span<const std::int64_t> offsets, std::span<const std::int64_t> bytes,
+                  std::span<const at::Tensor> outs, float alpha);
+
+}  // namespace gradcomp::device::topk_detail
