@@ -1,8 +1,9 @@
 // The device allgather reducer (src/device/allgather.cc) on ResNet-50's 161 tensors, laid
 // out as the DDP hook lays them out (1-D tensors, those under 1024 elements and the
 // smallest 1% of the elements stay dense), on CPU tensors, a world of one over Gloo:
-//   step/<method>/batched      the codec's batch (DeviceCodec::batches: top-k)
-//   step/<method>/one_by_one   one bucket at a time (GRADCOMP_DEVICE_BATCH=0)
+//   step/<method>/batched      the codec's batch (DeviceCodec::batches: top-k;
+//                              GRADCOMP_DEVICE_BATCH=1, as on CUDA by default)
+//   step/<method>/one_by_one   one bucket at a time (GRADCOMP_DEVICE_BATCH=0, as on the CPU)
 // A GPU pays for each ATen call a launch and for each host sync a wait for the device; a
 // CPU run measures neither, but it can count them. Counters per step:
 //   aten_calls   the ATen operators gradcomp calls (those entered from outside any other
@@ -134,7 +135,7 @@ at::CallbackHandle count_calls() {
 }
 
 void bm_step(benchmark::State& state, const std::string& spec, bool batched) {
-  if (!batched) ::setenv("GRADCOMP_DEVICE_BATCH", "0", 1);
+  ::setenv("GRADCOMP_DEVICE_BATCH", batched ? "1" : "0", 1);
   dist::RendezvousConfig cfg;
   cfg.world_size = 1;
   dist::Communicator comm(dist::Store::in_process(), cfg);

@@ -21,8 +21,9 @@
 // memories of the compressible buckets lie back to back in one tensor, so that a step that
 // compresses all of them runs each memory update as one pass and the codec's selection
 // once for all (a step where some bucket falls back to dense runs them one by one).
-// GRADCOMP_DEVICE_BATCH=0 in the environment runs every step one bucket at a time: the
-// reference the tests hold the batches to, and the comparison a GPU run times.
+// They run on CUDA tensors; GRADCOMP_DEVICE_BATCH=0 in the environment runs every step one
+// bucket at a time there (the comparison a GPU run times), =1 batches CPU tensors too (the
+// tests, which hold the batches to the one-at-a-time path and the host reducer).
 //
 // reduce() returns when the device work that writes the means is queued (it waits for the
 // payloads' copy, and the codecs' own checks and top-k's selection sizes wait for the
@@ -42,6 +43,7 @@
 #include "device/dgc.h"
 #include "device/momentum.h"
 #include "device/reducers.h"
+#include "device/view_scatter.h"
 #include "dist/step_recorder.h"
 #include "gradcomp/advise/collectives.h"
 #include "gradcomp/device/codec.h"
@@ -95,7 +97,7 @@ class DeviceAllgatherReducer final : public Reducer {
   std::string describe_;
   std::shared_ptr<const Codec> codec_;
   std::unique_ptr<DeviceCodec> device_codec_;
-  bool batched_ = false;  // the codec batches, the memory is not DGC's, and not switched off
+  bool batched_ = false;  // the codec batches, the memory is not DGC's, on CUDA or switched on
   dist::Communicator& comm_;
   std::vector<Bucket> buckets_;
   // ef / efm: the compressible buckets' residuals (and momenta) back to back; their
@@ -108,6 +110,7 @@ class DeviceAllgatherReducer final : public Reducer {
   std::vector<std::size_t> offsets_;
   std::vector<std::span<const std::byte>> spans_;
   std::vector<float> dense_;
+  ViewScatter dense_scatter_;
   ReduceStats stats_;
 };
 
@@ -148,9 +151,11 @@ DeviceAllgatherReducer::DeviceAllgatherReducer(const Method& method, dist::Commu
   const detail::DgcOptions dgc = memory_ == MemoryKind::kDgc
                                      ? detail::DgcOptions::from(method.memory_params())
                                      : detail::DgcOptions{};
-  const char* switch_off = std::getenv("GRADCOMP_DEVICE_BATCH");
-  batched_ = device_codec_->batches() && memory_ != MemoryKind::kDgc &&
-             !(switch_off != nullptr && std::string(switch_off) == "0");
+  // Batches pay where launches and syncs cost: on a GPU. On CPU tensors (tests) one bucket
+  // at a time is faster (docs/measurements/gpu.md), unless the switch asks for batches.
+  const char* batch = std::getenv("GRADCOMP_DEVICE_BATCH");
+  const bool batches = batch == nullptr ? device.is_cuda() : std::string(batch) != "0";
+  batched_ = batches && device_codec_->batches() && memory_ != MemoryKind::kDgc;
   const auto floats = at::TensorOptions().dtype(at::kFloat).device(device);
   const bool residuals = memory_ == MemoryKind::kErrorFeedback || memory_ == MemoryKind::kMomentum;
   std::int64_t flat = 0;
@@ -415,15 +420,10 @@ void DeviceAllgatherReducer::reduce(std::span<const at::Tensor> grads,
   }
   rec.communicated();
 
-  // ---- the dense means back to the device, in one copy
+  // ---- the dense means back to the device, in one copy, and into their buckets
   if (!dense_views.empty()) {
     for (float& x : dense_) x *= inv_w;
-    const at::Tensor means = dense_host.to(grads.front().device());
-    std::size_t offset = 0;
-    for (const at::Tensor& view : dense_views) {
-      view.copy_(means.narrow(0, static_cast<std::int64_t>(offset), view.numel()));
-      offset += static_cast<std::size_t>(view.numel());
-    }
+    dense_scatter_(dense_views, dense_host.to(grads.front().device()));
   }
 
   // ---- decode the gathered messages on the device, in rank order

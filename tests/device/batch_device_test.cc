@@ -4,8 +4,8 @@
 // the same words. Segments of sizes 0, 1 and odd ones, both sides of the exact selection's
 // sample (2^17) and of select=auto's switch (2^18), and gradients whose magnitudes tie or
 // whose sampled threshold misses (DGC's 0.8x retries, re-selection). Then the device
-// allgather reducer, which batches top-k, against the host reducer over real Gloo groups,
-// and against itself one bucket at a time (GRADCOMP_DEVICE_BATCH=0).
+// allgather reducer, which batches top-k (on CPU tensors with GRADCOMP_DEVICE_BATCH=1),
+// against the host reducer over real Gloo groups, and against itself one bucket at a time.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -18,13 +18,16 @@
 #include <vector>
 
 #include "../dist/dist_test_support.h"
+#include "device/codecs/topk_select.h"
 #include "device_test_support.h"
 #include "gradcomp/device/codec.h"
 #include "gradcomp/device/reducer.h"
 #include "gradcomp/dist/reducers.h"
 #include "gradcomp/error.h"
+#include "gradcomp/kernels/select.h"
 #include "gradcomp/method.h"
 #include "gradcomp/registry.h"
+#include "gradcomp/rng.h"
 
 namespace gradcomp::device {
 namespace {
@@ -144,6 +147,40 @@ TEST_P(TopkBatch, EncodesWhatEachSegmentEncodesAlone) {
       }
     }
   }
+}
+
+TEST(TopkBatchRetries, SpentRetriesFallBackToTheExactTopKAsAlone) {
+  // Large values on exactly the lines DGC's sample draws, tiny ones elsewhere: the sampled
+  // threshold is the large value, 3,008 entries reach it, and no 0.8x retry (down to 0.11x)
+  // reaches the tiny ones, while 0.8k = 12,000: every retry falls short, and the selection
+  // is the exact top k of the whole segment.
+  const Pair c = make("topk:ratio=0.05,select=sampled");
+  const std::int64_t n = 300007;
+  const std::vector<std::int64_t> sizes = {4099, n, 17};
+  const std::vector<StepContext> ctxs = contexts(sizes.size(), 3);
+  const topk_detail::SelectPlan plan = topk_detail::plan_selection(
+      n, static_cast<std::int64_t>(kernels::count_for_fraction(0.05, n)), true, 0.01);
+  ASSERT_EQ(plan.kind, topk_detail::SelectPlan::Kind::kLines);
+  std::vector<std::int64_t> starts(static_cast<std::size_t>(plan.lines));
+  topk_detail::draw_line_starts(CounterRng::for_step(ctxs[1], RngScope::kPerRank), plan,
+                                starts.data());
+  at::Tensor segment = at::rand({n}).mul(1e-30);
+  for (const std::int64_t line : starts) segment.narrow(0, line, topk_detail::kLine).fill_(1.0f);
+  const at::Tensor flat = at::cat({at::randn({4099}), segment, at::randn({17})});
+  const at::Tensor batch_x = flat.clone();
+  const at::Tensor alone_x = flat.clone();
+  const DeviceCodec::EncodedBatch batch = c.dev->encode_batch(batch_x, sizes, ctxs, true);
+  std::int64_t offset = 0;
+  std::int64_t at = 0;
+  for (std::size_t s = 0; s < sizes.size(); ++s) {
+    const at::Tensor payload =
+        c.dev->encode_payload_feedback(alone_x.narrow(0, offset, sizes[s]), ctxs[s]);
+    EXPECT_TRUE(batch.payloads.narrow(0, at, batch.bytes[s]).equal(payload)) << "segment " << s;
+    offset += sizes[s];
+    at += batch.bytes[s];
+  }
+  EXPECT_EQ(batch.bytes[1], 4 + 8 * plan.k) << "not the exact top k";
+  EXPECT_TRUE(same_bits(batch_x, alone_x));
 }
 
 TEST_P(TopkBatch, RefusesANonFiniteValueAsTheFirstSegmentHoldingOneDoes) {
@@ -388,10 +425,11 @@ StepContext reducer_context(int step) {
 void check_reducers(const std::string& spec, dist::Communicator& comm) {
   const Method method = Method::parse(spec);
   auto host = dist::make_reducer(method, comm, kShapes);
+  // On CPU tensors the reducer batches only when asked to.
+  ::setenv("GRADCOMP_DEVICE_BATCH", "1", 1);
   auto batched = make_device_reducer(method, comm, kShapes, at::Device(at::kCPU));
-  ::setenv("GRADCOMP_DEVICE_BATCH", "0", 1);
-  auto alone = make_device_reducer(method, comm, kShapes, at::Device(at::kCPU));
   ::unsetenv("GRADCOMP_DEVICE_BATCH");
+  auto alone = make_device_reducer(method, comm, kShapes, at::Device(at::kCPU));
   for (int t = 0; t < kSteps; ++t) {
     const std::string where =
         spec + " rank " + std::to_string(comm.rank()) + " step " + std::to_string(t);

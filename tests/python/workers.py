@@ -433,6 +433,17 @@ def switched_equals_plain(rank, world, spec, steps, dtype, switch):
             stats_on, stats_off, same_state)
 
 
+def batched_device_equals_plain(rank, world, spec, steps, dtype):
+    """switched_equals_plain through the device reducer with its batches, which CPU
+    tensors take only when GRADCOMP_DEVICE_BATCH=1 (read when the reducer is built, at the
+    first compressed step: set for this whole rank)."""
+    os.environ["GRADCOMP_DEVICE_BATCH"] = "1"
+    try:
+        return switched_equals_plain(rank, world, spec, steps, dtype, "GRADCOMP_FORCE_DEVICE")
+    finally:
+        os.environ.pop("GRADCOMP_DEVICE_BATCH")
+
+
 def switched_close_to_plain(rank, world, spec, steps, dtype, switch):
     """switched_equals_plain to a tolerance, for a device path whose arithmetic rounds
     otherwise (PowerSGD's products are ATen matrix multiplications there): the largest

@@ -29,10 +29,10 @@ struct TopkParams {
 };
 
 // DeviceCodec::encode_batch_impl for topk: every segment's selection as the one-tensor
-// select_topk (codecs.h) makes it, found in one pass over flat (one host sync for the
-// candidates' count, one for their per-segment counts and finiteness check). Segments the
-// batch cannot settle (the fused CUDA selection's sparse ones; DGC's 0.8x retries; an
-// exact sample that fell short of k) run select_topk on their own.
+// select_topk (codecs.h) makes it, found for all segments at once: two host syncs (the
+// candidates' count; their per-segment counts and the non-finite check), two more where
+// DGC's sampled threshold needs its 0.8x retries or an exact sample fell short of k. The
+// sparse segments the fused CUDA selection takes run select_topk on their own.
 DeviceCodec::EncodedBatch encode_batch(const TopkParams& params, const at::Tensor& flat,
                                        std::span<const std::int64_t> sizes,
                                        std::span<const StepContext> ctxs, bool feedback);
