@@ -46,11 +46,7 @@ for t in $targets; do
   fuzz_bins+=("gradcomp_${t}_fuzz")
 done
 
-# The same configuration as scripts/test.sh (see there for why each flag).
-CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS=-ffp-contract=off -DGRADCOMP_BUILD_FUZZ=ON -DGRADCOMP_ASSERTIONS=ON \
-  -DGRADCOMP_SANITIZE=fuzzer-no-link,address,undefined -DGRADCOMP_BUILD_TOOLS=OFF \
-  -DGRADCOMP_BUILD_BENCH=OFF -DGRADCOMP_BUILD_DIST=OFF >/dev/null
+bash scripts/configure-sanitize.sh
 cmake --build "$build" -j "$jobs" --target "${fuzz_bins[@]}" -- "${quiet[@]}"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1

@@ -7,7 +7,7 @@
 # (e.g. --compressor 2bit, --epochs 1, --metrics run.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --torch2  # Debian's packages, and torch 2.x from pip
 echo "run: building the CLI into build/bin (the first build takes a few minutes)"
 bash scripts/build.sh gradcomp
 exec build/bin/gradcomp train "$@"

@@ -1,39 +1,47 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: installs dependencies, builds every target in
-# build/ against Debian's torch 1.13 (reusing what scripts/run.sh built there) and runs
-# every ctest; then the torch 2.x lane (scripts/test-torch2.sh: a pip wheel of torch 2.13.0
-# in .venv-torch2, `pip install .` into it, the C++ exchange, Python and installed-package
-# tests against it); then builds the core with clang, AddressSanitizer and
-# UndefinedBehaviorSanitizer (build-sanitize/), runs the core tests under them and runs
-# every fuzz target for a short while (libFuzzer). Exits non-zero on the first failure.
+# The whole test suite on a fresh machine (what CI runs). Exits non-zero on the first
+# failure.
+#   1. installs dependencies: Debian's packages and .venv-torch2, a pip wheel of torch 2.x
+#      (scripts/install-deps.sh --torch2);
+#   2. builds every target in build/ against that torch (scripts/build.sh all, reusing what
+#      scripts/run.sh built there): the core, the exchange, the device codecs (their CUDA
+#      kernels compiled wherever nvcc is), the CLI trainer, the benchmarks, the Python
+#      extension, the tests;
+#   3. runs every ctest but the Python one: core, CLI end to end, trainer, exchange and
+#      communicator, device codecs on CPU tensors, the installed C++ package with
+#      examples/cpp on 2 ranks, the network lab;
+#   4. `pip install --no-build-isolation .` into the venv, as a user with their own torch
+#      does (reusing build/, so nothing compiles twice), and every Python test against the
+#      installed package;
+#   5. builds the core with clang, AddressSanitizer and UndefinedBehaviorSanitizer
+#      (build-sanitize/), runs the core tests under them and runs every fuzz target for a
+#      short while (libFuzzer).
+# Debian's torch 1.13 is tested by scripts/test-debian-torch.sh, outside this command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${GRADCOMP_JOBS:-2}
 quiet=()
 [ -t 1 ] || quiet=(--quiet)  # Ninja: only warnings and errors when logged
 
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --torch2
+py=$PWD/.venv-torch2/bin/python
+version=$("$py" -c 'import torch; print(torch.__version__)')
 
-echo "== build (Release, every target) (at ${SECONDS} s)"
+echo "== build (Release, every target, torch $version) (at ${SECONDS} s)"
 bash scripts/build.sh all
 # The Python package is optional for users, not for the test suite: its tests must run.
 if ! ls build/python/gradcomp/_C*.so >/dev/null 2>&1; then
-  echo "test.sh: the Python package was not built (cmake found no pybind11 or no torch for /usr/bin/python3)" >&2
+  echo "test.sh: the Python package was not built (cmake found no pybind11 headers for $py's torch)" >&2
   exit 1
 fi
-# One sanitizer build serves the core tests and the fuzzers: clang, ASan + UBSan, and
-# libFuzzer's coverage instrumentation (harmless for the tests). -ffp-contract=off: clang
-# would fuse a*b+c where GCC (ISO mode) does not, and some tests compare kernels bit for bit
-# with scalar references. GRADCOMP_ASSERTIONS keeps assert() (and so Eigen's range checks)
-# on in this RelWithDebInfo build. scripts/fuzz.sh configures it identically.
-CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS=-ffp-contract=off -DGRADCOMP_BUILD_FUZZ=ON -DGRADCOMP_ASSERTIONS=ON \
-  -DGRADCOMP_SANITIZE=fuzzer-no-link,address,undefined -DGRADCOMP_BUILD_TOOLS=OFF \
-  -DGRADCOMP_BUILD_BENCH=OFF -DGRADCOMP_BUILD_DIST=OFF >/dev/null
+cuda_kernels=$(sed -n 's/^GRADCOMP_CUDA_KERNELS:STRING=//p' build/CMakeCache.txt)
+# The core tests under the sanitizers and the fuzzers share build-sanitize/.
+bash scripts/configure-sanitize.sh
 
-# Debian's OpenBLAS falls back to its generic Prescott kernels on CPUs it does not know
-# (Sapphire Rapids: 2.6x slower matrix products). gradcomp-torch sets OPENBLAS_CORETYPE for
-# itself (tools/gradcomp/blas_core.h) and its --version says which; the tests get the same.
+# Debian's OpenBLAS (the core's LAPACK) falls back to its generic Prescott kernels on CPUs
+# it does not know (Sapphire Rapids: 2.6x slower matrix products). gradcomp-torch sets
+# OPENBLAS_CORETYPE for itself (tools/gradcomp/blas_core.h) and its --version says which;
+# the tests get the same.
 if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
   core=$(build/bin/gradcomp-torch --version |
     sed -n 's/.*OPENBLAS_CORETYPE=\([A-Za-z0-9]*\), set by gradcomp.*/\1/p')
@@ -44,10 +52,27 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
 fi
 
 echo "== tests (Release) (at ${SECONDS} s)"
-ctest --test-dir build --output-on-failure -j "$jobs"
+# The Python tests run once, below, against the installed package.
+ctest --test-dir build --output-on-failure -j "$jobs" -LE python
 
-echo "== torch 2.x lane (at ${SECONDS} s)"
-bash scripts/test-torch2.sh
+echo "== pip install --no-build-isolation . into .venv-torch2 (at ${SECONDS} s)"
+# build/ as pip's build folder, configured as build.sh configured it (pyproject.toml's
+# defaults would drop the tests and the CLI from it): pip compiles nothing, and installs
+# what was just tested. build.sh clears pip's SKBUILD markers on its next configure.
+"$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+  --config-settings=build-dir=build \
+  --config-settings=cmake.define.GRADCOMP_BUILD_TESTS=ON \
+  --config-settings=cmake.define.GRADCOMP_BUILD_TOOLS=ON \
+  --config-settings=cmake.define.GRADCOMP_BUILD_BENCH=ON \
+  --config-settings=cmake.define.GRADCOMP_CUDA_KERNELS="$cuda_kernels" \
+  . 2>&1 | grep -v "^WARNING: Location" || true
+# Imported from the venv's site-packages, not from a build tree.
+(cd /tmp && "$py" -c "import gradcomp.torch, gradcomp, sys; \
+assert 'site-packages' in gradcomp.__file__, gradcomp.__file__; print('installed:', gradcomp.__file__)")
+
+echo "== Python tests against the installed package (at ${SECONDS} s)"
+GRADCOMP_EXPECT_CUDA_KERNELS=$([ "$cuda_kernels" = ON ] && echo 1 || echo 0) \
+  "$py" -m pytest -q -p no:cacheprovider tests/python
 
 # Built after the Release tests, not beside them: beside them, even at nice 19, it slowed
 # them more than it saved (a niced process still shares caches and memory bandwidth, and

@@ -208,12 +208,12 @@ def test_corrupt_payloads_refused_with_out_untouched(spec, device):
 
 
 def test_the_kernels_are_in_the_build_ci_asked_for():
-    """scripts/test-torch2.sh builds the kernels wherever nvcc is and says so here: a CMake
+    """scripts/test.sh builds the kernels wherever nvcc is and says so here: a CMake
     change that quietly left them out would pass every CPU test."""
     import os
     expected = os.environ.get("GRADCOMP_EXPECT_CUDA_KERNELS")
     if expected is None:
-        pytest.skip("GRADCOMP_EXPECT_CUDA_KERNELS unset (not scripts/test-torch2.sh)")
+        pytest.skip("GRADCOMP_EXPECT_CUDA_KERNELS unset (not scripts/test.sh)")
     assert gradcomp.cuda_kernels_built() == (expected == "1")
 
 

@@ -19,8 +19,6 @@ using test::Data;
 using test::local;
 using test::synthetic;
 
-fs::path temp_dir(const std::string& tag) { return test::temp_dir("dgc", tag); }
-
 TrainConfig small_config() {
   TrainConfig cfg;
   cfg.model.name = "mlp";
@@ -148,7 +146,7 @@ TEST(DgcTrainer, ResumeContinuesTheSameTrajectoryBitForBit) {
   a.run();
   ASSERT_EQ(a.global_step(), 2 * kN);
 
-  const fs::path dir = temp_dir("resume");
+  const fs::path dir = test::temp_dir("dgc", "resume");
   TrainConfig first = cfg;
   first.max_steps = kN;
   first.checkpoint_dir = dir;

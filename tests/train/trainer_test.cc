@@ -19,7 +19,7 @@ using test::Data;
 using test::local;
 using test::synthetic;
 
-fs::path temp_dir(const std::string& tag) { return test::temp_dir("train", tag); }
+fs::path train_dir(const std::string& tag) { return test::temp_dir("train", tag); }
 
 TEST(Trainer, ADivergedRunStopsWithAnErrorNamingTheStep) {
   for (const std::string spec : {"none", "ef(topk:ratio=0.1)"}) {
@@ -91,7 +91,7 @@ TEST(Trainer, MlpLearnsSyntheticDataWithTopkAndMetrics) {
   cfg.dense_steps = 10;
   cfg.layout.bucket_mb = 0.05;
   cfg.seed = 3;
-  const fs::path dir = temp_dir("metrics");
+  const fs::path dir = train_dir("metrics");
   const fs::path metrics = dir / "m.jsonl";
   std::ostringstream progress, errors;
   Report report(progress, errors, metrics);
@@ -163,7 +163,7 @@ TEST(Trainer, ResumeContinuesTheSameTrajectoryBitForBit) {
   a.run();
   ASSERT_EQ(a.global_step(), 2 * kN);
 
-  const fs::path dir = temp_dir("resume");
+  const fs::path dir = train_dir("resume");
   TrainConfig first = cfg;
   first.max_steps = kN;
   first.checkpoint_dir = dir;
@@ -230,7 +230,7 @@ TEST(Trainer, AdamWResumesBitForBitAndRefusesAnSgdCheckpoint) {
   // CLI test (tests/cli/train_test.sh) checks a longer run.
   EXPECT_GT(sa.test_accuracy, 0.25);
 
-  const fs::path dir = temp_dir("adamw_resume");
+  const fs::path dir = train_dir("adamw_resume");
   TrainConfig first = cfg;
   first.max_steps = kN;
   first.checkpoint_dir = dir;
