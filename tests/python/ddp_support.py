@@ -60,8 +60,13 @@ def _context():
     global _CONTEXT
     if _CONTEXT is None:
         _CONTEXT = mp.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "gradcomp.torch",
-                                         "ddp_support", "workers", "diloco_workers"])
+        # torch._dynamo: torch 2.x's DDP imports it on its first construction in a process
+        # (with inductor, sympy and onnx: 820 modules, 1.1-1.5 s of CPU per rank, most of a
+        # test's time); once here, it is in every rank. torch 1.13 has none (the forkserver
+        # skips a preload that does not import).
+        _CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo",
+                                         "gradcomp.torch", "ddp_support", "workers",
+                                         "diloco_workers"])
     return _CONTEXT
 
 
