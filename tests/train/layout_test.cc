@@ -109,7 +109,8 @@ TEST(GradientBuffers, RoundTripThroughTheBuckets) {
                                        torch::zeros({10, 40}), torch::zeros({5, 300})};
   std::vector<ParamInfo> infos;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    infos.push_back({"p" + std::to_string(i), params[i].numel(), params[i].dim()});
+    infos.push_back(
+        {std::string{"p"}.append(std::to_string(i)), params[i].numel(), params[i].dim()});
   }
   auto plan = plan_buckets(infos, LayoutOptions{0.005, 1000});  // 1310 floats per bucket
   GradientBuffers buffers(params, plan);

@@ -119,7 +119,7 @@ TEST(Trainer, MlpLearnsSyntheticDataWithTopkAndMetrics) {
        {"test_accuracy", "test_loss", "bytes_sent_per_worker_per_step", "dense_bytes_per_step",
         "compression_ratio", "step_ms_median", "compute_seconds", "encode_seconds", "comm_seconds",
         "decode_seconds", "blas"}) {
-    EXPECT_NE(lines[4].find("\"" + std::string(key) + "\":"), std::string::npos) << key;
+    EXPECT_NE(lines[4].find(std::string{"\""} + key + "\":"), std::string::npos) << key;
   }
   fs::remove_all(dir);
 }
