@@ -12,6 +12,8 @@
 #include <optional>
 #include <set>
 
+#include <ATen/Version.h>
+
 #include "gradcomp/cpu.h"
 #include "gradcomp/error.h"
 #include "train/blas_core_env.h"
@@ -42,7 +44,27 @@ void set_threads(int threads, int blas_threads) {
   }
 }
 
+namespace {
+
+// torch's build setting BLAS_INFO (at::show_config()): "mkl" in the pip wheels, which link
+// MKL into libtorch_cpu where /proc/self/maps does not show it; "generic" (the system's
+// libblas, OpenBLAS on Debian) in Debian's torch. Empty if the setting is not there.
+std::string torch_blas_info() {
+  const std::string config = at::show_config();
+  const std::string key = "BLAS_INFO=";
+  const std::size_t at = config.find(key);
+  if (at == std::string::npos) return "";
+  const std::size_t from = at + key.size();
+  return config.substr(from, config.find_first_of(", \n", from) - from);
+}
+
+}  // namespace
+
 std::string describe_blas() {
+  // MKL inside torch does the models' matrix products; a mapped OpenBLAS is then the
+  // LAPACK of gradcomp's own SVD (ATOMO).
+  const std::string torch_blas = torch_blas_info();
+  const std::string torch_mkl = "MKL, inside torch (BLAS_INFO=mkl)";
   {
     // Make sure the BLAS is loaded and initialised.
     torch::NoGradGuard no_grad;
@@ -75,8 +97,10 @@ std::string describe_blas() {
       }
       core += "]";
     }
-    return cfg + " (" + where + ")" + core;
+    const std::string openblas = cfg + " (" + where + ")" + core;
+    return torch_blas == "mkl" ? torch_mkl + "; gradcomp's LAPACK: " + openblas : openblas;
   }
+  if (torch_blas == "mkl") return libs.empty() ? torch_mkl : torch_mkl + "; also mapped: " + where;
   if (libs.empty()) return "unknown (no BLAS library mapped)";
   return where;
 }

@@ -188,6 +188,9 @@ void set_threads(int threads, int blas_threads = 0);
 // When OPENBLAS_CORETYPE is set it ends with "[OPENBLAS_CORETYPE=SkylakeX]", and with ", set
 // by gradcomp: ..." when gradcomp-torch set it because OpenBLAS fell back to its generic
 // kernels (tools/gradcomp/blas_core.h; the environment variable kBlasCoreSetByGradcomp says so).
+// A torch built with MKL inside (the pip wheels: BLAS_INFO=mkl) does the matrix products
+// there, which the maps do not show: the line then starts "MKL, inside torch (BLAS_INFO=mkl)"
+// and names the mapped OpenBLAS as gradcomp's LAPACK (ATOMO's SVD).
 std::string describe_blas();
 
 }  // namespace gradcomp::train
