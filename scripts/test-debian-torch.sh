@@ -22,8 +22,7 @@ cmake --build build-debian -j "$jobs" -- "${quiet[@]}"
 # Debian's OpenBLAS falls back to its generic kernels on CPUs it does not know; the tests
 # get the core gradcomp-torch picks (scripts/test.sh).
 if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  core=$(build-debian/bin/gradcomp-torch --version |
-    sed -n 's/.*OPENBLAS_CORETYPE=\([A-Za-z0-9]*\), set by gradcomp.*/\1/p')
+  core=$(bash scripts/openblas-core.sh build-debian/bin/gradcomp-torch)
   [ -z "$core" ] || export OPENBLAS_CORETYPE=$core
 fi
 

@@ -43,8 +43,7 @@ bash scripts/configure-sanitize.sh
 # OPENBLAS_CORETYPE for itself (tools/gradcomp/blas_core.h) and its --version says which;
 # the tests get the same.
 if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  core=$(build/bin/gradcomp-torch --version |
-    sed -n 's/.*OPENBLAS_CORETYPE=\([A-Za-z0-9]*\), set by gradcomp.*/\1/p')
+  core=$(bash scripts/openblas-core.sh build/bin/gradcomp-torch)
   if [ -n "$core" ]; then
     echo "test.sh: OPENBLAS_CORETYPE=$core for the tests (OpenBLAS does not know this CPU)"
     export OPENBLAS_CORETYPE=$core
