@@ -16,11 +16,14 @@
 // bit for bit); on CUDA its device codecs are checked against the CPU codecs by
 // tests/python/test_device_codec.py on a GPU.
 //
-// Batches. Where the codec batches (DeviceCodec::batches(): top-k), the step's buckets are
-// encoded together and their messages decoded together: the error-feedback and momentum
-// memories of the compressible buckets lie back to back in one tensor, so that a step that
-// compresses all of them runs each memory update as one pass and the codec's selection
-// once for all (a step where some bucket falls back to dense runs them one by one).
+// Batches. Where the codec batches (DeviceCodec::batches(): every device codec), the
+// step's buckets are encoded together and their messages decoded together: the
+// error-feedback and momentum memories of the compressible buckets lie back to back in one
+// tensor, so that a step that compresses all of them runs each memory update as one pass,
+// top-k's selection once for all, and every codec's host syncs once for all buckets (the
+// decode's checks; the adaptive 2-bit threshold, fp16's and efsign's finiteness checks)
+// instead of once a bucket (a step where some bucket falls back to dense gathers the
+// memories of those sent).
 // They run on CUDA tensors; GRADCOMP_DEVICE_BATCH=0 in the environment runs every step one
 // bucket at a time there (the comparison a GPU run times), =1 batches CPU tensors too (the
 // tests, which hold the batches to the one-at-a-time path and the host reducer).
@@ -28,7 +31,7 @@
 // reduce() returns when the device work that writes the means is queued (it waits for the
 // payloads' copy, and the codecs' own checks and top-k's selection sizes wait for the
 // device too: one bucket at a time, about 0.84 ms a compressed bucket on an H200 with
-// ResNet-50, docs/measurements/gpu.md).
+// ResNet-50, docs/measurements/gpu.md; batched, those waits are a few a step).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -270,13 +273,14 @@ DeviceCodec::EncodedBatch DeviceAllgatherReducer::encode(std::span<const at::Ten
     };
     const at::Tensor e = gathered(&Bucket::residual, residual_flat_);
     at::Tensor u;
+    DeviceCodec::EncodedBatch out;
     if (memory_ == MemoryKind::kMomentum) {
       u = gathered(&Bucket::momentum, momentum_flat_);
       accumulate_momentum(u, e, g, contexts.front());
+      out = device_codec_->encode_batch(e, sizes, contexts, /*feedback=*/true);
     } else {
-      e.add_(g);
+      out = device_codec_->encode_batch_with_residual(g, e, sizes, contexts);
     }
-    DeviceCodec::EncodedBatch out = device_codec_->encode_batch(e, sizes, contexts, true);
     if (!every) {
       std::int64_t at = 0;
       for (const std::size_t b : sent) {

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <utility>
@@ -25,15 +26,31 @@ const std::vector<std::pair<std::string, Factory>>& factories() {
   return table;
 }
 
+}  // namespace
+
 // The payload where ATen can view its fields as 4- and 8-byte values: a payload cut from
 // messages gathered back to back starts wherever the one before it ended (after top-k's
 // 4 + 6c bytes with fp16 values, 2 bytes off a word), and a dtype view needs its offset
 // to be a multiple of the new element size. Such a payload is copied (it is small).
-at::Tensor aligned(const at::Tensor& payload) {
+at::Tensor aligned_payload(const at::Tensor& payload) {
   return payload.storage_offset() % 8 == 0 ? payload : payload.clone();
 }
 
-}  // namespace
+at::Tensor longs_to_device(const std::vector<std::int64_t>& v, const at::Device& device) {
+  at::Tensor t = at::empty({static_cast<std::int64_t>(v.size())},
+                           at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  std::copy(v.begin(), v.end(), t.data_ptr<std::int64_t>());
+  return t.to(device, /*non_blocking=*/true);
+}
+
+DeviceCodec::EncodedBatch joined(std::vector<at::Tensor> payloads, const at::Tensor& like) {
+  DeviceCodec::EncodedBatch out;
+  for (const at::Tensor& p : payloads) out.bytes.push_back(p.numel());
+  out.payloads = payloads.empty()       ? at::empty({0}, like.options().dtype(at::kByte))
+                 : payloads.size() == 1 ? payloads.front()
+                                        : at::cat(payloads);
+  return out;
+}
 
 at::Tensor DeviceCodec::encode_payload(const at::Tensor& g, const StepContext& ctx) const {
   check_floats(g, (codec().name() + " encode").c_str());
@@ -61,14 +78,14 @@ void DeviceCodec::decode_payload_add(const at::Tensor& payload, const at::Tensor
   const std::string op = codec().name() + " decode";
   check_floats(out, op.c_str());
   check_payload(payload, out.device(), op.c_str());
-  decode_add_impl(aligned(payload), out, alpha);
+  decode_add_impl(aligned_payload(payload), out, alpha);
 }
 
-DeviceCodec::EncodedBatch DeviceCodec::encode_batch(const at::Tensor& flat,
-                                                    std::span<const std::int64_t> sizes,
-                                                    std::span<const StepContext> ctxs,
-                                                    bool feedback) const {
-  const std::string op = codec().name() + " encode";
+namespace {
+
+// Throws InvalidArgument naming `op` unless sizes and ctxs describe flat's segments.
+void check_segments(const at::Tensor& flat, std::span<const std::int64_t> sizes,
+                    std::span<const StepContext> ctxs, const std::string& op) {
   check_floats(flat, op.c_str());
   std::int64_t total = 0;
   for (const std::int64_t n : sizes) {
@@ -80,7 +97,28 @@ DeviceCodec::EncodedBatch DeviceCodec::encode_batch(const at::Tensor& flat,
                           std::to_string(total) + " values, " + std::to_string(ctxs.size()) +
                           " contexts) over " + std::to_string(flat.numel()) + " values");
   }
+}
+
+}  // namespace
+
+DeviceCodec::EncodedBatch DeviceCodec::encode_batch(const at::Tensor& flat,
+                                                    std::span<const std::int64_t> sizes,
+                                                    std::span<const StepContext> ctxs,
+                                                    bool feedback) const {
+  check_segments(flat, sizes, ctxs, codec().name() + " encode");
   return encode_batch_impl(flat, sizes, ctxs, feedback);
+}
+
+DeviceCodec::EncodedBatch DeviceCodec::encode_batch_with_residual(
+    const at::Tensor& g, const at::Tensor& e, std::span<const std::int64_t> sizes,
+    std::span<const StepContext> ctxs) const {
+  const std::string op = codec().name() + " encode";
+  check_segments(g, sizes, ctxs, op);
+  check_floats(e, op.c_str());
+  if (g.numel() != e.numel() || g.device() != e.device()) {
+    throw InvalidArgument(op + ": gradient and residual differ in size or device");
+  }
+  return encode_batch_with_residual_impl(g, e, sizes, ctxs);
 }
 
 void DeviceCodec::decode_batch(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
@@ -110,19 +148,28 @@ DeviceCodec::EncodedBatch DeviceCodec::encode_batch_impl(const at::Tensor& flat,
                                                          std::span<const std::int64_t> sizes,
                                                          std::span<const StepContext> ctxs,
                                                          bool feedback) const {
-  EncodedBatch out;
   std::vector<at::Tensor> payloads;
   std::int64_t offset = 0;
   for (std::size_t s = 0; s < sizes.size(); ++s) {
     const at::Tensor segment = flat.narrow(0, offset, sizes[s]);
     payloads.push_back(feedback ? encode_feedback_impl(segment, ctxs[s])
                                 : encode_impl(segment, ctxs[s]));
-    out.bytes.push_back(payloads.back().numel());
     offset += sizes[s];
   }
-  out.payloads =
-      payloads.empty() ? at::empty({0}, flat.options().dtype(at::kByte)) : at::cat(payloads);
-  return out;
+  return joined(std::move(payloads), flat);
+}
+
+DeviceCodec::EncodedBatch DeviceCodec::encode_batch_with_residual_impl(
+    const at::Tensor& g, const at::Tensor& e, std::span<const std::int64_t> sizes,
+    std::span<const StepContext> ctxs) const {
+  std::vector<at::Tensor> payloads;
+  std::int64_t offset = 0;
+  for (std::size_t s = 0; s < sizes.size(); ++s) {
+    payloads.push_back(encode_with_residual_impl(g.narrow(0, offset, sizes[s]),
+                                                 e.narrow(0, offset, sizes[s]), ctxs[s]));
+    offset += sizes[s];
+  }
+  return joined(std::move(payloads), g);
 }
 
 void DeviceCodec::decode_batch_impl(const at::Tensor& payloads,
@@ -135,7 +182,7 @@ void DeviceCodec::decode_batch_impl(const at::Tensor& payloads,
     outs[s].zero_();
     for (std::size_t r = 0; r < ranks; ++r) {
       const std::size_t i = r * segments + s;
-      decode_add_impl(aligned(payloads.narrow(0, offsets[i], bytes[i])), outs[s], alpha);
+      decode_add_impl(aligned_payload(payloads.narrow(0, offsets[i], bytes[i])), outs[s], alpha);
     }
   }
 }

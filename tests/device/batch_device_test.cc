@@ -1,11 +1,12 @@
-// Batches on the device (DeviceCodec::encode_batch / decode_batch; top-k's in
-// src/device/codecs/topk_batch.cc) against the one-tensor calls, on CPU tensors: every
+// Batches on the device (DeviceCodec::encode_batch / decode_batch): top-k's
+// (src/device/codecs/topk_batch.cc) against the one-tensor calls, on CPU tensors: every
 // payload byte for byte, every residual and decoded output bit for bit, every refusal in
 // the same words. Segments of sizes 0, 1 and odd ones, both sides of the exact selection's
 // sample (2^17) and of select=auto's switch (2^18), and gradients whose magnitudes tie or
-// whose sampled threshold misses (DGC's 0.8x retries, re-selection). Then the device
-// allgather reducer, which batches top-k (on CPU tensors with GRADCOMP_DEVICE_BATCH=1),
-// against the host reducer over real Gloo groups, and against itself one bucket at a time.
+// whose sampled threshold misses (DGC's 0.8x retries, re-selection). The other codecs'
+// batches: checked_batch_device_test.cc. Then the device allgather reducer, which batches
+// every device codec (on CPU tensors with GRADCOMP_DEVICE_BATCH=1), against the host
+// reducer over real Gloo groups, and against itself one bucket at a time.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "../dist/dist_test_support.h"
+#include "batch_test_support.h"
 #include "device/codecs/topk_select.h"
 #include "device_test_support.h"
 #include "gradcomp/device/codec.h"
@@ -33,8 +35,15 @@ namespace gradcomp::device {
 namespace {
 
 using dist::test::run_ranks;
+using test::context;
+using test::contexts;
+using test::decode_alone;
 using test::expect_same_state;
+using test::gather;
+using test::Gathered;
+using test::gradient;
 using test::name_of;
+using test::outputs;
 using test::same_bits;
 using Pair = test::CodecPair;
 const auto make = test::make_codec_pair;
@@ -52,55 +61,6 @@ const std::vector<std::string> kSpecs = {
 const std::vector<std::vector<std::int64_t>> kBatches = {
     {}, {0}, {1, 0, 2, 17}, {4099, 1, 131071, 131073, 33}, {300007, 5, 262143, 262145, 0, 1000},
 };
-
-StepContext context(std::uint64_t step, std::uint32_t bucket) {
-  StepContext ctx;
-  ctx.seed = 11;
-  ctx.step = step;
-  ctx.bucket = bucket;
-  return ctx;
-}
-
-// One segment's gradient, by kind: normal, lines of 16 equal values over 8 levels (ties
-// at the threshold), heavy-tailed constant lines (the sample's threshold misses: retries
-// and re-selection), all zero, or distinct values on every 8th entry only (an exact
-// selection's strided sample of a 2^17-entry tensor sees just those: its threshold leaves
-// fewer than k candidates, and the whole tensor is selected from).
-at::Tensor gradient(std::int64_t n, int kind) {
-  if (n == 0) return at::zeros({0});
-  const at::Tensor signs = at::randint(0, 2, {n}).to(at::kFloat).mul(2).sub(1);
-  switch (kind % 5) {
-    case 0:
-      return at::randn({n});
-    case 1:
-      return at::randint(0, 8, {(n + 15) / 16})
-          .to(at::kFloat)
-          .repeat_interleave(16)
-          .narrow(0, 0, n)
-          .mul(signs);
-    case 2:
-      return at::randn({(n + 15) / 16})
-          .mul(3)
-          .exp()
-          .repeat_interleave(16)
-          .narrow(0, 0, n)
-          .mul(signs);
-    case 3:
-      return at::zeros({n});
-    default: {
-      at::Tensor x = at::zeros({n});
-      x.slice(0, 0, n, 8).copy_(at::arange((n + 7) / 8).to(at::kFloat).add(1));
-      return x;
-    }
-  }
-}
-
-std::vector<StepContext> contexts(std::size_t segments, std::uint64_t step) {
-  std::vector<StepContext> out;
-  for (std::size_t s = 0; s < segments; ++s)
-    out.push_back(context(step, static_cast<std::uint32_t>(s)));
-  return out;
-}
 
 class TopkBatch : public ::testing::TestWithParam<std::string> {};
 
@@ -215,68 +175,6 @@ TEST_P(TopkBatch, RefusesANonFiniteValueAsTheFirstSegmentHoldingOneDoes) {
   }
 }
 
-// Payloads of `ranks` ranks for `sizes`, and what the one-payload decode adds up.
-struct Gathered {
-  at::Tensor payloads;
-  std::vector<std::int64_t> offsets;
-  std::vector<std::int64_t> bytes;
-};
-
-Gathered gather(const DeviceCodec& codec, const std::vector<std::int64_t>& sizes, int ranks) {
-  Gathered g;
-  std::vector<at::Tensor> all;
-  std::int64_t at = 0;
-  for (int r = 0; r < ranks; ++r) {
-    std::vector<at::Tensor> parts;
-    for (std::size_t s = 0; s < sizes.size(); ++s)
-      parts.push_back(gradient(sizes[s], r + static_cast<int>(s)));
-    const at::Tensor flat = parts.empty() ? at::zeros({0}) : at::cat(parts);
-    const DeviceCodec::EncodedBatch b = codec.encode_batch(
-        flat, sizes, contexts(sizes.size(), static_cast<std::uint64_t>(r)), true);
-    for (const std::int64_t len : b.bytes) {
-      g.offsets.push_back(at);
-      g.bytes.push_back(len);
-      at += len;
-    }
-    all.push_back(b.payloads);
-  }
-  g.payloads = all.empty() ? at::zeros({0}, at::kByte) : at::cat(all);
-  return g;
-}
-
-// decode_batch one payload at a time: what the reducer did before batches.
-void decode_alone(const DeviceCodec& codec, const Gathered& g, const std::vector<at::Tensor>& outs,
-                  float alpha) {
-  const std::size_t segments = outs.size();
-  for (std::size_t s = 0; s < segments; ++s) {
-    outs[s].zero_();
-    for (std::size_t r = 0; r < g.offsets.size() / segments; ++r) {
-      const std::size_t i = r * segments + s;
-      codec.decode_payload_add(g.payloads.narrow(0, g.offsets[i], g.bytes[i]), outs[s], alpha);
-    }
-  }
-}
-
-// Outputs holding 5s: tensors of their own, or (shared) views of one tensor with a gap
-// of 3 between them (a DDP bucket's slots, dense ones between), which must stay 7.
-std::vector<at::Tensor> outputs(const std::vector<std::int64_t>& sizes, bool shared = false,
-                                at::Tensor* bucket = nullptr) {
-  std::vector<at::Tensor> outs;
-  if (!shared) {
-    for (const std::int64_t n : sizes) outs.push_back(at::full({n}, 5.0f));
-    return outs;
-  }
-  std::int64_t total = 3;
-  for (const std::int64_t n : sizes) total += n + 3;
-  *bucket = at::full({total}, 7.0f);
-  std::int64_t at = 3;
-  for (const std::int64_t n : sizes) {
-    outs.push_back(bucket->narrow(0, at, n).fill_(5.0f));
-    at += n + 3;
-  }
-  return outs;
-}
-
 // With values=fp16 a payload is 4 + 6c bytes, so the next one starts 2 bytes off a word:
 // the one-payload decode copies it before viewing its fields (it threw before).
 TEST_P(TopkBatch, DecodesWhatEachPayloadDecodesAlone) {
@@ -356,32 +254,18 @@ INSTANTIATE_TEST_SUITE_P(Specs, TopkBatch, ::testing::ValuesIn(kSpecs),
                            return name_of(p.param);
                          });
 
-TEST(DeviceBatch, CodecsThatDoNotBatchLoopOverTheirSegments) {
-  const Pair c = make("2bit");
-  ASSERT_FALSE(c.dev->batches());
-  const std::vector<std::int64_t> sizes = {0, 33, 1000};
-  const at::Tensor flat = at::randn({1033});
-  const at::Tensor batch_x = flat.clone();
-  const DeviceCodec::EncodedBatch b = c.dev->encode_batch(batch_x, sizes, contexts(3, 0), true);
-  const at::Tensor alone_x = flat.clone();
-  std::int64_t offset = 0;
-  std::int64_t at = 0;
-  for (std::size_t s = 0; s < sizes.size(); ++s) {
-    const at::Tensor p = c.dev->encode_payload_feedback(alone_x.narrow(0, offset, sizes[s]),
-                                                        context(0, static_cast<std::uint32_t>(s)));
-    EXPECT_TRUE(b.payloads.narrow(0, at, b.bytes[s]).equal(p));
-    offset += sizes[s];
-    at += b.bytes[s];
-  }
-  EXPECT_TRUE(same_bits(batch_x, alone_x));
-}
-
 TEST(DeviceBatch, MisshapenBatchesAreRefusedWithOneLine) {
   const Pair c = make("topk");
   const std::vector<std::int64_t> sizes = {3, 4};
   EXPECT_THROW((void)c.dev->encode_batch(at::zeros({8}), sizes, contexts(2, 0), true),
                InvalidArgument);
   EXPECT_THROW((void)c.dev->encode_batch(at::zeros({7}), sizes, contexts(1, 0), true),
+               InvalidArgument);
+  EXPECT_THROW((void)c.dev->encode_batch_with_residual(at::zeros({7}), at::zeros({8}), sizes,
+                                                       contexts(2, 0)),
+               InvalidArgument);
+  EXPECT_THROW((void)c.dev->encode_batch_with_residual(at::zeros({7}), at::zeros({7}), sizes,
+                                                       contexts(1, 0)),
                InvalidArgument);
   const std::vector<std::int64_t> offsets = {0, 4};
   const std::vector<std::int64_t> bytes = {4, 9};
@@ -482,7 +366,9 @@ TEST_P(BatchedReducer, ReducesAsTheHostReducerAndAsOneBucketAtATime) {
 INSTANTIATE_TEST_SUITE_P(Methods, BatchedReducer,
                          ::testing::Values("ef(topk)", "efm(topk:ratio=0.02,select=sampled)",
                                            "noef(topk:ratio=0.05,values=fp16)",
-                                           "topk:ratio=0.001,select=exact"),
+                                           "topk:ratio=0.001,select=exact", "2bit",
+                                           "efm(2bit:threshold=0.5)", "ef(1bit)", "efm(signsgd)",
+                                           "ef(efsign:block=1024)"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            return name_of(p.param);
                          });

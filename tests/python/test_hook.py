@@ -232,10 +232,10 @@ def test_the_device_reducer_computes_what_the_host_reducer_does(spec, dtype):
 
 
 @pytest.mark.parametrize("spec", ["efm(topk:ratio=0.1)", "ef(topk:ratio=0.05,select=exact)",
-                                  "noef(topk:ratio=0.2,values=fp16)"])
+                                  "noef(topk:ratio=0.2,values=fp16)", "2bit", "efm(efsign)"])
 def test_the_batched_device_reducer_computes_what_the_host_reducer_does(spec):
-    # GRADCOMP_DEVICE_BATCH=1: the device reducer's top-k batches (its default on CUDA) on
-    # CPU buckets, identical to the host reducer as the one-at-a-time path is.
+    # GRADCOMP_DEVICE_BATCH=1: the device reducer's batches (its default on CUDA) on CPU
+    # buckets, identical to the host reducer as the one-at-a-time path is.
     for same, _, _, _, stats_on, stats_off, same_state in ddp_support.run(
             workers.batched_device_equals_plain, 2, spec, 6, "float32"):
         assert same and same_state

@@ -38,7 +38,8 @@ def test_replicas_stay_identical_on_cuda(spec):
 # summed in rank order on both); PowerSGD's products round differently on the GPU.
 @pytest.mark.parametrize("spec,tolerance", [
     ("efm(topk:ratio=0.05)", 0.0), ("ef(topk:ratio=0.05,select=exact)", 0.0),
-    ("2bit", 0.0), ("ef(1bit)", 0.0), ("dgc:density=0.05", 0.0),
+    ("2bit", 0.0), ("2bit:threshold=0.01", 0.0), ("ef(1bit)", 0.0),
+    ("efm(efsign:block=4096)", 0.0), ("dgc:density=0.05", 0.0),
     ("dgc:density=0.05,nesterov=1,select=exact", 0.0), ("powersgd:rank=2", 1e-4),
     ("powersgd:rank=1,error_feedback=false", 1e-4)])
 def test_cuda_device_path_equals_the_cpu_host_path(spec, tolerance):

@@ -64,8 +64,10 @@ class DeviceCodec {
   // Each result equals the one-tensor calls' above, tensor by tensor, byte for byte; a codec
   // that batches() shares the launches and host syncs among the tensors (top-k: one
   // selection and two syncs for all, not one selection and two syncs each, which cost
-  // ResNet-50's 42 tensors most of the device reducer's time: docs/measurements/gpu.md).
-  // The others run the one-tensor calls in a loop.
+  // ResNet-50's 42 tensors most of the device reducer's time: docs/measurements/gpu.md;
+  // the others: one sync for all the decode's checks, and for the adaptive 2-bit's
+  // thresholds and fp16's and efsign's finiteness checks, instead of one a tensor). Every
+  // built-in device codec batches; the defaults below run the one-tensor calls in a loop.
   virtual bool batches() const { return false; }
 
   struct EncodedBatch {
@@ -80,6 +82,12 @@ class DeviceCodec {
   // segment holding one; flat's other segments may then have been written.
   EncodedBatch encode_batch(const at::Tensor& flat, std::span<const std::int64_t> sizes,
                             std::span<const StepContext> ctxs, bool feedback) const;
+  // The error-feedback step of every segment: what encode_payload_with_residual(segment s
+  // of g, segment s of e, ctxs[s]) returns and leaves in e, segment by segment (g and e
+  // as flat above, of one size and device); e's codecs fuse e + g into their encode's pass.
+  EncodedBatch encode_batch_with_residual(const at::Tensor& g, const at::Tensor& e,
+                                          std::span<const std::int64_t> sizes,
+                                          std::span<const StepContext> ctxs) const;
   // outs[s] = the sum over r = 0, 1, ..., ranks - 1, in that order, of alpha * decode(payload
   // (r, s)), where payload (r, s) is payloads.narrow(0, offsets[i], bytes[i]), i = r * S + s,
   // S = outs.size(): what zeroing outs[s] and then decode_payload_add of each rank's
@@ -104,6 +112,9 @@ class DeviceCodec {
   virtual EncodedBatch encode_batch_impl(const at::Tensor& flat,
                                          std::span<const std::int64_t> sizes,
                                          std::span<const StepContext> ctxs, bool feedback) const;
+  virtual EncodedBatch encode_batch_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
+                                                       std::span<const std::int64_t> sizes,
+                                                       std::span<const StepContext> ctxs) const;
   virtual void decode_batch_impl(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
                                  std::span<const std::int64_t> bytes,
                                  std::span<const at::Tensor> outs, float alpha) const;

@@ -29,6 +29,14 @@ class SpecParams {
 void check_floats(const at::Tensor& t, const char* what);
 // Throws InvalidArgument unless payload is a contiguous 1-D uint8 tensor on `device`.
 void check_payload(const at::Tensor& payload, const at::Device& device, const char* what);
+// The payload where ATen can view its fields as 4- and 8-byte values (codec.cc): itself, or
+// a copy where it does not start on an 8-byte boundary (payloads gathered back to back).
+at::Tensor aligned_payload(const at::Tensor& payload);
+// A host vector as an int64 tensor on `device`: from pinned memory, without a sync, to a GPU.
+at::Tensor longs_to_device(const std::vector<std::int64_t>& v, const at::Device& device);
+// Payloads back to back as a batch's result (the one payload itself, uncopied); `like`
+// gives an empty batch its device.
+DeviceCodec::EncodedBatch joined(std::vector<at::Tensor> payloads, const at::Tensor& like);
 // Throws CorruptMessage (naming `op` and n) unless the payload has `expected` bytes.
 void expect_payload_size(const at::Tensor& payload, std::int64_t expected, const std::string& op,
                          std::int64_t n);
@@ -41,19 +49,6 @@ void pack1(const at::Tensor& bits, const at::Tensor& out);
 void pack2(const at::Tensor& codes, const at::Tensor& out);
 at::Tensor unpack1(const at::Tensor& packed);
 at::Tensor unpack2(const at::Tensor& packed);
-
-// 1bit's and signsgd's encode (onebit.cc): the payload (the 1-bit layout) of x = a + b (b defined:
-// the error-feedback step, out is then a) or of a: bit = x >= tau (at_least) or x > tau; where out
-// is defined, out = x + (bit ? -1 : +1), x minus its decode. One fused kernel on CUDA, ATen
-// operations elsewhere.
-at::Tensor encode_signs(const at::Tensor& a, const at::Tensor& b, float tau, bool at_least,
-                        const at::Tensor& out);
-
-// 1bit's and signsgd's decode (onebit.cc): checks packed (packed1_bytes(n), padding bits
-// 0; one sync), then out += `one` where a bit is 1, `zero` where it is 0. CorruptMessage
-// naming `op`, out unchanged, on a refusal.
-void decode_sign_bits(const at::Tensor& packed, const at::Tensor& out, float one, float zero,
-                      const std::string& op);
 
 // The CPU codecs' sums of |x| (abs_sums.cc). segment_abs_sums: detail::abs_sum over each
 // run of `segment` values of x (the last may be shorter), as a double tensor on x's

@@ -2,8 +2,10 @@
 // saturate to the format's largest finite value, cast with round-to-nearest-even (ATen's
 // casts on CPU and CUDA both round so), send the 16-bit patterns. On CUDA, each encode is
 // one fused kernel (src/device/cuda/halves.cu: read g and e, write e and the patterns).
+// Encoding and decoding each sync once (the finiteness check), once for a whole batch.
 #include <cstdio>
 
+#include "checked_decode.h"
 #include "codecs.h"
 #include "device/fused_kernels.h"
 #include "gradcomp/error.h"
@@ -12,74 +14,119 @@ namespace gradcomp::device {
 
 namespace {
 
-class Fp16DeviceCodec final : public DeviceCodec {
+class Fp16DeviceCodec final : public CheckedDecodeCodec {
  public:
   Fp16DeviceCodec(const Codec& codec, bool bf16)
-      : DeviceCodec(codec),
+      : CheckedDecodeCodec(codec),
         dtype_(bf16 ? at::kBFloat16 : at::kHalf),
         // The largest finite value: fp16 65504; bf16 0x7F7F = (2 - 2^-7) * 2^127.
         max_finite_(bf16 ? 3.38953139e38 : 65504.0),
         format_(bf16 ? "bf16" : "fp16") {}
 
   at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    if (fused::usable(g)) return fused_encode(g, {}, {});
-    return halves(g).view(at::kByte);
+    const std::int64_t n[] = {g.numel()};
+    return encode_segments(g, {}, n, /*write=*/false).payloads;
   }
 
   at::Tensor encode_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
-                                       const StepContext& ctx) const override {
-    if (fused::usable(e)) return fused_encode(e, g, e);
-    return DeviceCodec::encode_with_residual_impl(g, e, ctx);
+                                       const StepContext& /*ctx*/) const override {
+    const std::int64_t n[] = {e.numel()};
+    return encode_segments(e, g, n, /*write=*/true).payloads;
   }
 
   // p <- p - float(half(p)), from the same halves the payload carries.
   at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
-    if (fused::usable(p)) return fused_encode(p, {}, p);
-    const at::Tensor h = halves(p);
-    p.sub_(h.to(at::kFloat));
-    return h.view(at::kByte);
+    const std::int64_t n[] = {p.numel()};
+    return encode_segments(p, {}, n, /*write=*/true).payloads;
   }
 
-  void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
-                       float alpha) const override {
-    const std::int64_t n = out.numel();
-    const std::string op = codec().name() + " decode";
-    expect_payload_size(payload, 2 * n, op, n);
-    if (n == 0) return;
-    const at::Tensor values = payload.view(dtype_).to(at::kFloat);
-    const at::Tensor bad = values.isfinite().logical_not();
-    if (bad.any().item<bool>()) {
-      const std::int64_t i = bad.nonzero().select(1, 0)[0].item<std::int64_t>();
-      const auto pattern =
-          static_cast<unsigned>(payload.view(at::kShort)[i].item<std::int16_t>()) & 0xFFFFu;
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%04X", pattern);
-      throw CorruptMessage(op + ": non-finite " + format_ + " pattern " + hex + " at index " +
-                           std::to_string(i));
-    }
-    out.add_(values, alpha);
+  EncodedBatch encode_batch_impl(const at::Tensor& flat, std::span<const std::int64_t> sizes,
+                                 std::span<const StepContext> /*ctxs*/,
+                                 bool feedback) const override {
+    return encode_segments(flat, {}, sizes, feedback);
+  }
+
+  EncodedBatch encode_batch_with_residual_impl(
+      const at::Tensor& g, const at::Tensor& e, std::span<const std::int64_t> sizes,
+      std::span<const StepContext> /*ctxs*/) const override {
+    return encode_segments(e, g, sizes, /*write=*/true);
+  }
+
+ protected:
+  std::int64_t payload_bytes(std::int64_t n) const override { return 2 * n; }
+  std::int64_t report_size() const override { return 1; }
+
+  // [any value not finite].
+  at::Tensor reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
+                     std::span<const std::int64_t> bytes,
+                     std::span<const std::int64_t> ns) const override {
+    return stack_reports(payloads, offsets, bytes, ns,
+                         [&](const at::Tensor& payload, std::int64_t /*n*/) {
+                           return payload.view(dtype_).isfinite().logical_not().any().view({1});
+                         });
+  }
+
+  void check(const at::Tensor& payload, std::int64_t /*n*/, const float* report) const override {
+    if (report[0] == 0.0f) return;
+    // The error path only: the first bad value's index and pattern.
+    const at::Tensor bad = payload.view(dtype_).isfinite().logical_not();
+    const std::int64_t i = bad.nonzero().select(1, 0)[0].item<std::int64_t>();
+    const auto pattern =
+        static_cast<unsigned>(payload.view(at::kShort)[i].item<std::int16_t>()) & 0xFFFFu;
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%04X", pattern);
+    throw CorruptMessage(codec().name() + " decode: non-finite " + format_ + " pattern " + hex +
+                         " at index " + std::to_string(i));
+  }
+
+  void add_checked(const at::Tensor& payload, const at::Tensor& out, float alpha,
+                   const float* /*report*/) const override {
+    out.add_(payload.view(dtype_).to(at::kFloat), alpha);
   }
 
  private:
-  // The 16-bit values of x, saturated; InvalidArgument naming the first non-finite input.
-  at::Tensor halves(const at::Tensor& x) const {
-    if (x.numel() == 0) return at::empty({0}, x.options().dtype(dtype_));
-    if (x.isfinite().logical_not().any().item<bool>()) throw_non_finite(x);
-    return x.clamp(-max_finite_, max_finite_).to(dtype_);
-  }
-
-  // The payload of x = a + b (b defined: the error-feedback step, out is then a) or of a,
-  // out = x - float(half(x)) where defined: one kernel, then one sync for its check.
-  at::Tensor fused_encode(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const {
-    const at::Tensor h = at::empty({a.numel()}, a.options().dtype(dtype_));
-    if (a.numel() == 0) return h.view(at::kByte);
-    const at::Tensor non_finite =
-        fused::encode_halves(a, b, static_cast<float>(max_finite_), out, h);
-    if (non_finite.item<std::int32_t>() != 0) {
-      // x's non-finite entries stay so in out (inf - max is inf; NaN stays NaN).
-      throw_non_finite(out.defined() ? out : (b.defined() ? a.add(b) : a));
+  // The payloads of segments x_s = a_s + b_s (b undefined: a_s), where write a_s <- x_s -
+  // float(half(x_s)); every value saturated to the format's range. One sync for all
+  // segments, for the finiteness check: on CUDA after the fused kernels (which leave x's
+  // non-finite entries so in a: inf - max is inf, NaN stays NaN), elsewhere before anything
+  // is written. InvalidArgument names the first segment's first non-finite value.
+  EncodedBatch encode_segments(const at::Tensor& a, const at::Tensor& b,
+                               std::span<const std::int64_t> sizes, bool write) const {
+    const bool kernels = fused::usable(a);
+    std::vector<at::Tensor> payloads, non_finite, xs;
+    if (!kernels && b.defined()) a.add_(b);
+    std::int64_t offset = 0;
+    for (const std::int64_t n : sizes) {
+      const at::Tensor x = a.narrow(0, offset, n);
+      const at::Tensor h = at::empty({kernels ? n : 0}, a.options().dtype(dtype_));
+      payloads.push_back(h.view(at::kByte));
+      xs.push_back(x);
+      if (n == 0) {
+        non_finite.push_back(at::zeros({1}, a.options().dtype(at::kInt)));
+      } else if (kernels) {
+        non_finite.push_back(fused::encode_halves(x, b.defined() ? b.narrow(0, offset, n) : b,
+                                                  static_cast<float>(max_finite_),
+                                                  write ? x : at::Tensor(), h));
+      } else {
+        non_finite.push_back(x.isfinite().logical_not().any().to(at::kInt).view({1}));
+      }
+      offset += n;
     }
-    return h.view(at::kByte);
+    if (!non_finite.empty()) {
+      const at::Tensor flags = at::cat(non_finite).to(at::kCPU);  // the sync
+      for (std::size_t s = 0; s < sizes.size(); ++s) {
+        // x is formed: a + b was added above or written by the kernel (b comes with write).
+        if (flags.data_ptr<std::int32_t>()[s] != 0) throw_non_finite(xs[s]);
+      }
+    }
+    if (!kernels) {
+      for (std::size_t s = 0; s < sizes.size(); ++s) {
+        const at::Tensor h = xs[s].clamp(-max_finite_, max_finite_).to(dtype_);
+        payloads[s] = h.view(at::kByte);
+        if (write) xs[s].sub_(h.to(at::kFloat));
+      }
+    }
+    return joined(std::move(payloads), a);
   }
 
   [[noreturn]] void throw_non_finite(const at::Tensor& x) const {

@@ -1,20 +1,21 @@
 // 1bit on the device (src/core/codecs/onebit.cc is the CPU codec and the wire format):
 // bit 1 (+1) where p > tau, else bit 0 (-1), NaN included; eight bits a byte, first value
-// in the MSB, padding bits 0. Encoding never syncs; decoding syncs once (the padding).
-// On CUDA, each encode is one fused kernel (read g and e, write e and the bits) and the
-// decode's add another (src/device/cuda/sign_bits.cu); elsewhere ATen operations.
-#include "codecs.h"
+// in the MSB, padding bits 0. Encoding never syncs; decoding syncs once (the padding), once
+// for a whole batch. On CUDA, each encode is one fused kernel (read g and e, write e and
+// the bits) and the decode's add another (src/device/cuda/sign_bits.cu); elsewhere ATen
+// operations. signsgd (signsgd.cc) shares the decode and the encode.
 #include "detail/bitpack.h"
 #include "device/fused_kernels.h"
 #include "gradcomp/error.h"
+#include "sign_bits.h"
 
 namespace gradcomp::device {
 
 namespace {
 
-class OneBitDeviceCodec final : public DeviceCodec {
+class OneBitDeviceCodec final : public SignBitsCodec {
  public:
-  OneBitDeviceCodec(const Codec& codec, float tau) : DeviceCodec(codec), tau_(tau) {}
+  OneBitDeviceCodec(const Codec& codec, float tau) : SignBitsCodec(codec), tau_(tau) {}
 
   at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
     return encode_signs(g, {}, tau_, /*at_least=*/false, {});
@@ -27,11 +28,6 @@ class OneBitDeviceCodec final : public DeviceCodec {
 
   at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
     return encode_signs(p, {}, tau_, /*at_least=*/false, p);
-  }
-
-  void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
-                       float alpha) const override {
-    decode_sign_bits(payload, out, alpha * 1.0f, alpha * -1.0f, "1bit decode");
   }
 
  private:
@@ -58,23 +54,35 @@ at::Tensor encode_signs(const at::Tensor& a, const at::Tensor& b, float tau, boo
   return payload;
 }
 
-void decode_sign_bits(const at::Tensor& packed, const at::Tensor& out, float one, float zero,
-                      const std::string& op) {
-  const std::int64_t n = out.numel();
-  expect_payload_size(packed, static_cast<std::int64_t>(detail::packed1_bytes(n)), op, n);
-  // The padding: the bits after n, all in the bytes from n / 8 on (at most four).
-  const at::Tensor tail = unpack1(packed.narrow(0, n / 8, packed.numel() - n / 8));
-  if (tail.narrow(0, n % 8, tail.numel() - n % 8).any().item<bool>()) {
-    throw CorruptMessage(op + ": nonzero padding bits after the last element (n " +
+std::int64_t SignBitsCodec::payload_bytes(std::int64_t n) const {
+  return static_cast<std::int64_t>(detail::packed1_bytes(static_cast<std::size_t>(n)));
+}
+
+at::Tensor SignBitsCodec::reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
+                                  std::span<const std::int64_t> bytes,
+                                  std::span<const std::int64_t> ns) const {
+  return padding_dirty(payloads, offsets, bytes, ns, 1).unsqueeze(1);
+}
+
+void SignBitsCodec::check(const at::Tensor& /*payload*/, std::int64_t n,
+                          const float* report) const {
+  if (report[0] != 0.0f) {
+    throw CorruptMessage(codec().name() +
+                         " decode: nonzero padding bits after the last element (n " +
                          std::to_string(n) + ")");
   }
-  if (n == 0) return;
+}
+
+void SignBitsCodec::add_checked(const at::Tensor& payload, const at::Tensor& out, float alpha,
+                                const float* /*report*/) const {
+  const float one = alpha * 1.0f;
+  const float zero = alpha * -1.0f;
   if (fused::usable(out)) {
-    fused::add_sign_bits(packed, one, zero, out);
+    fused::add_sign_bits(payload, one, zero, out);
     return;
   }
-  const at::Tensor bits = unpack1(packed);
-  out.add_(at::where(bits.narrow(0, 0, n).to(at::kBool), one, zero));
+  const std::int64_t n = out.numel();
+  out.add_(at::where(unpack1(payload).narrow(0, 0, n).to(at::kBool), one, zero));
 }
 
 std::unique_ptr<DeviceCodec> make_onebit(const Codec& codec, const SpecParams& params) {

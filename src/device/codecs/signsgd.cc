@@ -1,17 +1,20 @@
 // signsgd and efsign on the device (src/core/codecs/signsgd.cc is the CPU codec and the
 // wire format): one sign bit per value, bit 1 for p >= 0 (-0 included, NaN gives 0), in
-// the 1bit layout. signsgd decodes to +-1; efsign to +-scale_b, scale_b = ||p_b||_1 / |b|
-// per block of B values (block=0: one block), the scales in front of the bits.
+// the 1bit layout. signsgd decodes to +-1 (1bit's decode: sign_bits.h); efsign to
+// +-scale_b, scale_b = ||p_b||_1 / |b| per block of B values (block=0: one block), the
+// scales in front of the bits.
 //
 // efsign's ||p_b||_1 is the CPU's double bit for bit (segment_abs_sums: its blocked order
-// as a scan in double on the device); one sync per encode checks that p is finite before
+// as a scan in double on the device). One sync per encode checks that p is finite before
 // anything is written (the CPU throws InvalidArgument first), one per decode checks the
-// scales and the padding.
+// scales and the padding; a batch of tensors or payloads shares that one sync.
 #include <cmath>
 
+#include "checked_decode.h"
 #include "codecs.h"
 #include "detail/bitpack.h"
 #include "gradcomp/error.h"
+#include "sign_bits.h"
 
 namespace gradcomp::device {
 
@@ -23,9 +26,9 @@ at::Tensor packed_bits(const at::Tensor& p, std::int64_t header) {
                    p.options().dtype(at::kByte));
 }
 
-class SignSgdDeviceCodec final : public DeviceCodec {
+class SignSgdDeviceCodec final : public SignBitsCodec {
  public:
-  explicit SignSgdDeviceCodec(const Codec& codec) : DeviceCodec(codec) {}
+  explicit SignSgdDeviceCodec(const Codec& codec) : SignBitsCodec(codec) {}
 
   at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
     return encode_signs(g, {}, 0.0f, /*at_least=*/true, {});
@@ -40,61 +43,75 @@ class SignSgdDeviceCodec final : public DeviceCodec {
   at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
     return encode_signs(p, {}, 0.0f, /*at_least=*/true, p);
   }
-
-  void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
-                       float alpha) const override {
-    decode_sign_bits(payload, out, alpha * 1.0f, alpha * -1.0f, "signsgd decode");
-  }
 };
 
-class EfSignDeviceCodec final : public DeviceCodec {
+class EfSignDeviceCodec final : public CheckedDecodeCodec {
  public:
-  EfSignDeviceCodec(const Codec& codec, std::int64_t block) : DeviceCodec(codec), block_(block) {}
+  EfSignDeviceCodec(const Codec& codec, std::int64_t block)
+      : CheckedDecodeCodec(codec), block_(block) {}
 
   at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    const std::int64_t nb = blocks(g.numel());
-    at::Tensor payload = packed_bits(g, 4 * nb);
-    write_scales(g, payload);
-    pack1(g.ge(0.0f), payload.narrow(0, 4 * nb, payload.numel() - 4 * nb));
-    return payload;
+    const std::int64_t n[] = {g.numel()};
+    return encode_segments(g, n, /*feedback=*/false).payloads;
   }
 
-  // p += sign_lut(-1, scale_b) = {+scale_b (bit 0), -scale_b (bit 1)}.
   at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
-    const std::int64_t nb = blocks(p.numel());
-    at::Tensor payload = packed_bits(p, 4 * nb);
-    const at::Tensor scales = write_scales(p, payload);
-    const at::Tensor bits = p.ge(0.0f);
-    pack1(bits, payload.narrow(0, 4 * nb, payload.numel() - 4 * nb));
-    add_per_block(p, bits, scales.neg(), scales);
-    return payload;
+    const std::int64_t n[] = {p.numel()};
+    return encode_segments(p, n, /*feedback=*/true).payloads;
   }
 
-  void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
-                       float alpha) const override {
-    const std::int64_t n = out.numel();
-    const std::int64_t nb = blocks(n);
+  EncodedBatch encode_batch_impl(const at::Tensor& flat, std::span<const std::int64_t> sizes,
+                                 std::span<const StepContext> /*ctxs*/,
+                                 bool feedback) const override {
+    return encode_segments(flat, sizes, feedback);
+  }
+
+  EncodedBatch encode_batch_with_residual_impl(
+      const at::Tensor& g, const at::Tensor& e, std::span<const std::int64_t> sizes,
+      std::span<const StepContext> /*ctxs*/) const override {
+    e.add_(g);
+    return encode_segments(e, sizes, /*feedback=*/true);
+  }
+
+ protected:
+  std::int64_t payload_bytes(std::int64_t n) const override {
+    return 4 * blocks(n) + static_cast<std::int64_t>(detail::packed1_bytes(n));
+  }
+
+  std::int64_t report_size() const override { return 2; }
+
+  // [any scale not finite or with its sign bit set, any padding bit set].
+  at::Tensor reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
+                     std::span<const std::int64_t> bytes,
+                     std::span<const std::int64_t> ns) const override {
+    const at::Tensor bad_scales =
+        stack_reports(payloads, offsets, bytes, ns, [&](const at::Tensor& payload, std::int64_t n) {
+          return bad_scale(scales_of(payload, n)).any();
+        });
+    return at::stack({bad_scales, padding_dirty(payloads, offsets, bytes, ns, 1)}, 1);
+  }
+
+  void check(const at::Tensor& payload, std::int64_t n, const float* report) const override {
     const std::string op = "efsign decode";
-    expect_payload_size(payload, 4 * nb + static_cast<std::int64_t>(detail::packed1_bytes(n)), op,
-                        n);
-    const at::Tensor scales = payload.narrow(0, 0, 4 * nb).view(at::kFloat);
-    const at::Tensor bits = unpack1(payload.narrow(0, 4 * nb, payload.numel() - 4 * nb));
-    // One sync: any bad scale (not finite, or sign bit set), any padding bit.
-    const at::Tensor bad_scale = scales.isfinite().logical_not().logical_or_(scales.signbit());
-    const at::Tensor flags =
-        at::stack({bad_scale.any(), bits.narrow(0, n, bits.numel() - n).any().to(at::kBool)})
-            .to(at::kCPU);
-    if (flags[0].item<bool>()) {
+    if (report[0] != 0.0f) {
       // The error path only: the first bad scale, validated on the host for the CPU's words.
-      const std::int64_t b = bad_scale.nonzero().select(1, 0)[0].item<std::int64_t>();
+      const at::Tensor scales = scales_of(payload, n);
+      const std::int64_t b = bad_scale(scales).nonzero().select(1, 0)[0].item<std::int64_t>();
       detail::validate_scale(scales[b].item<float>(), op, "scale");
     }
-    if (flags[1].item<bool>()) {
+    if (report[1] != 0.0f) {
       throw CorruptMessage(op + ": nonzero padding bits after the last element (n " +
                            std::to_string(n) + ")");
     }
-    if (n == 0) return;
-    // sign_lut(alpha, scale) = {alpha * -scale, alpha * scale}, each one float product.
+  }
+
+  // sign_lut(alpha, scale) = {alpha * -scale, alpha * scale}, each one float product.
+  void add_checked(const at::Tensor& payload, const at::Tensor& out, float alpha,
+                   const float* /*report*/) const override {
+    const std::int64_t n = out.numel();
+    const std::int64_t header = 4 * blocks(n);
+    const at::Tensor scales = scales_of(payload, n);
+    const at::Tensor bits = unpack1(payload.narrow(0, header, payload.numel() - header));
     add_per_block(out, bits.narrow(0, 0, n).to(at::kBool), scales.mul(alpha),
                   scales.neg().mul(alpha));
   }
@@ -104,27 +121,65 @@ class EfSignDeviceCodec final : public DeviceCodec {
   std::int64_t blocks(std::int64_t n) const {
     return block_ == 0 || n == 0 ? 1 : (n + block_ - 1) / block_;
   }
+  std::int64_t segment(std::int64_t n) const { return block_ == 0 ? n : block_; }
 
-  // scale_b = float(||p_b||_1 / |b|) into the payload's first 4 nb bytes; InvalidArgument,
-  // nothing written, if p is not finite. Returns the scales (float, p's device).
-  at::Tensor write_scales(const at::Tensor& p, const at::Tensor& payload) const {
-    const std::int64_t n = p.numel();
-    const at::Tensor out = payload.narrow(0, 0, 4 * blocks(n)).view(at::kFloat);
-    if (n == 0) return out.fill_(0.0f);
-    const std::int64_t segment = block_ == 0 ? n : block_;
-    const at::Tensor l1 = segment_abs_sums(p, segment);  // double, one per block
-    // A block's sum is finite exactly when all of p is (|x| summed in double cannot overflow).
-    const at::Tensor total = l1.sum();
-    const double check = total.item<double>();
-    if (!std::isfinite(check)) {
-      throw InvalidArgument("efsign encode: non-finite input (||p||_1 = " + std::to_string(check) +
-                            ")");
+  at::Tensor scales_of(const at::Tensor& payload, std::int64_t n) const {
+    return payload.narrow(0, 0, 4 * blocks(n)).view(at::kFloat);
+  }
+  static at::Tensor bad_scale(const at::Tensor& scales) {
+    return scales.isfinite().logical_not().logical_or_(scales.signbit());
+  }
+
+  // The payloads of flat's segments (and, with feedback, each segment p <- p - decode).
+  // Every segment's ||p_b||_1 first, then one sync: InvalidArgument, nothing written, for
+  // the first segment that is not finite (a block's sum of |x| in double is finite exactly
+  // when its values are).
+  EncodedBatch encode_segments(const at::Tensor& flat, std::span<const std::int64_t> sizes,
+                               bool feedback) const {
+    std::vector<at::Tensor> l1(sizes.size());
+    std::vector<at::Tensor> totals;
+    std::int64_t offset = 0;
+    for (std::size_t s = 0; s < sizes.size(); ++s) {
+      if (sizes[s] > 0) {
+        l1[s] = segment_abs_sums(flat.narrow(0, offset, sizes[s]), segment(sizes[s]));
+        totals.push_back(l1[s].sum().view({1}));
+      }
+      offset += sizes[s];
     }
-    // |b| per block: segment, the last n - (nb - 1) * segment.
-    at::Tensor len = at::full_like(l1, static_cast<double>(segment));
-    len[-1] = static_cast<double>(n - (l1.numel() - 1) * segment);
-    out.copy_(l1.div(len));
-    return out;
+    if (!totals.empty()) {
+      const at::Tensor host = at::cat(totals).to(at::kCPU);  // the sync
+      const double* total = host.data_ptr<double>();
+      for (std::int64_t i = 0; i < host.numel(); ++i) {
+        if (!std::isfinite(total[i])) {
+          throw InvalidArgument(
+              "efsign encode: non-finite input (||p||_1 = " + std::to_string(total[i]) + ")");
+        }
+      }
+    }
+    std::vector<at::Tensor> payloads;
+    offset = 0;
+    for (std::size_t s = 0; s < sizes.size(); ++s) {
+      const std::int64_t n = sizes[s];
+      const at::Tensor p = flat.narrow(0, offset, n);
+      const std::int64_t header = 4 * blocks(n);
+      at::Tensor payload = packed_bits(p, header);
+      const at::Tensor scales = payload.narrow(0, 0, header).view(at::kFloat);
+      if (n == 0) {
+        scales.fill_(0.0f);
+      } else {
+        // scale_b = float(||p_b||_1 / |b|), |b| = B but the last block's n - (nb - 1) B.
+        at::Tensor len = at::full_like(l1[s], static_cast<double>(segment(n)));
+        len[-1] = static_cast<double>(n - (l1[s].numel() - 1) * segment(n));
+        scales.copy_(l1[s].div(len));
+      }
+      const at::Tensor bits = p.ge(0.0f);
+      pack1(bits, payload.narrow(0, header, payload.numel() - header));
+      // p += sign_lut(-1, scale_b) = {+scale_b (bit 0), -scale_b (bit 1)}.
+      if (feedback) add_per_block(p, bits, scales.neg(), scales);
+      payloads.push_back(payload);
+      offset += n;
+    }
+    return joined(std::move(payloads), flat);
   }
 
   // x += where(bit, one_b, zero_b) over the blocks: x, bits of n values, one/zero [nb].
@@ -133,17 +188,17 @@ class EfSignDeviceCodec final : public DeviceCodec {
     const std::int64_t n = x.numel();
     if (n == 0) return;
     const std::int64_t nb = blocks(n);
-    const std::int64_t segment = block_ == 0 ? n : block_;
-    const std::int64_t whole = n / segment;  // full blocks
+    const std::int64_t seg = segment(n);
+    const std::int64_t whole = n / seg;  // full blocks
     if (whole > 0) {
-      x.narrow(0, 0, whole * segment)
-          .view({whole, segment})
-          .add_(at::where(bits.narrow(0, 0, whole * segment).view({whole, segment}),
+      x.narrow(0, 0, whole * seg)
+          .view({whole, seg})
+          .add_(at::where(bits.narrow(0, 0, whole * seg).view({whole, seg}),
                           one.narrow(0, 0, whole).unsqueeze(1),
                           zero.narrow(0, 0, whole).unsqueeze(1)));
     }
     if (whole < nb) {
-      const std::int64_t begin = whole * segment;
+      const std::int64_t begin = whole * seg;
       x.narrow(0, begin, n - begin)
           .add_(at::where(bits.narrow(0, begin, n - begin), one.narrow(0, whole, 1),
                           zero.narrow(0, whole, 1)));

@@ -13,10 +13,14 @@
 //
 // The residual step is p -= c * tau with c = [p >= tau] - [p <= -tau] in {-1, 0, 1}:
 // one float op whose zero case subtracts +0 (so p = -0 stays -0, as the CPU's p + (-0)).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <utility>
+#include <vector>
 
+#include "checked_decode.h"
 #include "codecs.h"
 #include "detail/abs_sample.h"
 #include "detail/bitpack.h"
@@ -27,73 +31,106 @@ namespace gradcomp::device {
 
 namespace {
 
-class Threshold2BitDeviceCodec final : public DeviceCodec {
+class Threshold2BitDeviceCodec final : public CheckedDecodeCodec {
  public:
   Threshold2BitDeviceCodec(const Codec& codec, float tau, double scale)
-      : DeviceCodec(codec), tau_(tau), scale_(scale) {}
+      : CheckedDecodeCodec(codec), tau_(tau), scale_(scale) {}
 
   at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    return encode(g, {}, {});
+    const std::int64_t n[] = {g.numel()};
+    return encode_segments(g, {}, n, /*write=*/false).payloads;
   }
 
   at::Tensor encode_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
                                        const StepContext& /*ctx*/) const override {
-    return encode(e, g, e);
+    const std::int64_t n[] = {e.numel()};
+    return encode_segments(e, g, n, /*write=*/true).payloads;
   }
 
   at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
-    return encode(p, {}, p);
+    const std::int64_t n[] = {p.numel()};
+    return encode_segments(p, {}, n, /*write=*/true).payloads;
   }
 
-  void decode_add_impl(const at::Tensor& payload, const at::Tensor& out,
-                       float alpha) const override {
-    const std::int64_t n = out.numel();
+  EncodedBatch encode_batch_impl(const at::Tensor& flat, std::span<const std::int64_t> sizes,
+                                 std::span<const StepContext> /*ctxs*/,
+                                 bool feedback) const override {
+    return encode_segments(flat, {}, sizes, feedback);
+  }
+
+  EncodedBatch encode_batch_with_residual_impl(
+      const at::Tensor& g, const at::Tensor& e, std::span<const std::int64_t> sizes,
+      std::span<const StepContext> /*ctxs*/) const override {
+    return encode_segments(e, g, sizes, /*write=*/true);
+  }
+
+ protected:
+  std::int64_t payload_bytes(std::int64_t n) const override {
+    return header_bytes() + static_cast<std::int64_t>(detail::packed2_bytes(n));
+  }
+  std::int64_t report_size() const override { return 4; }
+
+  // [tau, padding dirty, any code 01, any code nonzero], in the CPU codec's order of checks.
+  // The ATen path reads the codes from the packed bytes, not unpacked (with clean padding,
+  // checked first, the codes after n are 00 and count for neither).
+  at::Tensor reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
+                     std::span<const std::int64_t> bytes,
+                     std::span<const std::int64_t> ns) const override {
+    const bool kernels = fused::usable(payloads);
+    at::Tensor out = stack_reports(
+        payloads, offsets, bytes, ns, [&](const at::Tensor& payload, std::int64_t n) {
+          const at::Tensor packed = codes_of(payload);
+          const at::Tensor tau = adaptive()
+                                     ? payload.narrow(0, 0, 4).view(at::kFloat)
+                                     : at::full({1}, tau_, payload.options().dtype(at::kFloat));
+          if (kernels) return at::cat({tau, fused::check_codes2(packed, n).to(at::kFloat)});
+          // Code 01: the low bit of a pair set, its high bit clear.
+          const at::Tensor code01 = packed.bitwise_and(0x55).bitwise_and_(
+              at::bitwise_right_shift(packed, 1).bitwise_not_());
+          return at::cat({tau, at::zeros({1}, tau.options()),
+                          code01.ne(0).any().to(at::kFloat).view({1}),
+                          packed.ne(0).any().to(at::kFloat).view({1})});
+        });
+    if (!kernels) out.select(1, 1).copy_(padding_dirty(payloads, offsets, bytes, ns, 2));
+    return out;
+  }
+
+  void check(const at::Tensor& payload, std::int64_t n, const float* report) const override {
     const std::string op = "2bit decode";
-    expect_payload_size(
-        payload, header_bytes() + static_cast<std::int64_t>(detail::packed2_bytes(n)), op, n);
-    const at::Tensor packed = payload.narrow(0, header_bytes(), payload.numel() - header_bytes());
-    const bool kernels = fused::usable(out);
-    const at::Tensor tau_t =
-        adaptive() ? payload.narrow(0, 0, 4).view(at::kFloat) : at::full({1}, tau_, out.options());
-    // One sync: [tau, padding dirty, any 01, any nonzero] in the CPU codec's order of checks.
-    at::Tensor flags;
-    at::Tensor codes;  // every code, padding included (the ATen path)
-    if (kernels) {
-      flags = at::cat({tau_t, fused::check_codes2(packed, n).to(at::kFloat)});
-    } else {
-      codes = unpack2(packed);
-      const at::Tensor head = codes.narrow(0, 0, n);
-      const at::Tensor tail = codes.narrow(0, n, codes.numel() - n);
-      flags = at::stack({tau_t.squeeze(0), tail.ne(0).any().to(at::kFloat),
-                         head.eq(1).any().to(at::kFloat), head.ne(0).any().to(at::kFloat)});
-    }
-    const at::Tensor host = flags.to(at::kCPU);
-    const float* f = host.data_ptr<float>();
-    const float tau = f[0];
+    const float tau = report[0];
     if (adaptive()) detail::validate_scale(tau, op, "threshold tau");
-    if (f[1] != 0.0f) {
+    if (report[1] != 0.0f) {
       throw CorruptMessage(op + ": nonzero padding bits after the last element (n " +
                            std::to_string(n) + ")");
     }
-    if (f[2] != 0.0f) {
+    if (report[2] != 0.0f) {
       // The error path only: a second sync for the element's index.
-      const std::int64_t i =
-          unpack2(packed).narrow(0, 0, n).eq(1).nonzero().select(1, 0)[0].item<std::int64_t>();
+      const std::int64_t i = unpack2(codes_of(payload))
+                                 .narrow(0, 0, n)
+                                 .eq(1)
+                                 .nonzero()
+                                 .select(1, 0)[0]
+                                 .item<std::int64_t>();
       throw CorruptMessage(op + ": invalid code 01 at element " + std::to_string(i) + " (n " +
                            std::to_string(n) + ")");
     }
-    if (tau == 0.0f && f[3] != 0.0f) {
+    if (tau == 0.0f && report[3] != 0.0f) {
       throw CorruptMessage(op + ": threshold tau = 0 with nonzero codes (n " + std::to_string(n) +
                            ")");
     }
-    // All 00 still adds alpha * 0 everywhere, as the CPU does (-0 + +0 is +0).
-    if (n == 0) return;
-    // lut[code] = {alpha * 0, (01: refused above), alpha * -tau, alpha * tau}.
-    if (kernels) {
+  }
+
+  // All 00 still adds alpha * 0 everywhere, as the CPU does (-0 + +0 is +0).
+  // lut[code] = {alpha * 0, (01: refused), alpha * -tau, alpha * tau}.
+  void add_checked(const at::Tensor& payload, const at::Tensor& out, float alpha,
+                   const float* report) const override {
+    const float tau = report[0];
+    const at::Tensor packed = codes_of(payload);
+    if (fused::usable(out)) {
       fused::add_codes2(packed, {alpha * 0.0f, 0.0f, alpha * -tau, alpha * tau}, out);
       return;
     }
-    const at::Tensor head = codes.narrow(0, 0, n);
+    const at::Tensor head = unpack2(packed).narrow(0, 0, out.numel());
     out.add_(at::where(head.eq(3), alpha * tau, at::where(head.eq(2), alpha * -tau, alpha * 0.0f)));
   }
 
@@ -105,51 +142,127 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
 
   bool adaptive() const { return tau_ == 0.0f; }
   std::int64_t header_bytes() const { return adaptive() ? 4 : 0; }
-
-  at::Tensor empty_payload(const at::Tensor& p) const {
-    return at::empty({header_bytes() + static_cast<std::int64_t>(detail::packed2_bytes(
-                                           static_cast<std::size_t>(p.numel())))},
-                     p.options().dtype(at::kByte));
+  at::Tensor codes_of(const at::Tensor& payload) const {
+    return payload.narrow(0, header_bytes(), payload.numel() - header_bytes());
   }
 
-  // The payload of x = a + b (b defined: the error-feedback step, out is then a) or of a;
-  // where out is defined, out = x - c * tau (x minus its decode). On CUDA one fused kernel
-  // (read g and e, write e and the codes), for the fixed threshold and for the adaptive one
-  // from 2^20 values (tau from the sample of e + g); below that the exact mean needs all of
-  // x first, so a first kernel writes x with its finiteness check.
-  at::Tensor encode(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const {
-    at::Tensor payload = empty_payload(a);
-    const at::Tensor packed = payload.narrow(0, header_bytes(), payload.numel() - header_bytes());
-    if (fused::usable(a)) {
-      at::Tensor addend = b;
-      at::Tensor non_finite;  // the codes pass's flag, where it checks x
-      float tau = tau_;
-      if (adaptive() && sampled_mean(a.numel())) {
-        // tau from the sample of x (gathered from e and g), x checked by the codes pass:
-        // one pass over e and g, two syncs.
-        tau = message_tau(a, b, payload, {}, /*checked_later=*/true);
-        non_finite = at::zeros({1}, a.options().dtype(at::kInt));
-      } else if (adaptive()) {
-        // The exact mean needs all of x first: x = e + g written, then tau, then the codes.
-        const at::Tensor all_finite = fused::accumulate(a, b, b.defined() ? a : at::Tensor()).eq(0);
-        addend = at::Tensor();
-        tau = message_tau(a, {}, payload, all_finite);
-      }
-      // tau = 0 (an all-zero x) sends no codes and leaves the residual x.
-      const float t = tau > 0.0f ? tau : std::numeric_limits<float>::infinity();
-      // With tau = 0 a pending e + g is still written: into out, which is then a.
-      fused::encode_codes2(a, addend, t, tau > 0.0f || addend.defined() ? out : at::Tensor(), -tau,
-                           packed, non_finite);
-      if (non_finite.defined() && non_finite.item<std::int32_t>() != 0) throw_non_finite();
-      return payload;
+  // The payloads of segments x_s = a_s + b_s (b undefined: a_s), where write a_s <- x_s -
+  // c * tau (x minus its decode).
+  //
+  // The adaptive tau first, for every segment, from one transfer (the sync): the exact
+  // blocked sum of |x| below 2^20 values (x = a + b written first), else the fixed sample
+  // (gathered from a and b, x's finiteness with it on the ATen path). Then the codes: on
+  // CUDA one fused kernel a segment (read a and b, write a and the codes), which checks the
+  // finiteness of the sampled segments' x into one flag, read after all of them (a second
+  // sync, for one pass over the values instead of two). The fixed threshold never syncs.
+  EncodedBatch encode_segments(const at::Tensor& a, const at::Tensor& b,
+                               std::span<const std::int64_t> sizes, bool write) const {
+    const bool kernels = fused::usable(a);
+    const std::size_t segments = sizes.size();
+    std::vector<at::Tensor> payloads(segments);
+    std::vector<std::int64_t> start(segments);
+    std::vector<char> pending(segments, b.defined() ? 1 : 0);  // b still to add
+    std::int64_t offset = 0;
+    for (std::size_t s = 0; s < segments; ++s) {
+      start[s] = offset;
+      payloads[s] = at::empty({payload_bytes(sizes[s])}, a.options().dtype(at::kByte));
+      offset += sizes[s];
     }
-    if (b.defined()) a.add_(b);
-    const float tau = message_tau(a, {}, payload, {});
-    const Codes c = codes(a, tau);
-    pack2(c.code, packed);
-    // p += lut[code] with lut(tau, -1) = {-0, ., +tau, -tau}: p - c * tau.
-    if (out.defined() && tau > 0.0f) out.sub_(c.sign, tau);
-    return payload;
+    const auto part = [&](const at::Tensor& t, std::size_t s) {
+      return t.narrow(0, start[s], sizes[s]);
+    };
+    std::vector<float> taus(segments, tau_);
+    at::Tensor non_finite;  // the codes passes' flag, where they check x
+    if (adaptive()) {
+      if (!kernels && b.defined()) {
+        a.add_(b);
+        std::fill(pending.begin(), pending.end(), 0);
+      }
+      taus = thresholds(a, b, sizes, start, kernels, pending);
+      for (std::size_t s = 0; s < segments; ++s) {
+        payloads[s].narrow(0, 0, 4).view(at::kFloat).fill_(taus[s]);
+        if (kernels && sampled_mean(sizes[s]) && !non_finite.defined()) {
+          non_finite = at::zeros({1}, a.options().dtype(at::kInt));
+        }
+      }
+    }
+    for (std::size_t s = 0; s < segments; ++s) {
+      const float tau = taus[s];
+      const at::Tensor x = part(a, s);
+      const at::Tensor addend = pending[s] ? part(b, s) : at::Tensor();
+      const at::Tensor out = write ? x : at::Tensor();
+      const at::Tensor packed = codes_of(payloads[s]);
+      if (kernels) {
+        // tau = 0 (an all-zero x) sends no codes and leaves the residual x; a pending
+        // e + g is still written, into out, which is then a.
+        const float t = tau > 0.0f ? tau : std::numeric_limits<float>::infinity();
+        const bool checks = adaptive() && sampled_mean(sizes[s]);
+        fused::encode_codes2(x, addend, t, tau > 0.0f || addend.defined() ? out : at::Tensor(),
+                             -tau, packed, checks ? non_finite : at::Tensor());
+        continue;
+      }
+      if (addend.defined()) x.add_(addend);
+      const Codes c = codes(x, tau);
+      pack2(c.code, packed);
+      // p += lut[code] with lut(tau, -1) = {-0, ., +tau, -tau}: p - c * tau.
+      if (out.defined() && tau > 0.0f) out.sub_(c.sign, tau);
+    }
+    if (non_finite.defined() && non_finite.item<std::int32_t>() != 0) throw_non_finite();
+    return joined(std::move(payloads), a);
+  }
+
+  // Every segment's adaptive tau = scale * mean |x|, from one transfer of each one's exact
+  // sum (below 2^20 values: x formed first, pending cleared) or fixed sample (with x's
+  // finiteness on the ATen path, where a + b is formed already). InvalidArgument for a
+  // non-finite x, first segment first.
+  std::vector<float> thresholds(const at::Tensor& a, const at::Tensor& b,
+                                std::span<const std::int64_t> sizes,
+                                const std::vector<std::int64_t>& start, bool kernels,
+                                std::vector<char>& pending) const {
+    std::vector<at::Tensor> parts;  // double: each sum, or each sample and its flag
+    for (std::size_t s = 0; s < sizes.size(); ++s) {
+      const std::int64_t n = sizes[s];
+      if (n == 0) continue;
+      const at::Tensor x = a.narrow(0, start[s], n);
+      if (sampled_mean(n)) {
+        const at::Tensor index = sample_index(n, a.device());
+        at::Tensor sample = x.index_select(0, index);
+        if (pending[s]) sample.add_(b.narrow(0, start[s], n).index_select(0, index));
+        // On CUDA the codes pass checks x; here the sample carries the flag.
+        const at::Tensor finite =
+            kernels ? at::ones({1}, x.options()) : x.isfinite().all().to(at::kFloat).view({1});
+        parts.push_back(at::cat({sample, finite}).to(at::kDouble));
+      } else {
+        if (pending[s]) {
+          (void)fused::accumulate(x, b.narrow(0, start[s], n), x);  // x = a + b, on CUDA
+          pending[s] = 0;
+        }
+        parts.push_back(segment_abs_sums(x, n));
+      }
+    }
+    std::vector<float> taus(sizes.size(), 0.0f);
+    if (parts.empty()) return taus;
+    const at::Tensor host = at::cat(parts).to(at::kCPU);  // the sync
+    const double* v = host.data_ptr<double>();
+    std::vector<float> sample(detail::kAbsSampleCount);
+    for (std::size_t s = 0; s < sizes.size(); ++s) {
+      const std::int64_t n = sizes[s];
+      if (n == 0) continue;
+      double sum = 0.0;
+      double count = static_cast<double>(n);
+      if (sampled_mean(n)) {
+        for (float& x : sample) x = static_cast<float>(*v++);
+        if (*v++ == 0.0) throw_non_finite();
+        sum = sampled_abs_sum(sample.data());
+        count = static_cast<double>(detail::kAbsSampleCount);
+      } else {
+        sum = *v++;
+      }
+      if (!std::isfinite(sum)) throw_non_finite();
+      const auto tau = static_cast<float>(scale_ * sum / count);
+      taus[s] = std::isfinite(tau) ? tau : std::numeric_limits<float>::max();
+    }
+    return taus;
   }
 
   // The codes of p against tau (tau = 0, the all-zero p's, sends nothing).
@@ -173,57 +286,23 @@ class Threshold2BitDeviceCodec final : public DeviceCodec {
     return static_cast<std::size_t>(n) >= detail::kAbsSampleMinN;
   }
 
-  // The fixed tau, or scale * mean |x| written to the payload's first 4 bytes, x = a + b
-  // (b defined only where the mean is sampled: the sample is gathered from a and b).
-  // all_finite: x's finiteness as a device flag, checked with the sample; undefined: computed
-  // here, unless checked_later (the caller's codes pass checks it, sampled means only).
-  float message_tau(const at::Tensor& a, const at::Tensor& b, const at::Tensor& payload,
-                    const at::Tensor& all_finite, bool checked_later = false) const {
-    if (!adaptive()) return tau_;
-    const std::int64_t n = a.numel();
-    float tau = 0.0f;
-    if (n > 0) {
-      const bool sampled = sampled_mean(n);
-      double sum = 0.0;
-      if (sampled) {
-        const at::Tensor index = sample_index(n, a.device());
-        at::Tensor sample = a.index_select(0, index);
-        if (b.defined()) sample.add_(b.index_select(0, index));
-        const at::Tensor finite = checked_later ? at::ones({}, a.options().dtype(at::kBool))
-                                  : all_finite.defined() ? all_finite
-                                                         : a.isfinite().all();
-        const std::vector<float> v = sample_and_flag(sample, finite);
-        if (v.back() == 0.0f) throw_non_finite();
-        sum = sampled_abs_sum(v.data());
-      } else {
-        sum = segment_abs_sums(a, n).item<double>();
-      }
-      if (!std::isfinite(sum)) throw_non_finite();
-      const double count =
-          sampled ? static_cast<double>(detail::kAbsSampleCount) : static_cast<double>(n);
-      tau = static_cast<float>(scale_ * sum / count);
-      if (!std::isfinite(tau)) tau = std::numeric_limits<float>::max();
-    }
-    payload.narrow(0, 0, 4).view(at::kFloat).fill_(tau);
-    return tau;
-  }
-
-  // The sample's positions on p's device, kept for the last n and device (a bucket's size
-  // repeats every step: one upload).
+  // The sample's positions on the device, one upload per bucket size (sizes repeat every
+  // step; a model's few sizes over 2^20 values are kept).
   at::Tensor sample_index(std::int64_t n, const at::Device& device) const {
     const std::lock_guard<std::mutex> lock(mutex_);
-    if (!index_.defined() || index_n_ != n || index_.device() != device) {
-      index_ = abs_sample_index(n).to(device);
-      index_n_ = n;
+    for (const auto& [size, index] : indices_) {
+      if (size == n && index.device() == device) return index;
     }
-    return index_;
+    if (indices_.size() >= kMaxIndices) indices_.erase(indices_.begin());
+    indices_.emplace_back(n, abs_sample_index(n).to(device));
+    return indices_.back().second;
   }
 
+  static constexpr std::size_t kMaxIndices = 64;  // 512 KB each on the device
   float tau_;
   double scale_;
   mutable std::mutex mutex_;
-  mutable at::Tensor index_;
-  mutable std::int64_t index_n_ = -1;
+  mutable std::vector<std::pair<std::int64_t, at::Tensor>> indices_;
 };
 
 }  // namespace

@@ -346,6 +346,14 @@ class TopkDeviceCodec final : public DeviceCodec {
     return topk_detail::encode_batch(params_, flat, sizes, ctxs, feedback);
   }
 
+  // The batch's selection reads e once it holds e + g (one add for all segments).
+  EncodedBatch encode_batch_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
+                                               std::span<const std::int64_t> sizes,
+                                               std::span<const StepContext> ctxs) const override {
+    e.add_(g);
+    return topk_detail::encode_batch(params_, e, sizes, ctxs, /*feedback=*/true);
+  }
+
   void decode_batch_impl(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
                          std::span<const std::int64_t> bytes, std::span<const at::Tensor> outs,
                          float alpha) const override {

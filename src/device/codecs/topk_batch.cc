@@ -54,14 +54,6 @@ std::int64_t TopkParams::max_count(std::int64_t n) const {
 
 namespace {
 
-// A host vector as an int64 tensor on `device` (from pinned memory, without a sync, to a GPU).
-at::Tensor to_device(const std::vector<std::int64_t>& v, const at::Device& device) {
-  at::Tensor t = at::empty({static_cast<std::int64_t>(v.size())},
-                           at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
-  std::copy(v.begin(), v.end(), t.data_ptr<std::int64_t>());
-  return t.to(device, /*non_blocking=*/true);
-}
-
 // Runs r = 0, 1, ...: the arithmetic sequences base[r] + step[r] * i, i < count[r], one
 // after the other (total = the sum of the counts), and each element's run.
 struct Runs {
@@ -77,12 +69,13 @@ Runs expand(const std::vector<std::int64_t>& base, const std::vector<std::int64_
     next += count[r];
   }
   Runs out;
-  out.run = at::repeat_interleave(to_device(count, device), c10::optional<std::int64_t>(total));
+  out.run =
+      at::repeat_interleave(longs_to_device(count, device), c10::optional<std::int64_t>(total));
   const at::Tensor i = at::arange(total, at::TensorOptions().dtype(at::kLong).device(device))
-                           .sub_(to_device(first, device).index_select(0, out.run));
-  out.values = to_device(base, device)
+                           .sub_(longs_to_device(first, device).index_select(0, out.run));
+  out.values = longs_to_device(base, device)
                    .index_select(0, out.run)
-                   .add_(to_device(step, device).index_select(0, out.run).mul_(i));
+                   .add_(longs_to_device(step, device).index_select(0, out.run).mul_(i));
   return out;
 }
 
@@ -165,17 +158,17 @@ at::Tensor first_thresholds(Segments& b) {
   at::Tensor thr = at::zeros({static_cast<std::int64_t>(b.count())}, b.longs());
   if (sampled_segments.empty()) return thr;
   const Runs pos = expand(run_base, run_step, run_count, samples, b.device);
-  const at::Tensor seg = to_device(run_segment, b.device).index_select(0, pos.run);
+  const at::Tensor seg = longs_to_device(run_segment, b.device).index_select(0, pos.run);
   const at::Tensor keys =
       std::get<0>(at::sort(segment_keys(seg, abs_bits(b.flat.index_select(0, pos.values)))));
   // max - (key mod 2^31) is the pattern; +inf's pattern at most, so that the selection
   // meets every non-finite entry.
-  const at::Tensor order_stat = keys.index_select(0, to_device(take, b.device))
+  const at::Tensor order_stat = keys.index_select(0, longs_to_device(take, b.device))
                                     .bitwise_and_(kMaxBits)
                                     .neg_()
                                     .add_(kMaxBits)
                                     .clamp_max_(kNonFiniteBits);
-  thr.index_copy_(0, to_device(sampled_segments, b.device), order_stat);
+  thr.index_copy_(0, longs_to_device(sampled_segments, b.device), order_stat);
   return thr;
 }
 
@@ -206,8 +199,9 @@ at::Tensor candidates(const Segments& b, const std::vector<std::size_t>& which,
   }
   const at::Tensor idx = at::nonzero(mask).view(-1);
   if (which.size() == b.count() && total == b.flat.numel()) return idx;  // the mask is flat's
-  const at::Tensor part = at::searchsorted(to_device(ends, b.device), idx, false, /*right=*/true);
-  return idx.add(to_device(shift, b.device).index_select(0, part));
+  const at::Tensor part =
+      at::searchsorted(longs_to_device(ends, b.device), idx, false, /*right=*/true);
+  return idx.add(longs_to_device(shift, b.device).index_select(0, part));
 }
 
 // DGC's retries for the sampled segments `which` whose first threshold left fewer than
@@ -219,7 +213,7 @@ std::vector<std::pair<int, std::int64_t>> retry(const Segments& b,
                                                 const std::vector<std::size_t>& which,
                                                 const at::Tensor& thr) {
   std::vector<std::int64_t> rows(which.begin(), which.end());
-  const at::Tensor index = to_device(rows, b.device);
+  const at::Tensor index = longs_to_device(rows, b.device);
   std::vector<at::Tensor> rungs;
   at::Tensor rung = thr.index_select(0, index);
   for (int attempt = 1; attempt <= kMaxRetries; ++attempt) {
@@ -252,8 +246,8 @@ std::vector<std::pair<int, std::int64_t>> retry(const Segments& b,
     out.push_back(found);
   }
   if (!chosen_rows.empty()) {
-    thr.index_copy_(0, to_device(chosen_rows, b.device),
-                    ladder.view(-1).index_select(0, to_device(chosen_cols, b.device)));
+    thr.index_copy_(0, longs_to_device(chosen_rows, b.device),
+                    ladder.view(-1).index_select(0, longs_to_device(chosen_cols, b.device)));
   }
   return out;
 }
@@ -296,7 +290,7 @@ DeviceCodec::EncodedBatch encode_batch(const TopkParams& params, const at::Tenso
   for (const std::size_t s : batch) every_entry[s] = b.plan[s].kind == SelectPlan::Kind::kWhole;
   std::vector<std::int64_t> boundaries(b.start);
   boundaries.push_back(total);
-  const at::Tensor bounds_dev = to_device(boundaries, b.device);
+  const at::Tensor bounds_dev = longs_to_device(boundaries, b.device);
   const at::Tensor ends = bounds_dev.narrow(0, 1, static_cast<std::int64_t>(segments));
   const at::Tensor cand = candidates(b, batch, thr, every_entry);
   const at::Tensor cand_seg = at::searchsorted(ends, cand, /*out_int32=*/false, /*right=*/true);
@@ -421,7 +415,7 @@ DeviceCodec::EncodedBatch encode_batch(const TopkParams& params, const at::Tenso
       selected.sub(expand(b.start, zero_steps, taken, m_total, b.device).values).to(at::kInt);
   const at::Tensor vals = flat.index_select(0, selected);
   const at::Tensor halves = params.fp16 ? sent_halves(vals) : at::Tensor();
-  const at::Tensor count_bytes = to_device(taken, b.device).to(at::kInt).view(at::kByte);
+  const at::Tensor count_bytes = longs_to_device(taken, b.device).to(at::kInt).view(at::kByte);
   const at::Tensor index_bytes = local.view(at::kByte);
   const at::Tensor value_bytes = (params.fp16 ? halves : vals).view(at::kByte);
   const std::int64_t value_size = params.entry_bytes() - 4;
@@ -485,16 +479,16 @@ bool decode_batch(const TopkParams& params, const at::Tensor& payloads,
   std::vector<at::Tensor> flags;
   if (messages > 0) {
     const at::Tensor field = at::cat(fields).view(at::kInt).to(at::kLong).bitwise_and_(kTwo32 - 1);
-    flags.push_back(field.ne(to_device(counts, device)).any());
+    flags.push_back(field.ne(longs_to_device(counts, device)).any());
   }
   at::Tensor idx, vals, message;
   if (entries > 0) {
     idx = at::cat(index_parts).view(at::kInt).to(at::kLong).bitwise_and_(kTwo32 - 1);
     vals = at::cat(value_parts).view(params.fp16 ? at::kHalf : at::kFloat).to(at::kFloat);
-    message =
-        at::repeat_interleave(to_device(counts, device), c10::optional<std::int64_t>(entries));
+    message = at::repeat_interleave(longs_to_device(counts, device),
+                                    c10::optional<std::int64_t>(entries));
     // Index out of range, or (within a message) not above the previous one.
-    at::Tensor bad = idx.ge(to_device(sizes, device).index_select(0, message));
+    at::Tensor bad = idx.ge(longs_to_device(sizes, device).index_select(0, message));
     if (entries > 1) {
       const at::Tensor later =
           message.narrow(0, 1, entries - 1).eq(message.narrow(0, 0, entries - 1));
@@ -528,7 +522,7 @@ bool decode_batch(const TopkParams& params, const at::Tensor& payloads,
     target = at::zeros({acc_total}, outs.front().options());
   }
   if (entries > 0) {
-    const at::Tensor where = idx.add(to_device(out_base, device).index_select(0, message));
+    const at::Tensor where = idx.add(longs_to_device(out_base, device).index_select(0, message));
     std::int64_t from = 0;
     for (std::size_t r = 0; r < ranks; ++r) {
       std::int64_t c = 0;
