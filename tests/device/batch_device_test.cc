@@ -38,7 +38,10 @@ using dist::test::run_ranks;
 using test::context;
 using test::contexts;
 using test::decode_alone;
+using test::expect_decodes_as_alone;
+using test::expect_encodes_as_alone;
 using test::expect_same_state;
+using test::flat_gradient;
 using test::gather;
 using test::Gathered;
 using test::gradient;
@@ -70,39 +73,13 @@ TEST_P(TopkBatch, EncodesWhatEachSegmentEncodesAlone) {
   at::manual_seed(7);
   for (const std::vector<std::int64_t>& sizes : kBatches) {
     for (int kind = 0; kind < 5; ++kind) {
-      std::vector<at::Tensor> parts;
-      for (std::size_t s = 0; s < sizes.size(); ++s) {
-        parts.push_back(gradient(sizes[s], kind + static_cast<int>(s)));
-      }
-      const at::Tensor flat = parts.empty() ? at::zeros({0}) : at::cat(parts);
+      const at::Tensor flat = flat_gradient(sizes, kind);
       for (const bool feedback : {true, false}) {
         for (std::uint64_t step = 0; step < 2; ++step) {
-          const std::string where = "batch of " + std::to_string(sizes.size()) + " kind " +
-                                    std::to_string(kind) + (feedback ? " feedback" : "") +
-                                    " step " + std::to_string(step);
-          const at::Tensor batch_x = flat.clone();
-          const at::Tensor alone_x = flat.clone();
-          const std::vector<StepContext> ctxs = contexts(sizes.size(), step);
-          const DeviceCodec::EncodedBatch batch =
-              c.dev->encode_batch(batch_x, sizes, ctxs, feedback);
-          ASSERT_EQ(batch.bytes.size(), sizes.size()) << where;
-          std::int64_t offset = 0;
-          std::int64_t at = 0;
-          for (std::size_t s = 0; s < sizes.size(); ++s) {
-            const at::Tensor segment = alone_x.narrow(0, offset, sizes[s]);
-            const at::Tensor payload = feedback ? c.dev->encode_payload_feedback(segment, ctxs[s])
-                                                : c.dev->encode_payload(segment, ctxs[s]);
-            ASSERT_EQ(batch.bytes[s], payload.numel()) << where << " segment " << s;
-            ASSERT_TRUE(batch.payloads.narrow(0, at, batch.bytes[s]).equal(payload))
-                << where << " segment " << s;
-            offset += sizes[s];
-            at += batch.bytes[s];
-          }
-          ASSERT_EQ(at, batch.payloads.numel()) << where;
-          ASSERT_TRUE(same_bits(batch_x, alone_x)) << where;
-          if (!feedback) {
-            ASSERT_TRUE(same_bits(batch_x, flat)) << where;
-          }
+          expect_encodes_as_alone(*c.dev, flat, sizes, contexts(sizes.size(), step), feedback,
+                                  "batch of " + std::to_string(sizes.size()) + " kind " +
+                                      std::to_string(kind) + (feedback ? " feedback" : "") +
+                                      " step " + std::to_string(step));
         }
       }
     }
@@ -180,32 +157,7 @@ TEST_P(TopkBatch, RefusesANonFiniteValueAsTheFirstSegmentHoldingOneDoes) {
 TEST_P(TopkBatch, DecodesWhatEachPayloadDecodesAlone) {
   const Pair c = make(GetParam());
   at::manual_seed(9);
-  for (const std::vector<std::int64_t>& sizes : kBatches) {
-    if (sizes.empty()) continue;
-    for (const int ranks : {1, 3}) {
-      const Gathered g = gather(*c.dev, sizes, ranks);
-      const std::vector<at::Tensor> alone = outputs(sizes);
-      decode_alone(*c.dev, g, alone, 1.0f / 3.0f);
-      for (const bool shared : {false, true}) {
-        at::Tensor bucket;
-        const std::vector<at::Tensor> batch = outputs(sizes, shared, &bucket);
-        c.dev->decode_batch(g.payloads, g.offsets, g.bytes, batch, 1.0f / 3.0f);
-        for (std::size_t s = 0; s < sizes.size(); ++s) {
-          EXPECT_TRUE(same_bits(batch[s], alone[s]))
-              << sizes.size() << " segments, " << ranks << " ranks, segment " << s
-              << (shared ? ", views of one tensor" : "");
-        }
-        if (shared) {
-          std::int64_t gap = 0;
-          for (std::size_t s = 0; s <= sizes.size(); ++s) {
-            EXPECT_TRUE(bucket.narrow(0, gap, 3).eq(7.0f).all().item<bool>())
-                << "the gap before view " << s << " was written";
-            if (s < sizes.size()) gap += 3 + sizes[s];
-          }
-        }
-      }
-    }
-  }
+  expect_decodes_as_alone(*c.dev, kBatches);
 }
 
 TEST_P(TopkBatch, RefusesWhatTheOnePayloadDecodeRefusesInItsWords) {

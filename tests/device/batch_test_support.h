@@ -1,14 +1,17 @@
 // What the batch tests share (batch_device_test.cc: top-k and the reducer;
 // checked_batch_device_test.cc: the other codecs): step contexts, gradients of several
-// kinds, a batch's payloads from several ranks, the one-payload decode loop.
+// kinds, a batch's payloads from several ranks, the one-payload decode loop, and the
+// checks that a batch encodes and decodes what the one-tensor calls do.
 #pragma once
 
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "device_test_support.h"
 #include "gradcomp/device/codec.h"
 #include "gradcomp/step_context.h"
 
@@ -54,6 +57,15 @@ inline at::Tensor gradient(std::int64_t n, int kind) {
       return x;
     }
   }
+}
+
+// A batch's gradient: segment s of `gradient`'s kind + s.
+inline at::Tensor flat_gradient(const std::vector<std::int64_t>& sizes, int kind) {
+  std::vector<at::Tensor> parts;
+  for (std::size_t s = 0; s < sizes.size(); ++s) {
+    parts.push_back(gradient(sizes[s], kind + static_cast<int>(s)));
+  }
+  return parts.empty() ? at::zeros({0}) : at::cat(parts);
 }
 
 inline std::vector<StepContext> contexts(std::size_t segments, std::uint64_t step) {
@@ -124,6 +136,81 @@ inline std::vector<at::Tensor> outputs(const std::vector<std::int64_t>& sizes, b
     at += n + 3;
   }
   return outs;
+}
+
+// Each segment's payload of the one-tensor call `alone(offset of segment s, s)` against
+// the batch's, byte for byte.
+template <typename Alone>
+void expect_payloads(const DeviceCodec::EncodedBatch& batch, const std::vector<std::int64_t>& sizes,
+                     const Alone& alone, const std::string& where) {
+  ASSERT_EQ(batch.bytes.size(), sizes.size()) << where;
+  std::int64_t offset = 0;
+  std::int64_t at = 0;
+  for (std::size_t s = 0; s < sizes.size(); ++s) {
+    const at::Tensor payload = alone(offset, s);
+    ASSERT_EQ(batch.bytes[s], payload.numel()) << where << " segment " << s;
+    ASSERT_TRUE(batch.payloads.narrow(0, at, batch.bytes[s]).equal(payload))
+        << where << " segment " << s;
+    offset += sizes[s];
+    at += batch.bytes[s];
+  }
+  ASSERT_EQ(at, batch.payloads.numel()) << where;
+}
+
+// encode_batch of a copy of flat against encode_payload (or, with feedback,
+// encode_payload_feedback) of each segment of another copy: payloads byte for byte, the
+// copies bit for bit after (flat's own where there is no feedback).
+inline void expect_encodes_as_alone(const DeviceCodec& codec, const at::Tensor& flat,
+                                    const std::vector<std::int64_t>& sizes,
+                                    const std::vector<StepContext>& ctxs, bool feedback,
+                                    const std::string& where) {
+  const at::Tensor batch_x = flat.clone();
+  const at::Tensor alone_x = flat.clone();
+  const DeviceCodec::EncodedBatch batch = codec.encode_batch(batch_x, sizes, ctxs, feedback);
+  expect_payloads(
+      batch, sizes,
+      [&](std::int64_t offset, std::size_t s) {
+        const at::Tensor segment = alone_x.narrow(0, offset, sizes[s]);
+        return feedback ? codec.encode_payload_feedback(segment, ctxs[s])
+                        : codec.encode_payload(segment, ctxs[s]);
+      },
+      where);
+  ASSERT_TRUE(same_bits(batch_x, alone_x)) << where;
+  if (!feedback) {
+    ASSERT_TRUE(same_bits(batch_x, flat)) << where;
+  }
+}
+
+// decode_batch against decode_alone, for 1 and 3 ranks' payloads of each batch of sizes,
+// into tensors of their own and into views of one tensor (whose gaps stay untouched).
+inline void expect_decodes_as_alone(const DeviceCodec& codec,
+                                    const std::vector<std::vector<std::int64_t>>& batches) {
+  for (const std::vector<std::int64_t>& sizes : batches) {
+    if (sizes.empty()) continue;
+    for (const int ranks : {1, 3}) {
+      const Gathered g = gather(codec, sizes, ranks);
+      const std::vector<at::Tensor> alone = outputs(sizes);
+      decode_alone(codec, g, alone, 1.0f / 3.0f);
+      for (const bool shared : {false, true}) {
+        at::Tensor bucket;
+        const std::vector<at::Tensor> batch = outputs(sizes, shared, &bucket);
+        codec.decode_batch(g.payloads, g.offsets, g.bytes, batch, 1.0f / 3.0f);
+        for (std::size_t s = 0; s < sizes.size(); ++s) {
+          EXPECT_TRUE(same_bits(batch[s], alone[s]))
+              << sizes.size() << " segments, " << ranks << " ranks, segment " << s
+              << (shared ? ", views of one tensor" : "");
+        }
+        if (shared) {
+          std::int64_t gap = 0;
+          for (std::size_t s = 0; s <= sizes.size(); ++s) {
+            EXPECT_TRUE(bucket.narrow(0, gap, 3).eq(7.0f).all().item<bool>())
+                << "the gap before view " << s << " was written";
+            if (s < sizes.size()) gap += 3 + sizes[s];
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace gradcomp::device::test

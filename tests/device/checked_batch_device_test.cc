@@ -22,9 +22,12 @@ namespace {
 
 using test::contexts;
 using test::decode_alone;
+using test::expect_decodes_as_alone;
+using test::expect_encodes_as_alone;
+using test::expect_payloads;
+using test::flat_gradient;
 using test::gather;
 using test::Gathered;
-using test::gradient;
 using test::name_of;
 using test::outputs;
 using test::same_bits;
@@ -47,32 +50,6 @@ const std::vector<std::vector<std::int64_t>> kBatches = {
     {}, {0}, {1, 0, 2, 17}, {4099, 1, 131073, 33}, {(1 << 20) + 5, 3, (1 << 20) - 1, 0},
 };
 
-at::Tensor flat_gradient(const std::vector<std::int64_t>& sizes, int kind) {
-  std::vector<at::Tensor> parts;
-  for (std::size_t s = 0; s < sizes.size(); ++s) {
-    parts.push_back(gradient(sizes[s], kind + static_cast<int>(s)));
-  }
-  return parts.empty() ? at::zeros({0}) : at::cat(parts);
-}
-
-// Each segment's payload of the one-tensor call `alone(segment s, s)` against the batch's.
-template <typename Alone>
-void expect_payloads(const DeviceCodec::EncodedBatch& batch, const std::vector<std::int64_t>& sizes,
-                     const Alone& alone, const std::string& where) {
-  ASSERT_EQ(batch.bytes.size(), sizes.size()) << where;
-  std::int64_t offset = 0;
-  std::int64_t at = 0;
-  for (std::size_t s = 0; s < sizes.size(); ++s) {
-    const at::Tensor payload = alone(offset, s);
-    ASSERT_EQ(batch.bytes[s], payload.numel()) << where << " segment " << s;
-    ASSERT_TRUE(batch.payloads.narrow(0, at, batch.bytes[s]).equal(payload))
-        << where << " segment " << s;
-    offset += sizes[s];
-    at += batch.bytes[s];
-  }
-  ASSERT_EQ(at, batch.payloads.numel()) << where;
-}
-
 class CheckedBatch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CheckedBatch, EncodesWhatEachSegmentEncodesAlone) {
@@ -81,26 +58,11 @@ TEST_P(CheckedBatch, EncodesWhatEachSegmentEncodesAlone) {
   at::manual_seed(7);
   for (const std::vector<std::int64_t>& sizes : kBatches) {
     for (int kind = 0; kind < 5; ++kind) {
-      const at::Tensor flat = flat_gradient(sizes, kind);
-      const std::vector<StepContext> ctxs = contexts(sizes.size(), 0);
       for (const bool feedback : {true, false}) {
-        const std::string where = "batch of " + std::to_string(sizes.size()) + " kind " +
-                                  std::to_string(kind) + (feedback ? " feedback" : "");
-        const at::Tensor batch_x = flat.clone();
-        const at::Tensor alone_x = flat.clone();
-        const DeviceCodec::EncodedBatch batch = c.dev->encode_batch(batch_x, sizes, ctxs, feedback);
-        expect_payloads(
-            batch, sizes,
-            [&](std::int64_t offset, std::size_t s) {
-              const at::Tensor segment = alone_x.narrow(0, offset, sizes[s]);
-              return feedback ? c.dev->encode_payload_feedback(segment, ctxs[s])
-                              : c.dev->encode_payload(segment, ctxs[s]);
-            },
-            where);
-        ASSERT_TRUE(same_bits(batch_x, alone_x)) << where;
-        if (!feedback) {
-          ASSERT_TRUE(same_bits(batch_x, flat)) << where;
-        }
+        expect_encodes_as_alone(*c.dev, flat_gradient(sizes, kind), sizes,
+                                contexts(sizes.size(), 0), feedback,
+                                "batch of " + std::to_string(sizes.size()) + " kind " +
+                                    std::to_string(kind) + (feedback ? " feedback" : ""));
       }
     }
   }
@@ -109,32 +71,7 @@ TEST_P(CheckedBatch, EncodesWhatEachSegmentEncodesAlone) {
 TEST_P(CheckedBatch, DecodesWhatEachPayloadDecodesAlone) {
   const test::CodecPair c = test::make_codec_pair(GetParam());
   at::manual_seed(9);
-  for (const std::vector<std::int64_t>& sizes : kBatches) {
-    if (sizes.empty()) continue;
-    for (const int ranks : {1, 3}) {
-      const Gathered g = gather(*c.dev, sizes, ranks);
-      const std::vector<at::Tensor> alone = outputs(sizes);
-      decode_alone(*c.dev, g, alone, 1.0f / 3.0f);
-      for (const bool shared : {false, true}) {
-        at::Tensor bucket;
-        const std::vector<at::Tensor> batch = outputs(sizes, shared, &bucket);
-        c.dev->decode_batch(g.payloads, g.offsets, g.bytes, batch, 1.0f / 3.0f);
-        for (std::size_t s = 0; s < sizes.size(); ++s) {
-          EXPECT_TRUE(same_bits(batch[s], alone[s]))
-              << sizes.size() << " segments, " << ranks << " ranks, segment " << s
-              << (shared ? ", views of one tensor" : "");
-        }
-        if (shared) {
-          std::int64_t gap = 0;
-          for (std::size_t s = 0; s <= sizes.size(); ++s) {
-            EXPECT_TRUE(bucket.narrow(0, gap, 3).eq(7.0f).all().item<bool>())
-                << "the gap before view " << s << " was written";
-            if (s < sizes.size()) gap += 3 + sizes[s];
-          }
-        }
-      }
-    }
-  }
+  expect_decodes_as_alone(*c.dev, kBatches);
 }
 
 // The words of the first refusal of decode_alone, or "" where it accepts every payload.

@@ -75,10 +75,6 @@ std::vector<float> wide_input(std::size_t n, std::uint64_t seed) {
   return x;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
-}
-
 constexpr std::byte kGuard{0xA5};
 constexpr std::size_t kGuardBytes = 64;
 

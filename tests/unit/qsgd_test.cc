@@ -121,9 +121,7 @@ std::shared_ptr<const Codec> make(std::uint32_t s, std::size_t d) {
                                        ",bucket=" + std::to_string(d));
 }
 
-std::vector<std::byte> payload_of(const std::vector<std::byte>& msg) {
-  return {msg.begin() + kHeaderBytes, msg.end()};
-}
+using test::payload_of;
 
 // Gradients with the awkward cases mixed in: zeros, -0, a zero bucket, a denormal
 // bucket (the 2^64-prescaled path), a huge bucket (the double-norm path), outliers.

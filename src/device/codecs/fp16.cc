@@ -5,52 +5,23 @@
 // Encoding and decoding each sync once (the finiteness check), once for a whole batch.
 #include <cstdio>
 
-#include "checked_decode.h"
 #include "codecs.h"
 #include "device/fused_kernels.h"
 #include "gradcomp/error.h"
+#include "segmented_codec.h"
 
 namespace gradcomp::device {
 
 namespace {
 
-class Fp16DeviceCodec final : public CheckedDecodeCodec {
+class Fp16DeviceCodec final : public SegmentedCodec {
  public:
   Fp16DeviceCodec(const Codec& codec, bool bf16)
-      : CheckedDecodeCodec(codec),
+      : SegmentedCodec(codec),
         dtype_(bf16 ? at::kBFloat16 : at::kHalf),
         // The largest finite value: fp16 65504; bf16 0x7F7F = (2 - 2^-7) * 2^127.
         max_finite_(bf16 ? 3.38953139e38 : 65504.0),
         format_(bf16 ? "bf16" : "fp16") {}
-
-  at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    const std::int64_t n[] = {g.numel()};
-    return encode_segments(g, {}, n, /*write=*/false).payloads;
-  }
-
-  at::Tensor encode_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
-                                       const StepContext& /*ctx*/) const override {
-    const std::int64_t n[] = {e.numel()};
-    return encode_segments(e, g, n, /*write=*/true).payloads;
-  }
-
-  // p <- p - float(half(p)), from the same halves the payload carries.
-  at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
-    const std::int64_t n[] = {p.numel()};
-    return encode_segments(p, {}, n, /*write=*/true).payloads;
-  }
-
-  EncodedBatch encode_batch_impl(const at::Tensor& flat, std::span<const std::int64_t> sizes,
-                                 std::span<const StepContext> /*ctxs*/,
-                                 bool feedback) const override {
-    return encode_segments(flat, {}, sizes, feedback);
-  }
-
-  EncodedBatch encode_batch_with_residual_impl(
-      const at::Tensor& g, const at::Tensor& e, std::span<const std::int64_t> sizes,
-      std::span<const StepContext> /*ctxs*/) const override {
-    return encode_segments(e, g, sizes, /*write=*/true);
-  }
 
  protected:
   std::int64_t payload_bytes(std::int64_t n) const override { return 2 * n; }
@@ -85,13 +56,12 @@ class Fp16DeviceCodec final : public CheckedDecodeCodec {
   }
 
  private:
-  // The payloads of segments x_s = a_s + b_s (b undefined: a_s), where write a_s <- x_s -
-  // float(half(x_s)); every value saturated to the format's range. One sync for all
-  // segments, for the finiteness check: on CUDA after the fused kernels (which leave x's
-  // non-finite entries so in a: inf - max is inf, NaN stays NaN), elsewhere before anything
-  // is written. InvalidArgument names the first segment's first non-finite value.
+  // a_s <- x_s - float(half(x_s)) where write; every value saturated to the format's range.
+  // One sync for all segments, for the finiteness check: on CUDA after the fused kernels (which
+  // leave x's non-finite entries so in a: inf - max is inf, NaN stays NaN), elsewhere before
+  // anything is written. InvalidArgument names the first segment's first non-finite value.
   EncodedBatch encode_segments(const at::Tensor& a, const at::Tensor& b,
-                               std::span<const std::int64_t> sizes, bool write) const {
+                               std::span<const std::int64_t> sizes, bool write) const override {
     const bool kernels = fused::usable(a);
     std::vector<at::Tensor> payloads, non_finite, xs;
     if (!kernels && b.defined()) a.add_(b);

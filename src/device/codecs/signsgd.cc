@@ -10,10 +10,10 @@
 // scales and the padding; a batch of tensors or payloads shares that one sync.
 #include <cmath>
 
-#include "checked_decode.h"
 #include "codecs.h"
 #include "detail/bitpack.h"
 #include "gradcomp/error.h"
+#include "segmented_codec.h"
 #include "sign_bits.h"
 
 namespace gradcomp::device {
@@ -45,33 +45,10 @@ class SignSgdDeviceCodec final : public SignBitsCodec {
   }
 };
 
-class EfSignDeviceCodec final : public CheckedDecodeCodec {
+class EfSignDeviceCodec final : public SegmentedCodec {
  public:
   EfSignDeviceCodec(const Codec& codec, std::int64_t block)
-      : CheckedDecodeCodec(codec), block_(block) {}
-
-  at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    const std::int64_t n[] = {g.numel()};
-    return encode_segments(g, n, /*feedback=*/false).payloads;
-  }
-
-  at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
-    const std::int64_t n[] = {p.numel()};
-    return encode_segments(p, n, /*feedback=*/true).payloads;
-  }
-
-  EncodedBatch encode_batch_impl(const at::Tensor& flat, std::span<const std::int64_t> sizes,
-                                 std::span<const StepContext> /*ctxs*/,
-                                 bool feedback) const override {
-    return encode_segments(flat, sizes, feedback);
-  }
-
-  EncodedBatch encode_batch_with_residual_impl(
-      const at::Tensor& g, const at::Tensor& e, std::span<const std::int64_t> sizes,
-      std::span<const StepContext> /*ctxs*/) const override {
-    e.add_(g);
-    return encode_segments(e, sizes, /*feedback=*/true);
-  }
+      : SegmentedCodec(codec), block_(block) {}
 
  protected:
   std::int64_t payload_bytes(std::int64_t n) const override {
@@ -130,12 +107,12 @@ class EfSignDeviceCodec final : public CheckedDecodeCodec {
     return scales.isfinite().logical_not().logical_or_(scales.signbit());
   }
 
-  // The payloads of flat's segments (and, with feedback, each segment p <- p - decode).
   // Every segment's ||p_b||_1 first, then one sync: InvalidArgument, nothing written, for
   // the first segment that is not finite (a block's sum of |x| in double is finite exactly
   // when its values are).
-  EncodedBatch encode_segments(const at::Tensor& flat, std::span<const std::int64_t> sizes,
-                               bool feedback) const {
+  EncodedBatch encode_segments(const at::Tensor& flat, const at::Tensor& addend,
+                               std::span<const std::int64_t> sizes, bool feedback) const override {
+    if (addend.defined()) flat.add_(addend);
     std::vector<at::Tensor> l1(sizes.size());
     std::vector<at::Tensor> totals;
     std::int64_t offset = 0;

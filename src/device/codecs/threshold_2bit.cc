@@ -20,49 +20,21 @@
 #include <utility>
 #include <vector>
 
-#include "checked_decode.h"
 #include "codecs.h"
 #include "detail/abs_sample.h"
 #include "detail/bitpack.h"
 #include "device/fused_kernels.h"
 #include "gradcomp/error.h"
+#include "segmented_codec.h"
 
 namespace gradcomp::device {
 
 namespace {
 
-class Threshold2BitDeviceCodec final : public CheckedDecodeCodec {
+class Threshold2BitDeviceCodec final : public SegmentedCodec {
  public:
   Threshold2BitDeviceCodec(const Codec& codec, float tau, double scale)
-      : CheckedDecodeCodec(codec), tau_(tau), scale_(scale) {}
-
-  at::Tensor encode_impl(const at::Tensor& g, const StepContext& /*ctx*/) const override {
-    const std::int64_t n[] = {g.numel()};
-    return encode_segments(g, {}, n, /*write=*/false).payloads;
-  }
-
-  at::Tensor encode_with_residual_impl(const at::Tensor& g, const at::Tensor& e,
-                                       const StepContext& /*ctx*/) const override {
-    const std::int64_t n[] = {e.numel()};
-    return encode_segments(e, g, n, /*write=*/true).payloads;
-  }
-
-  at::Tensor encode_feedback_impl(const at::Tensor& p, const StepContext& /*ctx*/) const override {
-    const std::int64_t n[] = {p.numel()};
-    return encode_segments(p, {}, n, /*write=*/true).payloads;
-  }
-
-  EncodedBatch encode_batch_impl(const at::Tensor& flat, std::span<const std::int64_t> sizes,
-                                 std::span<const StepContext> /*ctxs*/,
-                                 bool feedback) const override {
-    return encode_segments(flat, {}, sizes, feedback);
-  }
-
-  EncodedBatch encode_batch_with_residual_impl(
-      const at::Tensor& g, const at::Tensor& e, std::span<const std::int64_t> sizes,
-      std::span<const StepContext> /*ctxs*/) const override {
-    return encode_segments(e, g, sizes, /*write=*/true);
-  }
+      : SegmentedCodec(codec), tau_(tau), scale_(scale) {}
 
  protected:
   std::int64_t payload_bytes(std::int64_t n) const override {
@@ -77,8 +49,8 @@ class Threshold2BitDeviceCodec final : public CheckedDecodeCodec {
                      std::span<const std::int64_t> bytes,
                      std::span<const std::int64_t> ns) const override {
     const bool kernels = fused::usable(payloads);
-    at::Tensor out = stack_reports(
-        payloads, offsets, bytes, ns, [&](const at::Tensor& payload, std::int64_t n) {
+    at::Tensor out =
+        stack_reports(payloads, offsets, bytes, ns, [&](const at::Tensor& payload, std::int64_t n) {
           const at::Tensor packed = codes_of(payload);
           const at::Tensor tau = adaptive()
                                      ? payload.narrow(0, 0, 4).view(at::kFloat)
@@ -146,9 +118,6 @@ class Threshold2BitDeviceCodec final : public CheckedDecodeCodec {
     return payload.narrow(0, header_bytes(), payload.numel() - header_bytes());
   }
 
-  // The payloads of segments x_s = a_s + b_s (b undefined: a_s), where write a_s <- x_s -
-  // c * tau (x minus its decode).
-  //
   // The adaptive tau first, for every segment, from one transfer (the sync): the exact
   // blocked sum of |x| below 2^20 values (x = a + b written first), else the fixed sample
   // (gathered from a and b, x's finiteness with it on the ATen path). Then the codes: on
@@ -156,7 +125,7 @@ class Threshold2BitDeviceCodec final : public CheckedDecodeCodec {
   // finiteness of the sampled segments' x into one flag, read after all of them (a second
   // sync, for one pass over the values instead of two). The fixed threshold never syncs.
   EncodedBatch encode_segments(const at::Tensor& a, const at::Tensor& b,
-                               std::span<const std::int64_t> sizes, bool write) const {
+                               std::span<const std::int64_t> sizes, bool write) const override {
     const bool kernels = fused::usable(a);
     const std::size_t segments = sizes.size();
     std::vector<at::Tensor> payloads(segments);
