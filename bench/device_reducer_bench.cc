@@ -1,9 +1,10 @@
-// The device allgather reducer (src/device/allgather.cc) on ResNet-50's 161 tensors, laid
+// The device reducers (src/device/allgather.cc, powersgd.cc) on ResNet-50's 161 tensors, laid
 // out as the DDP hook lays them out (1-D tensors, those under 1024 elements and the
 // smallest 1% of the elements stay dense), on CPU tensors, a world of one over Gloo:
 //   step/<method>/batched      the codec's batch (DeviceCodec::batches: every device
 //                              codec; GRADCOMP_DEVICE_BATCH=1, as on CUDA by default)
 //   step/<method>/one_by_one   one bucket at a time (GRADCOMP_DEVICE_BATCH=0, as on the CPU)
+//   step/powersgd:rank=2       the device PowerSGD reducer
 // A GPU pays for each ATen call a launch and for each host sync a wait for the device; a
 // CPU run measures neither, but it can count them. Counters per step:
 //   aten_calls   the ATen operators gradcomp calls (those entered from outside any other
@@ -190,10 +191,23 @@ void bm_step(benchmark::State& state, const std::string& spec, bool batched) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * 4 * elements);
 }
 
-const char* const kSpecs[] = {"efm(topk:ratio=0.01)", "ef(topk:ratio=0.001)", "2bit",
-                              "2bit:threshold=0.5", "ef(1bit)", "ef(efsign)"};
+const char* const kSpecs[] = {"efm(topk:ratio=0.01)",
+                              "ef(topk:ratio=0.001)",
+                              "2bit",
+                              "2bit:threshold=0.5",
+                              "ef(1bit)",
+                              "ef(efsign)"};
+
+// The device PowerSGD reducer (src/device/powersgd.cc): no batches to switch.
+const char* const kSchemes[] = {"powersgd:rank=2"};
 
 int register_all() {
+  for (const char* spec : kSchemes) {
+    benchmark::RegisterBenchmark(("step/" + std::string(spec)).c_str(),
+                                 [spec](benchmark::State& s) { bm_step(s, spec, false); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
   for (const char* spec : kSpecs) {
     for (const bool batched : {true, false}) {
       benchmark::RegisterBenchmark(

@@ -22,6 +22,12 @@
 // Buckets go dense exactly where the host's do: compressed[b] false, steps before
 // warmup_steps, rows == 0, and matrices that kernels::low_rank_pays refuses.
 //
+// Launches: the residuals are updated by one multi-tensor add each way (_foreach_add_: a
+// few launches on CUDA), the Q's lie back to back (each slot's a view) so that a step that
+// compresses every matrix copies them back in one copy, and the dense buckets move into
+// the fused buffer and back with one indexed copy each way (ViewScatter) instead of a copy
+// per bucket: what is left per matrix is its three products (docs/measurements/gpu.md).
+//
 // Why Gram-Schmidt runs on the host: P is there anyway (the allreduce sums it in host
 // memory) and has only rows * r elements, so orthonormalising it before the copy back
 // costs no transfer and no device synchronisation; on the device it would be a chain of
@@ -55,6 +61,7 @@
 
 #include "codecs/codecs.h"
 #include "device/reducers.h"
+#include "device/view_scatter.h"
 #include "dist/dense_packing.h"
 #include "dist/step_recorder.h"
 #include "gradcomp/error.h"
@@ -86,6 +93,7 @@ class DevicePowerSgdReducer final : public Reducer {
         error_feedback_(method.scheme_params().get_bool("error_feedback")),
         warm_start_(method.scheme_params().get_bool("warm_start")) {
     slots_.reserve(shapes.size());
+    std::size_t q_total = 0;
     for (const BucketShape& b : shapes) {
       Slot s;
       s.shape = b;
@@ -93,11 +101,20 @@ class DevicePowerSgdReducer final : public Reducer {
               kernels::powersgd_factorisation(b.id, b.numel, b.rows, b.compressible, rank_)) {
         s.low_rank = true;
         s.lr = *lr;
-        s.q = at::zeros({i64(s.lr.q_size())}, floats_);  // all-zero columns: drawn at first use
         s.q_zero.assign(rank_, 1);
         if (error_feedback_) s.e = at::zeros({i64(b.numel)}, floats_);
+        q_total += s.lr.q_size();
+        ++low_rank_;
       }
       slots_.push_back(std::move(s));
+    }
+    // The Q's back to back, each slot's a view (all-zero columns: drawn at first use).
+    q_flat_ = at::zeros({i64(q_total)}, floats_);
+    std::size_t q_at = 0;
+    for (Slot& s : slots_) {
+      if (!s.low_rank) continue;
+      s.q = q_flat_.narrow(0, i64(q_at), i64(s.lr.q_size()));
+      q_at += s.lr.q_size();
     }
   }
 
@@ -123,16 +140,28 @@ class DevicePowerSgdReducer final : public Reducer {
     }
     refresh_q(ctx);
     const at::Tensor fused_dev = at::empty({i64(fused_size)}, floats_);
+    // This step's low-rank gradients, and the dense ones with their places in fused_dev.
+    std::vector<at::Tensor> mats, dense, dense_slots;
     for (std::size_t b = 0; b < slots_.size(); ++b) {
-      Slot& s = slots_[b];
+      const Slot& s = slots_[b];
       if (s.active) {
-        if (error_feedback_) s.e.add_(grads[b]);
-        at::Tensor p = p_of(s, fused_dev);
-        at::mm_out(p, q_of(s, s.q), m_of(s, grads[b]).t());  // P^T = Q^T M^T
+        mats.push_back(grads[b]);
       } else if (s.shape.numel > 0) {
-        fused_dev.narrow(0, i64(s.at), i64(s.shape.numel)).copy_(grads[b]);
+        dense.push_back(grads[b]);
+        dense_slots.push_back(fused_dev.narrow(0, i64(s.at), i64(s.shape.numel)));
       }
     }
+    // Every low-rank bucket compressed (the usual step): q_flat_ holds this step's Q's in
+    // slot order, so they come back in one copy, not one a bucket.
+    const bool every = !mats.empty() && mats.size() == low_rank_;
+    if (error_feedback_) add_to_residuals(mats, 1.0);
+    for (std::size_t b = 0; b < slots_.size(); ++b) {
+      Slot& s = slots_[b];
+      if (!s.active) continue;
+      at::Tensor p = p_of(s, fused_dev);
+      at::mm_out(p, q_of(s, s.q), m_of(s, grads[b]).t());  // P^T = Q^T M^T
+    }
+    if (!dense.empty()) dense_in_(dense_slots, at::cat(dense));
     fused_.resize(fused_size);
     const at::Tensor fused_host = host_view(fused_, fused_size);
     if (fused_size > 0) fused_host.copy_(fused_dev);  // waits for the device
@@ -175,18 +204,22 @@ class DevicePowerSgdReducer final : public Reducer {
     for (Slot& s : slots_) {
       if (s.active) note_zero_columns(s, q_sum_.data() + s.q_at);
     }
-    if (q_total > 0) q_dev.copy_(q_host);
+    if (every) {
+      q_flat_.copy_(q_host);  // q_dev's layout is q_flat_'s
+    } else if (q_total > 0) {
+      q_dev.copy_(q_host);
+      for (Slot& s : slots_) {
+        if (s.active) s.q.copy_(q_dev.narrow(0, i64(s.q_at), i64(s.lr.q_size())));
+      }
+    }
     for (std::size_t b = 0; b < slots_.size(); ++b) {
       Slot& s = slots_[b];
-      if (!s.active) {
-        if (s.shape.numel > 0) grads[b].copy_(fused_dev.narrow(0, i64(s.at), i64(s.shape.numel)));
-        continue;
-      }
-      s.q.copy_(q_dev.narrow(0, i64(s.q_at), i64(s.lr.q_size())));
+      if (!s.active) continue;
       at::Tensor out = grads[b].view({i64(s.lr.rows), i64(s.lr.cols)});
       at::mm_out(out, p_of(s, fused_dev).t(), q_of(s, s.q));  // P Q^T
-      if (error_feedback_) s.e.sub_(grads[b]);
     }
+    if (error_feedback_) add_to_residuals(mats, -1.0);  // e = M - P Q^T
+    if (!dense.empty()) dense_out_(dense, at::cat(dense_slots));
     rec.decoded();
 
     rec.finish();
@@ -224,6 +257,16 @@ class DevicePowerSgdReducer final : public Reducer {
     std::size_t at = 0;    // P's or the dense bucket's offset in the fused buffer
     std::size_t q_at = 0;  // Q's offset in the Q buffer
   };
+
+  // e += sign * g for this step's low-rank buckets (their gradients `mats`, in slot order):
+  // one multi-tensor operation (a few launches on CUDA for all of them; a loop on the CPU).
+  void add_to_residuals(const std::vector<at::Tensor>& mats, double sign) {
+    std::vector<at::Tensor> residuals;
+    for (const Slot& s : slots_) {
+      if (s.active) residuals.push_back(s.e);
+    }
+    if (!residuals.empty()) at::_foreach_add_(residuals, mats, sign);
+  }
 
   // Views in the layouts of kernels/low_rank.h: M row-major rows x cols; P and Q stored
   // column after column, so as matrices they are P^T (r x rows) and Q^T (r x cols).
@@ -337,6 +380,13 @@ class DevicePowerSgdReducer final : public Reducer {
   bool error_feedback_;
   bool warm_start_;
   std::vector<Slot> slots_;
+  std::size_t low_rank_ = 0;  // slots that pass the size rule
+  // Every low-rank slot's Q, back to back in slot order.
+  at::Tensor q_flat_;
+  // The dense buckets into the fused buffer and back: one indexed copy each way where the
+  // buckets are views of one tensor (a DDP bucket's slots), not one copy per bucket.
+  ViewScatter dense_in_;
+  ViewScatter dense_out_;
   bool q_zero_known_ = true;  // Slot::q_zero says what the device's Q holds
   // Host buffers, reused across steps: P's and dense buckets (the first allreduce), Q's
   // (the second), Q columns drawn this step.

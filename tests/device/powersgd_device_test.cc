@@ -143,18 +143,34 @@ struct Step {
   std::vector<std::vector<float>> input;
 };
 
-Step run_step(Pair& p, int rank, int t, bool compressed) {
+// One step of both reducers. Every compressible bucket goes low-rank where `compressed`,
+// but `held_back` (an index into kShapes, or kShapes.size() for none); the device's buckets
+// are views of one tensor where `shared` (a DDP bucket's slots), else tensors of their own.
+Step run_step(Pair& p, int rank, int t, bool compressed, std::size_t held_back = kShapes.size(),
+              bool shared = false) {
   Step s;
   std::vector<BucketRef> refs;
   std::unique_ptr<bool[]> flags(new bool[kShapes.size()]);
   for (std::size_t b = 0; b < kShapes.size(); ++b) {
     s.input.push_back(gradient_of(rank, t, b));
     s.host.push_back(s.input.back());
-    s.dev.push_back(s.input.back().empty() ? at::empty({0}, at::kFloat)
-                                           : at::tensor(s.input.back()));
+  }
+  if (shared) {
+    std::vector<float> all;
+    for (const std::vector<float>& g : s.input) all.insert(all.end(), g.begin(), g.end());
+    const at::Tensor bucket = at::tensor(all);
+    std::int64_t at = 0;
+    for (const std::vector<float>& g : s.input) {
+      s.dev.push_back(bucket.narrow(0, at, static_cast<std::int64_t>(g.size())));
+      at += static_cast<std::int64_t>(g.size());
+    }
+  } else {
+    for (const std::vector<float>& g : s.input) {
+      s.dev.push_back(g.empty() ? at::empty({0}, at::kFloat) : at::tensor(g));
+    }
   }
   for (std::size_t b = 0; b < kShapes.size(); ++b) {
-    const bool c = compressed && kShapes[b].compressible;
+    const bool c = compressed && kShapes[b].compressible && b != held_back;
     refs.push_back({kShapes[b].id, s.host[b], c});
     flags[b] = c;
   }
@@ -214,11 +230,11 @@ void compare_states(Pair& p, std::size_t r, const Step& step, Worst& worst,
   }
 }
 
-void compare_steps(Pair& p, const Step& s, std::size_t r, bool low_rank_step, Worst& worst,
-                   const std::string& where) {
+void compare_steps(Pair& p, const Step& s, std::size_t r, bool low_rank_step, std::size_t held_back,
+                   Worst& worst, const std::string& where) {
   for (std::size_t b = 0; b < kShapes.size(); ++b) {
     const at::Tensor got = s.dev[b];
-    if (!(low_rank_step && low_rank(kShapes[b], r))) {
+    if (!(low_rank_step && low_rank(kShapes[b], r) && b != held_back)) {
       ASSERT_TRUE(s.host[b].empty() || same_bits(got, at::tensor(s.host[b])))
           << where << " dense bucket " << kShapes[b].id;
       continue;
@@ -247,6 +263,8 @@ void check_case(const Case& c, int world, bool state_every_step) {
                (state_every_step ? " state() every step" : ""));
   constexpr int kSteps = 6;
   auto compressed_at = [](int t) { return t != 3; };  // step 3: dense (--dense-steps)
+  // Step 4: the first matrix held back (dense) while the others go low-rank.
+  auto held_back_at = [](int t) { return t == 4 ? std::size_t{0} : kShapes.size(); };
   std::vector<Worst> worst(static_cast<std::size_t>(world));
   run_ranks(world, [&](dist::Communicator& comm) {
     Pair p = make_pair(c.spec, comm);
@@ -254,9 +272,9 @@ void check_case(const Case& c, int world, bool state_every_step) {
     for (int t = 0; t < kSteps; ++t) {
       const std::string where =
           "rank " + std::to_string(comm.rank()) + " step " + std::to_string(t);
-      const Step s = run_step(p, comm.rank(), t, compressed_at(t));
+      const Step s = run_step(p, comm.rank(), t, compressed_at(t), held_back_at(t), t % 2 == 1);
       const bool low_rank_step = compressed_at(t) && static_cast<std::uint64_t>(t) >= c.warmup;
-      compare_steps(p, s, c.rank, low_rank_step, w, where);
+      compare_steps(p, s, c.rank, low_rank_step, held_back_at(t), w, where);
       if (state_every_step || t == kSteps - 1) compare_states(p, c.rank, s, w, where);
       if (c.rank >= 2 && low_rank_step && state_every_step) {
         // The rank-1 bucket: P's second column was dropped on both (zero Q column).
@@ -438,9 +456,11 @@ TEST(DevicePowerSgdState, RestoresFromTheHostAndIntoIt) {
     Worst w;
     for (int t = 4; t < 6; ++t) {
       const Step s1 = run_step(from_host, comm.rank(), t, true);
-      compare_steps(from_host, s1, 2, true, w, "from the host's state, step " + std::to_string(t));
+      compare_steps(from_host, s1, 2, true, kShapes.size(), w,
+                    "from the host's state, step " + std::to_string(t));
       const Step s2 = run_step(from_dev, comm.rank(), t, true);
-      compare_steps(from_dev, s2, 2, true, w, "from the device's state, step " + std::to_string(t));
+      compare_steps(from_dev, s2, 2, true, kShapes.size(), w,
+                    "from the device's state, step " + std::to_string(t));
     }
   });
 }
