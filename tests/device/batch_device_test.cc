@@ -201,6 +201,12 @@ TEST_P(TopkBatch, RefusesWhatTheOnePayloadDecodeRefusesInItsWords) {
                CorruptMessage);
 }
 
+TEST_P(TopkBatch, RandomlyMutatedBatchesAreDecodedAsOnePayloadAtATime) {
+  const Pair c = make(GetParam());
+  at::manual_seed(17);
+  test::expect_mutated_batches_as_alone(*c.dev, {257, 33, 1, 0, 4099}, 60, 5);
+}
+
 INSTANTIATE_TEST_SUITE_P(Specs, TopkBatch, ::testing::ValuesIn(kSpecs),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            return name_of(p.param);

@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "device_test_support.h"
 #include "gradcomp/device/codec.h"
+#include "gradcomp/error.h"
 #include "gradcomp/step_context.h"
 
 namespace gradcomp::device::test {
@@ -211,6 +213,50 @@ inline void expect_decodes_as_alone(const DeviceCodec& codec,
       }
     }
   }
+}
+
+// Random mutations of a gathered batch (1-4 bytes overwritten in random payloads): the
+// batch refuses exactly what decode_alone refuses, in its words, and otherwise writes what
+// it writes, bit for bit.
+inline void expect_mutated_batches_as_alone(const DeviceCodec& codec,
+                                            const std::vector<std::int64_t>& sizes, int trials,
+                                            std::uint64_t seed) {
+  const Gathered clean = gather(codec, sizes, 2);
+  std::mt19937_64 rng(seed);
+  int refused = 0;
+  for (int trial = 0; trial < trials && clean.payloads.numel() > 0; ++trial) {
+    Gathered g = clean;
+    g.payloads = clean.payloads.clone();
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) {
+      const std::size_t i = rng() % clean.offsets.size();
+      if (clean.bytes[i] == 0) continue;
+      g.payloads[clean.offsets[i] + static_cast<std::int64_t>(rng() % clean.bytes[i])] =
+          static_cast<int>(rng() % 256);
+    }
+    const std::vector<at::Tensor> alone = outputs(sizes);
+    std::string alone_words;
+    try {
+      decode_alone(codec, g, alone, 0.5f);
+    } catch (const CorruptMessage& e) {
+      alone_words = e.what();
+    }
+    const std::vector<at::Tensor> batch = outputs(sizes);
+    std::string batch_words;
+    try {
+      codec.decode_batch(g.payloads, g.offsets, g.bytes, batch, 0.5f);
+    } catch (const CorruptMessage& e) {
+      batch_words = e.what();
+    }
+    ASSERT_EQ(batch_words, alone_words) << "trial " << trial;
+    if (alone_words.empty()) {
+      for (std::size_t s = 0; s < sizes.size(); ++s) {
+        ASSERT_TRUE(same_bits(batch[s], alone[s])) << "trial " << trial << " segment " << s;
+      }
+    }
+    refused += alone_words.empty() ? 0 : 1;
+  }
+  ::testing::Test::RecordProperty("refused", refused);
 }
 
 }  // namespace gradcomp::device::test

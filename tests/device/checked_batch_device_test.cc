@@ -138,6 +138,12 @@ TEST_P(CheckedBatch, RefusesWhatTheOnePayloadDecodeRefusesInItsWords) {
                CorruptMessage);
 }
 
+TEST_P(CheckedBatch, RandomlyMutatedBatchesAreDecodedAsOnePayloadAtATime) {
+  const test::CodecPair c = test::make_codec_pair(GetParam());
+  at::manual_seed(17);
+  test::expect_mutated_batches_as_alone(*c.dev, {257, 33, 1, 0, 4099}, 200, 5);
+}
+
 TEST_P(CheckedBatch, TreatsANonFiniteGradientAsTheFirstSegmentHoldingOneDoes) {
   const test::CodecPair c = test::make_codec_pair(GetParam());
   const std::vector<std::int64_t> sizes = {1000, (1 << 20) + 7, 17, 4099};
