@@ -48,8 +48,9 @@ void CheckedDecodeCodec::decode_add_impl(const at::Tensor& payload, const at::Te
   expect_payload_size(payload, payload_bytes(n), codec().name() + " decode", n);
   const std::int64_t offset = 0;
   const std::int64_t length = payload.numel();
-  const at::Tensor report =
-      reports(payload, {&offset, 1}, {&length, 1}, {&n, 1}).to(at::kCPU).contiguous();
+  const at::Tensor report = reports(payload, {&offset, 1}, {&length, 1}, {&n, 1}, {&payload, 1})
+                                .to(at::kCPU)
+                                .contiguous();
   check(payload, n, report.data_ptr<float>());
   if (n > 0) add_checked(payload, out, alpha, report.data_ptr<float>());
 }
@@ -73,16 +74,18 @@ void CheckedDecodeCodec::decode_batch_impl(const at::Tensor& payloads,
                           ns[i]);
     }
   }
-  const at::Tensor host = messages == 0
-                              ? at::empty({0, report_size()})
-                              : reports(payloads, offsets, bytes, ns).to(at::kCPU).contiguous();
+  std::vector<at::Tensor> payload(messages);
+  for (std::size_t i = 0; i < messages; ++i) {
+    payload[i] = aligned_payload(payloads.narrow(0, offsets[i], bytes[i]));
+  }
+  const at::Tensor host =
+      messages == 0 ? at::empty({0, report_size()})
+                    : reports(payloads, offsets, bytes, ns, payload).to(at::kCPU).contiguous();
   const float* report = host.data_ptr<float>();
   const auto row = [&](std::size_t i) { return report + i * report_size(); };
-  std::vector<at::Tensor> payload(messages);
   for (std::size_t s = 0; s < segments; ++s) {
     for (std::size_t r = 0; r < ranks; ++r) {
       const std::size_t i = r * segments + s;
-      payload[i] = aligned_payload(payloads.narrow(0, offsets[i], bytes[i]));
       check(payload[i], ns[i], row(i));
     }
   }

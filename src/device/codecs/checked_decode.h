@@ -27,11 +27,12 @@ class CheckedDecodeCodec : public DeviceCodec {
   // How many floats report() gives a payload.
   virtual std::int64_t report_size() const = 0;
   // The values the host needs to check payload i (payloads.narrow(0, offsets[i], bytes[i]),
-  // its length checked, for ns[i] values) and to add it: float [offsets.size(),
-  // report_size()] on the payloads' device. Launches only, never a sync.
+  // its length checked, for ns[i] values; each[i] the same bytes aligned for dtype views:
+  // aligned_payload) and to add it: float [offsets.size(), report_size()] on the payloads'
+  // device. Launches only, never a sync.
   virtual at::Tensor reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
-                             std::span<const std::int64_t> bytes,
-                             std::span<const std::int64_t> ns) const = 0;
+                             std::span<const std::int64_t> bytes, std::span<const std::int64_t> ns,
+                             std::span<const at::Tensor> each) const = 0;
   // Throws CorruptMessage in the CPU codec's words where `report` refuses the payload (the
   // error path may sync again, to name the element).
   virtual void check(const at::Tensor& payload, std::int64_t n, const float* report) const = 0;
@@ -39,17 +40,14 @@ class CheckedDecodeCodec : public DeviceCodec {
   virtual void add_checked(const at::Tensor& payload, const at::Tensor& out, float alpha,
                            const float* report) const = 0;
 
-  // Each payload's report from its own small operations (one(payload, n), the payload
-  // aligned for dtype views), stacked: for codecs whose report reads the payload's fields.
+  // Each payload's report from its own small operations (one(each[i], ns[i])), stacked:
+  // for codecs whose report reads the payload's fields.
   template <typename OneReport>
-  static at::Tensor stack_reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
-                                  std::span<const std::int64_t> bytes,
+  static at::Tensor stack_reports(std::span<const at::Tensor> each,
                                   std::span<const std::int64_t> ns, const OneReport& one) {
     std::vector<at::Tensor> rows;
-    for (std::size_t i = 0; i < offsets.size(); ++i) {
-      rows.push_back(
-          one(aligned_payload(payloads.narrow(0, offsets[i], bytes[i])), ns[i]).to(at::kFloat));
-    }
+    for (std::size_t i = 0; i < each.size(); ++i)
+      rows.push_back(one(each[i], ns[i]).to(at::kFloat));
     return at::stack(rows);
   }
 

@@ -28,13 +28,12 @@ class Fp16DeviceCodec final : public SegmentedCodec {
   std::int64_t report_size() const override { return 1; }
 
   // [any value not finite].
-  at::Tensor reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
-                     std::span<const std::int64_t> bytes,
-                     std::span<const std::int64_t> ns) const override {
-    return stack_reports(payloads, offsets, bytes, ns,
-                         [&](const at::Tensor& payload, std::int64_t /*n*/) {
-                           return payload.view(dtype_).isfinite().logical_not().any().view({1});
-                         });
+  at::Tensor reports(const at::Tensor& /*payloads*/, std::span<const std::int64_t> /*offsets*/,
+                     std::span<const std::int64_t> /*bytes*/, std::span<const std::int64_t> ns,
+                     std::span<const at::Tensor> each) const override {
+    return stack_reports(each, ns, [&](const at::Tensor& payload, std::int64_t /*n*/) {
+      return payload.view(dtype_).isfinite().logical_not().any().view({1});
+    });
   }
 
   void check(const at::Tensor& payload, std::int64_t /*n*/, const float* report) const override {

@@ -60,7 +60,8 @@ std::int64_t SignBitsCodec::payload_bytes(std::int64_t n) const {
 
 at::Tensor SignBitsCodec::reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
                                   std::span<const std::int64_t> bytes,
-                                  std::span<const std::int64_t> ns) const {
+                                  std::span<const std::int64_t> ns,
+                                  std::span<const at::Tensor> /*each*/) const {
   return padding_dirty(payloads, offsets, bytes, ns, 1).unsqueeze(1);
 }
 

@@ -20,8 +20,8 @@ class SignBitsCodec : public CheckedDecodeCodec {
   std::int64_t payload_bytes(std::int64_t n) const final;
   std::int64_t report_size() const final { return 1; }
   at::Tensor reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
-                     std::span<const std::int64_t> bytes,
-                     std::span<const std::int64_t> ns) const final;
+                     std::span<const std::int64_t> bytes, std::span<const std::int64_t> ns,
+                     std::span<const at::Tensor> each) const final;
   void check(const at::Tensor& payload, std::int64_t n, const float* report) const final;
   void add_checked(const at::Tensor& payload, const at::Tensor& out, float alpha,
                    const float* report) const final;

@@ -59,10 +59,10 @@ class EfSignDeviceCodec final : public SegmentedCodec {
 
   // [any scale not finite or with its sign bit set, any padding bit set].
   at::Tensor reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
-                     std::span<const std::int64_t> bytes,
-                     std::span<const std::int64_t> ns) const override {
+                     std::span<const std::int64_t> bytes, std::span<const std::int64_t> ns,
+                     std::span<const at::Tensor> each) const override {
     const at::Tensor bad_scales =
-        stack_reports(payloads, offsets, bytes, ns, [&](const at::Tensor& payload, std::int64_t n) {
+        stack_reports(each, ns, [&](const at::Tensor& payload, std::int64_t n) {
           return bad_scale(scales_of(payload, n)).any();
         });
     return at::stack({bad_scales, padding_dirty(payloads, offsets, bytes, ns, 1)}, 1);

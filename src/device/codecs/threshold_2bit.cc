@@ -46,23 +46,21 @@ class Threshold2BitDeviceCodec final : public SegmentedCodec {
   // The ATen path reads the codes from the packed bytes, not unpacked (with clean padding,
   // checked first, the codes after n are 00 and count for neither).
   at::Tensor reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
-                     std::span<const std::int64_t> bytes,
-                     std::span<const std::int64_t> ns) const override {
+                     std::span<const std::int64_t> bytes, std::span<const std::int64_t> ns,
+                     std::span<const at::Tensor> each) const override {
     const bool kernels = fused::usable(payloads);
-    at::Tensor out =
-        stack_reports(payloads, offsets, bytes, ns, [&](const at::Tensor& payload, std::int64_t n) {
-          const at::Tensor packed = codes_of(payload);
-          const at::Tensor tau = adaptive()
-                                     ? payload.narrow(0, 0, 4).view(at::kFloat)
-                                     : at::full({1}, tau_, payload.options().dtype(at::kFloat));
-          if (kernels) return at::cat({tau, fused::check_codes2(packed, n).to(at::kFloat)});
-          // Code 01: the low bit of a pair set, its high bit clear.
-          const at::Tensor code01 = packed.bitwise_and(0x55).bitwise_and_(
-              at::bitwise_right_shift(packed, 1).bitwise_not_());
-          return at::cat({tau, at::zeros({1}, tau.options()),
-                          code01.ne(0).any().to(at::kFloat).view({1}),
-                          packed.ne(0).any().to(at::kFloat).view({1})});
-        });
+    at::Tensor out = stack_reports(each, ns, [&](const at::Tensor& payload, std::int64_t n) {
+      const at::Tensor packed = codes_of(payload);
+      const at::Tensor tau = adaptive() ? payload.narrow(0, 0, 4).view(at::kFloat)
+                                        : at::full({1}, tau_, payload.options().dtype(at::kFloat));
+      if (kernels) return at::cat({tau, fused::check_codes2(packed, n).to(at::kFloat)});
+      // Code 01: the low bit of a pair set, its high bit clear.
+      const at::Tensor code01 =
+          packed.bitwise_and(0x55).bitwise_and_(at::bitwise_right_shift(packed, 1).bitwise_not_());
+      return at::cat({tau, at::zeros({1}, tau.options()),
+                      code01.ne(0).any().to(at::kFloat).view({1}),
+                      packed.ne(0).any().to(at::kFloat).view({1})});
+    });
     if (!kernels) out.select(1, 1).copy_(padding_dirty(payloads, offsets, bytes, ns, 2));
     return out;
   }
