@@ -4,12 +4,14 @@
 // tau = scale * mean |p| in front of the codes.
 //
 // tau is the CPU codec's float bit for bit: below 2^20 values the exact blocked sum
-// (segment_abs_sums: a scan in double on the device, then one .item()), from 2^20 on the
+// (segment_abs_sums: a scan in double on the device, read by the host), from 2^20 on the
 // mean of the fixed stratified sample (gathered on the device, added on the host). The
 // sampled case also needs "is all of p finite" (the CPU packing pass checks it): with ATen
 // that flag travels with the sample, so every adaptive encode syncs once and the fixed
 // threshold never; on CUDA the codes kernel raises the flag, read after it (a second sync,
-// for one pass over the values instead of two).
+// for one pass over the values instead of two). A batch of tensors shares those syncs:
+// every tensor's sum or sample comes over in one transfer, every flag in one more. The
+// decode syncs once for its checks (CheckedDecodeCodec), once for a whole batch.
 //
 // The residual step is p -= c * tau with c = [p >= tau] - [p <= -tau] in {-1, 0, 1}:
 // one float op whose zero case subtracts +0 (so p = -0 stays -0, as the CPU's p + (-0)).
