@@ -10,9 +10,9 @@
 //
 // The sampled sum (65,536 values) goes to the host instead: its lanes are 4,096 values
 // long, and a sequential scan of that length on the GPU is ~1 ms of memory latency,
-// whereas the copy is 256 KB; the host adds them as abs_sample.cc does.
+// whereas the copy is 512 KB (as doubles, in the one transfer that brings the adaptive
+// 2-bit's exact sums too); the host adds them as abs_sample.cc does.
 #include <cmath>
-#include <cstring>
 
 #include "codecs.h"
 #include "detail/abs_sample.h"
@@ -64,13 +64,6 @@ at::Tensor segment_abs_sums(const at::Tensor& x, std::int64_t segment) {
   const at::Tensor per_block = combine16(lanes);          // [segments, blocks]
   if (blocks == 1) return per_block.select(1, 0);
   return sequential_sum_rows(per_block.t().contiguous());
-}
-
-std::vector<float> sample_and_flag(const at::Tensor& sample, const at::Tensor& flag) {
-  const at::Tensor host = at::cat({sample, flag.to(at::kFloat).view({1})}).to(at::kCPU);
-  std::vector<float> v(static_cast<std::size_t>(host.numel()));
-  std::memcpy(v.data(), host.data_ptr<float>(), v.size() * sizeof(float));
-  return v;
 }
 
 at::Tensor abs_sample_index(std::int64_t n) {

@@ -53,11 +53,10 @@ at::Tensor unpack2(const at::Tensor& packed);
 // The CPU codecs' sums of |x| (abs_sums.cc). segment_abs_sums: detail::abs_sum over each
 // run of `segment` values of x (the last may be shorter), as a double tensor on x's
 // device, bit for bit. abs_sample_index: the positions of detail::sampled_abs_sum's
-// sample of n values (a CPU int64 tensor). sample_and_flag: the sample's values and one
-// flag after them, on the host (the one sync). sampled_abs_sum: that sum from the sample.
+// sample of n values (a CPU int64 tensor). sampled_abs_sum: that sum from the sample's
+// values, once they are on the host.
 at::Tensor segment_abs_sums(const at::Tensor& x, std::int64_t segment);
 at::Tensor abs_sample_index(std::int64_t n);
-std::vector<float> sample_and_flag(const at::Tensor& sample, const at::Tensor& flag);
 double sampled_abs_sum(const float* sample);
 
 // top-k's selection and payload (topk.cc), which DGC's memory on the device (src/device/dgc.cc)

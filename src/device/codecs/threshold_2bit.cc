@@ -45,26 +45,40 @@ class Threshold2BitDeviceCodec final : public SegmentedCodec {
   std::int64_t report_size() const override { return 4; }
 
   // [tau, padding dirty, any code 01, any code nonzero], in the CPU codec's order of checks.
-  // The ATen path reads the codes from the packed bytes, not unpacked (with clean padding,
-  // checked first, the codes after n are 00 and count for neither).
+  // Every message's tau in one gather (the adaptive one's first 4 bytes) or one fill; the
+  // codes' flags per message: the kernel's check, or on the ATen path the packed bytes read
+  // without unpacking them (with clean padding, checked first, the codes after n are 00 and
+  // count for neither) and the padding of all messages from one gather.
   at::Tensor reports(const at::Tensor& payloads, std::span<const std::int64_t> offsets,
                      std::span<const std::int64_t> bytes, std::span<const std::int64_t> ns,
                      std::span<const at::Tensor> each) const override {
-    const bool kernels = fused::usable(payloads);
-    at::Tensor out = stack_reports(each, ns, [&](const at::Tensor& payload, std::int64_t n) {
+    const auto messages = static_cast<std::int64_t>(offsets.size());
+    const at::TensorOptions floats = payloads.options().dtype(at::kFloat);
+    at::Tensor tau = at::full({messages, 1}, tau_, floats);
+    if (adaptive()) {
+      std::vector<std::int64_t> positions;
+      for (const std::int64_t o : offsets) {
+        for (std::int64_t b = 0; b < 4; ++b) positions.push_back(o + b);
+      }
+      tau = payloads.index_select(0, longs_to_device(positions, payloads.device()))
+                .view(at::kFloat)
+                .view({messages, 1});
+    }
+    if (fused::usable(payloads)) {
+      return at::cat({tau, stack_reports(each, ns,
+                                         [&](const at::Tensor& payload, std::int64_t n) {
+                                           return fused::check_codes2(codes_of(payload), n);
+                                         })},
+                     1);
+    }
+    const at::Tensor codes = stack_reports(each, ns, [&](const at::Tensor& payload, std::int64_t) {
       const at::Tensor packed = codes_of(payload);
-      const at::Tensor tau = adaptive() ? payload.narrow(0, 0, 4).view(at::kFloat)
-                                        : at::full({1}, tau_, payload.options().dtype(at::kFloat));
-      if (kernels) return at::cat({tau, fused::check_codes2(packed, n).to(at::kFloat)});
       // Code 01: the low bit of a pair set, its high bit clear.
       const at::Tensor code01 =
           packed.bitwise_and(0x55).bitwise_and_(at::bitwise_right_shift(packed, 1).bitwise_not_());
-      return at::cat({tau, at::zeros({1}, tau.options()),
-                      code01.ne(0).any().to(at::kFloat).view({1}),
-                      packed.ne(0).any().to(at::kFloat).view({1})});
+      return at::stack({code01.ne(0).any(), packed.ne(0).any()});
     });
-    if (!kernels) out.select(1, 1).copy_(padding_dirty(payloads, offsets, bytes, ns, 2));
-    return out;
+    return at::cat({tau, padding_dirty(payloads, offsets, bytes, ns, 2).unsqueeze(1), codes}, 1);
   }
 
   void check(const at::Tensor& payload, std::int64_t n, const float* report) const override {
