@@ -191,12 +191,9 @@ void bm_step(benchmark::State& state, const std::string& spec, bool batched) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * 4 * elements);
 }
 
-const char* const kSpecs[] = {"efm(topk:ratio=0.01)",
-                              "ef(topk:ratio=0.001)",
-                              "2bit",
-                              "2bit:threshold=0.5",
-                              "ef(1bit)",
-                              "ef(efsign)"};
+const char* const kSpecs[] = {
+    "efm(topk:ratio=0.01)", "ef(topk:ratio=0.001)", "2bit", "2bit:threshold=0.5", "ef(1bit)",
+    "ef(efsign)",           "dgc:density=0.001"};
 
 // The device PowerSGD reducer (src/device/powersgd.cc): no batches to switch.
 const char* const kSchemes[] = {"powersgd:rank=2"};

@@ -17,13 +17,13 @@
 // tests/python/test_device_codec.py on a GPU.
 //
 // Batches. Where the codec batches (DeviceCodec::batches(): every device codec), the
-// step's buckets are encoded together and their messages decoded together: the
-// error-feedback and momentum memories of the compressible buckets lie back to back in one
-// tensor, so that a step that compresses all of them runs each memory update as one pass,
-// top-k's selection once for all, and every codec's host syncs once for all buckets (the
-// decode's checks; the adaptive 2-bit threshold, fp16's and efsign's finiteness checks)
-// instead of once a bucket (a step where some bucket falls back to dense gathers the
-// memories of those sent).
+// step's buckets are encoded together and their messages decoded together: the memories
+// of the compressible buckets lie back to back in one tensor each, so that a step that
+// compresses all of them runs each memory update as one pass, top-k's selection once for
+// all (DGC's too, dgc.h: compress_batch), and every codec's host syncs once for all buckets
+// (the decode's checks; the adaptive 2-bit threshold, fp16's and efsign's finiteness
+// checks; DGC's clipping norms) instead of once a bucket (a step where some bucket falls
+// back to dense gathers the memories of those sent).
 // They run on CUDA tensors; GRADCOMP_DEVICE_BATCH=0 in the environment runs every step one
 // bucket at a time there (the comparison a GPU run times), =1 batches CPU tensors too (the
 // tests, which hold the batches to the one-at-a-time path and the host reducer).
@@ -100,13 +100,15 @@ class DeviceAllgatherReducer final : public Reducer {
   std::string describe_;
   std::shared_ptr<const Codec> codec_;
   std::unique_ptr<DeviceCodec> device_codec_;
-  bool batched_ = false;  // the codec batches, the memory is not DGC's, on CUDA or switched on
+  bool batched_ = false;  // the codec batches, on CUDA or switched on
   dist::Communicator& comm_;
   std::vector<Bucket> buckets_;
-  // ef / efm: the compressible buckets' residuals (and momenta) back to back; their
-  // Bucket::residual / momentum are views of these, so that a batch reads them in place.
+  // The compressible buckets' memories back to back, so that a batch reads them in place:
+  // ef's and efm's residuals, efm's and DGC's momenta, DGC's accumulators (their
+  // Bucket::residual / momentum, DgcMemory's tensors, are views of these).
   at::Tensor residual_flat_;
   at::Tensor momentum_flat_;
+  at::Tensor accumulator_flat_;
   std::size_t compressible_ = 0;
   std::vector<std::byte> send_;
   std::vector<std::byte> gathered_;
@@ -158,7 +160,7 @@ DeviceAllgatherReducer::DeviceAllgatherReducer(const Method& method, dist::Commu
   // at a time is faster (docs/measurements/gpu.md), unless the switch asks for batches.
   const char* batch = std::getenv("GRADCOMP_DEVICE_BATCH");
   const bool batches = batch == nullptr ? device.is_cuda() : std::string(batch) != "0";
-  batched_ = batches && device_codec_->batches() && memory_ != MemoryKind::kDgc;
+  batched_ = batches && device_codec_->batches();
   const auto floats = at::TensorOptions().dtype(at::kFloat).device(device);
   const bool residuals = memory_ == MemoryKind::kErrorFeedback || memory_ == MemoryKind::kMomentum;
   std::int64_t flat = 0;
@@ -168,9 +170,10 @@ DeviceAllgatherReducer::DeviceAllgatherReducer(const Method& method, dist::Commu
       flat += static_cast<std::int64_t>(s.numel);
     }
   }
-  if (residuals) {
-    residual_flat_ = at::zeros({flat}, floats);
-    if (memory_ == MemoryKind::kMomentum) momentum_flat_ = at::zeros({flat}, floats);
+  if (residuals) residual_flat_ = at::zeros({flat}, floats);
+  if (memory_ == MemoryKind::kDgc) accumulator_flat_ = at::zeros({flat}, floats);
+  if (memory_ == MemoryKind::kMomentum || (memory_ == MemoryKind::kDgc && dgc.correction)) {
+    momentum_flat_ = at::zeros({flat}, floats);
   }
   std::int64_t at = 0;
   for (const BucketShape& s : shapes) {
@@ -181,7 +184,13 @@ DeviceAllgatherReducer::DeviceAllgatherReducer(const Method& method, dist::Commu
     const auto n = static_cast<std::int64_t>(s.numel);
     // Every bucket has its memory, the dense ones too, as the host reducer's do (their
     // states match name for name, so a checkpoint restores into either).
-    if (memory_ == MemoryKind::kDgc) {
+    if (memory_ == MemoryKind::kDgc && s.compressible) {
+      b.in_flat = true;
+      b.dgc = std::make_unique<DgcMemory>(
+          dgc, momentum_flat_.defined() ? momentum_flat_.narrow(0, at, n) : at::Tensor(),
+          accumulator_flat_.narrow(0, at, n));
+      at += n;
+    } else if (memory_ == MemoryKind::kDgc) {
       b.dgc = std::make_unique<DgcMemory>(dgc, s.numel, floats);
     } else if (residuals && s.compressible) {
       b.in_flat = true;
@@ -256,15 +265,22 @@ DeviceCodec::EncodedBatch DeviceAllgatherReducer::encode(std::span<const at::Ten
       sizes.push_back(static_cast<std::int64_t>(buckets_[b].n));
       parts.push_back(grads[b]);
     }
-    const at::Tensor g = at::cat(parts);
-    if (memory_ == MemoryKind::kNone) {
-      return device_codec_->encode_batch(g, sizes, contexts, /*feedback=*/false);
-    }
     // The memories of the buckets sent, back to back: the flat ones themselves where every
     // compressible bucket is sent (the usual step), else gathered and written back after.
     std::size_t flat_sent = 0;
     for (const std::size_t b : sent) flat_sent += buckets_[b].in_flat ? 1 : 0;
     const bool every = flat_sent == sent.size() && flat_sent == compressible_;
+    if (memory_ == MemoryKind::kDgc) {  // accumulates bucket by bucket: no joined gradient
+      std::vector<DgcMemory*> memories;
+      for (const std::size_t b : sent) memories.push_back(buckets_[b].dgc.get());
+      return DgcMemory::compress_batch(memories, parts, contexts,
+                                       every ? momentum_flat_ : at::Tensor(),
+                                       every ? accumulator_flat_ : at::Tensor());
+    }
+    const at::Tensor g = at::cat(parts);
+    if (memory_ == MemoryKind::kNone) {
+      return device_codec_->encode_batch(g, sizes, contexts, /*feedback=*/false);
+    }
     const auto gathered = [&](at::Tensor Bucket::*memory, const at::Tensor& flat) {
       if (every) return flat;
       std::vector<at::Tensor> views;

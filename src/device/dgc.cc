@@ -16,12 +16,17 @@
 // there (on CPU tensors the host's own sum runs: exact). The host fuses the accumulation
 // into the selection's first pass; the device makes it its own passes (same values).
 // Device synchronisations beyond top-k's: clipping reads ||g|| (one per bucket and step,
-// only with clip > 0); the first step after append_state reads the learning rate back.
+// only with clip > 0; one per batch); the first step after append_state reads the learning
+// rate back.
+// A batch (compress_batch) runs each bucket's rescaling and accumulation as compress()
+// does, then selects in every accumulator at once with top-k's batch (topk_batch.h), with
+// each bucket's own k, and masks the momentum with one indexed write.
 #include "device/dgc.h"
 
 #include <span>
 
 #include "codecs/codecs.h"
+#include "codecs/topk_batch.h"
 #include "device/momentum.h"
 
 namespace gradcomp::device {
@@ -39,6 +44,22 @@ double l2_norm(const at::Tensor& g) {
   return at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kDouble).item<double>();
 }
 
+// l2_norm of each gradient; off the CPU, all of them in one transfer.
+std::vector<double> l2_norms(std::span<const at::Tensor> grads) {
+  std::vector<double> out;
+  if (grads.empty() || grads.front().is_cpu()) {
+    for (const at::Tensor& g : grads) out.push_back(l2_norm(g));
+    return out;
+  }
+  std::vector<at::Tensor> norms;
+  for (const at::Tensor& g : grads) {
+    norms.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kDouble));
+  }
+  const at::Tensor host = at::stack(norms).cpu();
+  const double* p = host.data_ptr<double>();
+  return {p, p + host.numel()};
+}
+
 }  // namespace
 
 DgcMemory::DgcMemory(const detail::DgcOptions& options, std::size_t n,
@@ -48,6 +69,14 @@ DgcMemory::DgcMemory(const detail::DgcOptions& options, std::size_t n,
   if (o_.correction) u_ = at::zeros({size}, floats);
   v_ = at::zeros({size}, floats);
   if (o_.lr_rescale) lr_ = at::zeros({1}, floats);
+}
+
+DgcMemory::DgcMemory(const detail::DgcOptions& options, at::Tensor momentum, at::Tensor accumulator)
+    : o_(options),
+      n_(static_cast<std::size_t>(accumulator.numel())),
+      u_(std::move(momentum)),
+      v_(std::move(accumulator)) {
+  if (o_.lr_rescale) lr_ = at::zeros({1}, v_.options());
 }
 
 // The host's rescale_to: v's unsent updates, formed at lr_prev, scaled to lr; a rate that
@@ -105,6 +134,50 @@ at::Tensor DgcMemory::compress(const at::Tensor& grad, const StepContext& ctx) {
     if (o_.correction && o_.masking) u_.index_fill_(0, idx, 0.0);
   }
   return payload;
+}
+
+DeviceCodec::EncodedBatch DgcMemory::compress_batch(std::span<DgcMemory* const> memories,
+                                                    std::span<const at::Tensor> grads,
+                                                    std::span<const StepContext> ctxs,
+                                                    const at::Tensor& momentum,
+                                                    const at::Tensor& accumulator) {
+  if (memories.empty()) return {};
+  const detail::DgcOptions& o = memories.front()->o_;
+  const std::vector<double> norms = o.clip > 0.0 ? l2_norms(grads) : std::vector<double>();
+  topk_detail::BatchSelection selection;
+  selection.sample = o.sample;
+  selection.op = kOp;
+  std::vector<std::int64_t> sizes;
+  std::vector<at::Tensor> us, vs;
+  for (std::size_t j = 0; j < memories.size(); ++j) {
+    DgcMemory& d = *memories[j];
+    d.rescale_to(ctxs[j].lr);
+    selection.k.push_back(static_cast<std::int64_t>(o.count(d.n_, ctxs[j])));
+    selection.sampled.push_back(o.exact ? 0 : 1);
+    sizes.push_back(static_cast<std::int64_t>(d.n_));
+    const float s = norms.empty() ? 1.0f : o.clip_scale(norms[j], ctxs[j].world);
+    d.accumulate(s == 1.0f ? grads[j] : grads[j].mul(static_cast<double>(s)));
+    us.push_back(d.u_);
+    vs.push_back(d.v_);
+  }
+  const bool in_place = accumulator.defined();
+  const bool masks = o.correction && o.masking;
+  const at::Tensor v = in_place ? accumulator : at::cat(vs);
+  at::Tensor selected;
+  DeviceCodec::EncodedBatch out =
+      topk_detail::encode_batch(selection, v, sizes, ctxs, /*feedback=*/true, &selected);
+  // The sent values left v (zeroed by the batch's feedback); their momentum stops too.
+  const at::Tensor u = !masks ? at::Tensor() : in_place ? momentum : at::cat(us);
+  if (masks && selected.numel() > 0) u.index_fill_(0, selected, 0.0);
+  if (!in_place) {
+    std::int64_t at = 0;
+    for (std::size_t j = 0; j < memories.size(); ++j) {
+      vs[j].copy_(v.narrow(0, at, sizes[j]));
+      if (masks) us[j].copy_(u.narrow(0, at, sizes[j]));
+      at += sizes[j];
+    }
+  }
+  return out;
 }
 
 void DgcMemory::compress_dense(const at::Tensor& grad, const StepContext& ctx) {

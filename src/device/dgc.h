@@ -7,11 +7,13 @@
 #include <ATen/ATen.h>
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gradcomp/codec.h"
+#include "gradcomp/device/codec.h"
 #include "gradcomp/step_context.h"
 #include "memory/dgc.h"
 
@@ -22,11 +24,28 @@ class DgcMemory {
   // A bucket of n elements, its momentum u, accumulator v and learning rate zero (as the
   // host memory starts), as float32 tensors with `floats`' device.
   DgcMemory(const detail::DgcOptions& options, std::size_t n, const at::TensorOptions& floats);
+  // A bucket whose u and v are the tensors given (zeros; `momentum` undefined when
+  // correction=0): the allgather reducer lays its buckets' memories back to back, so that a
+  // batch reads them in place.
+  DgcMemory(const detail::DgcOptions& options, at::Tensor momentum, at::Tensor accumulator);
 
   // Dgc::compress: one step with the gradient `grad` (contiguous 1-D float32, n elements,
   // read only). Returns the message's payload (topk's fp32 sparse payload, to be framed
   // with the method's message codec); u, v and the rate as the host memory leaves them.
   at::Tensor compress(const at::Tensor& grad, const StepContext& ctx);
+
+  // compress() for several buckets at once, memories[j] with grads[j] and ctxs[j] (one
+  // options' memories): their clipping norms read in one host sync, their selections one
+  // top-k batch (topk_batch.h: a few syncs for all of them, where one bucket at a time
+  // takes two or more each). `momentum` and `accumulator`: the memories' u and v back to
+  // back, where their tensors are views of these in this order; undefined, each bucket's
+  // are gathered, and written back after. The payloads are compress()'s, byte for byte, and
+  // u, v, the rates end as compress() leaves them.
+  static DeviceCodec::EncodedBatch compress_batch(std::span<DgcMemory* const> memories,
+                                                  std::span<const at::Tensor> grads,
+                                                  std::span<const StepContext> ctxs,
+                                                  const at::Tensor& momentum,
+                                                  const at::Tensor& accumulator);
 
   // Dgc::compress_dense: the step sending all of v; grad receives it.
   void compress_dense(const at::Tensor& grad, const StepContext& ctx);

@@ -14,6 +14,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
@@ -222,15 +223,19 @@ StepContext reducer_context(int step) {
   return c;
 }
 
-// Both reducers on one rank for kSteps steps (step 3 dense for all, as --dense-steps
-// does), compared after each. Returns the dense fallbacks taken. The host's buckets lie
-// back to back, as GradientExchange's and the hook's do: an all-dense step is then the
-// host's one in-place allreduce, which is what the device reducer does for one.
-std::uint64_t check_reducers(const std::string& spec, dist::Communicator& comm) {
+// The host reducer and a device one (batched, or one bucket at a time) on one rank for
+// kSteps steps (step 3 dense for all, as --dense-steps does), compared after each. Returns
+// the dense fallbacks taken. The host's buckets lie back to back, as GradientExchange's
+// and the hook's do: an all-dense step is then the host's one in-place allreduce, which is
+// what the device reducer does for one.
+std::uint64_t check_reducers(const std::string& spec, dist::Communicator& comm, bool batched) {
   const Method method = Method::parse(spec);
   EXPECT_TRUE(Reducer::supports(method)) << spec;
   auto host = dist::make_reducer(method, comm, kShapes);
+  // On CPU tensors the reducer batches only when asked to.
+  if (batched) ::setenv("GRADCOMP_DEVICE_BATCH", "1", 1);
   auto dev = make_device_reducer(method, comm, kShapes, at::Device(at::kCPU));
+  ::unsetenv("GRADCOMP_DEVICE_BATCH");
   std::uint64_t fallbacks = 0;
   for (int t = 0; t < kSteps; ++t) {
     const std::string where = "rank " + std::to_string(comm.rank()) + " step " + std::to_string(t);
@@ -272,21 +277,27 @@ std::uint64_t check_reducers(const std::string& spec, dist::Communicator& comm) 
 
 class DgcDeviceReducer : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(DgcDeviceReducer, ReducesAsTheHostReducer) {
-  // 5 ranks: the warm-up's first density (0.25) costs more gathered than the dense
-  // allreduce, so the first steps fall back to dense (compress_dense) where they warm up.
+// 5 ranks: the warm-up's first density (0.25) costs more gathered than the dense
+// allreduce, so the first steps fall back to dense (compress_dense) where they warm up:
+// the large bucket first, while the small ones are sent (a batch then gathers the memories
+// of those sent).
+void check_worlds(const std::string& spec, bool batched) {
   for (const int world : {1, 2, 5}) {
     SCOPED_TRACE("world " + std::to_string(world));
     std::vector<std::uint64_t> fallbacks(static_cast<std::size_t>(world));
     run_ranks(world, [&](dist::Communicator& comm) {
-      fallbacks[static_cast<std::size_t>(comm.rank())] = check_reducers(GetParam(), comm);
+      fallbacks[static_cast<std::size_t>(comm.rank())] = check_reducers(spec, comm, batched);
     });
-    const bool warms_up = Method::parse(GetParam()).memory_params().get_float("warmup_epochs") > 0;
+    const bool warms_up = Method::parse(spec).memory_params().get_float("warmup_epochs") > 0;
     if (world == 5 && warms_up) {
       EXPECT_GT(fallbacks[0], 0u) << "no dense fallback taken";
     }
   }
 }
+
+TEST_P(DgcDeviceReducer, ReducesAsTheHostReducer) { check_worlds(GetParam(), false); }
+
+TEST_P(DgcDeviceReducer, BatchedReducesAsTheHostReducer) { check_worlds(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(Specs, DgcDeviceReducer,
                          ::testing::Values("dgc:density=0.01", "dgc:density=0.02,select=exact",

@@ -232,7 +232,8 @@ def test_the_device_reducer_computes_what_the_host_reducer_does(spec, dtype):
 
 
 @pytest.mark.parametrize("spec", ["efm(topk:ratio=0.1)", "ef(topk:ratio=0.05,select=exact)",
-                                  "noef(topk:ratio=0.2,values=fp16)", "2bit", "efm(efsign)"])
+                                  "noef(topk:ratio=0.2,values=fp16)", "2bit", "efm(efsign)",
+                                  "dgc:density=0.05"])
 def test_the_batched_device_reducer_computes_what_the_host_reducer_does(spec):
     # GRADCOMP_DEVICE_BATCH=1: the device reducer's batches (its default on CUDA) on CPU
     # buckets, identical to the host reducer as the one-at-a-time path is.

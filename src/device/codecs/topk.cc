@@ -343,7 +343,7 @@ class TopkDeviceCodec final : public DeviceCodec {
 
   EncodedBatch encode_batch_impl(const at::Tensor& flat, std::span<const std::int64_t> sizes,
                                  std::span<const StepContext> ctxs, bool feedback) const override {
-    return topk_detail::encode_batch(params_, flat, sizes, ctxs, feedback);
+    return topk_detail::encode_batch(params_.selection(sizes), flat, sizes, ctxs, feedback);
   }
 
   // The batch's selection reads e once it holds e + g (one add for all segments).
@@ -351,7 +351,7 @@ class TopkDeviceCodec final : public DeviceCodec {
                                                std::span<const std::int64_t> sizes,
                                                std::span<const StepContext> ctxs) const override {
     e.add_(g);
-    return topk_detail::encode_batch(params_, e, sizes, ctxs, /*feedback=*/true);
+    return topk_detail::encode_batch(params_.selection(sizes), e, sizes, ctxs, /*feedback=*/true);
   }
 
   void decode_batch_impl(const at::Tensor& payloads, std::span<const std::int64_t> offsets,

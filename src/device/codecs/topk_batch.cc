@@ -46,6 +46,16 @@ std::int64_t TopkParams::k(std::int64_t n) const {
 }
 bool TopkParams::sampled(std::int64_t n) const { return sampled_for(select, n); }
 std::int64_t TopkParams::min_count(std::int64_t n) const { return sampled(n) ? 0 : k(n); }
+BatchSelection TopkParams::selection(std::span<const std::int64_t> sizes) const {
+  BatchSelection out;
+  for (const std::int64_t n : sizes) {
+    out.k.push_back(k(n));
+    out.sampled.push_back(sampled(n) ? 1 : 0);
+  }
+  out.sample = sample;
+  out.fp16 = fp16;
+  return out;
+}
 std::int64_t TopkParams::max_count(std::int64_t n) const {
   return sampled(n)
              ? static_cast<std::int64_t>(kernels::sampled_max_count(static_cast<std::size_t>(k(n))))
@@ -100,7 +110,6 @@ namespace {
 
 // One batch's segments and what is decided about them as the selection proceeds.
 struct Segments {
-  const TopkParams& params;
   const at::Tensor& flat;
   std::span<const std::int64_t> sizes;
   std::span<const StepContext> ctxs;
@@ -254,17 +263,20 @@ std::vector<std::pair<int, std::int64_t>> retry(const Segments& b,
 
 }  // namespace
 
-DeviceCodec::EncodedBatch encode_batch(const TopkParams& params, const at::Tensor& flat,
+DeviceCodec::EncodedBatch encode_batch(const BatchSelection& selection, const at::Tensor& flat,
                                        std::span<const std::int64_t> sizes,
-                                       std::span<const StepContext> ctxs, bool feedback) {
-  const char* op = "topk encode";
-  Segments b{params, flat, sizes, ctxs, flat.device(), {}, {}, {}};
+                                       std::span<const StepContext> ctxs, bool feedback,
+                                       at::Tensor* selected_out) {
+  const char* op = selection.op;
+  const bool fp16 = selection.fp16;
+  Segments b{flat, sizes, ctxs, flat.device(), {}, {}, {}};
   const std::size_t segments = b.count();
   const std::int64_t total = flat.numel();
   for (std::size_t s = 0; s < segments; ++s) {
     const std::int64_t n = sizes[s];
     b.start.push_back(s == 0 ? 0 : b.start[s - 1] + sizes[s - 1]);
-    b.plan.push_back(plan_selection(n, params.k(n), params.sampled(n), params.sample));
+    b.plan.push_back(
+        plan_selection(n, selection.k[s], selection.sampled[s] != 0, selection.sample));
     b.route.push_back(b.plan[s].kind == SelectPlan::Kind::kEmpty   ? Route::kNone
                       : fused_selection(b.segment(s), b.plan[s].k) ? Route::kAlone
                                                                    : Route::kBatch);
@@ -274,8 +286,8 @@ DeviceCodec::EncodedBatch encode_batch(const TopkParams& params, const at::Tenso
   std::vector<at::Tensor> alone(segments);
   for (std::size_t s = 0; s < segments; ++s) {
     if (b.route[s] != Route::kAlone) continue;
-    const std::int64_t n = sizes[s];
-    alone[s] = select_topk(b.segment(s), params.k(n), params.sampled(n), params.sample, ctxs[s], op)
+    alone[s] = select_topk(b.segment(s), selection.k[s], selection.sampled[s] != 0,
+                           selection.sample, ctxs[s], op)
                    .add(b.start[s]);
   }
 
@@ -414,11 +426,11 @@ DeviceCodec::EncodedBatch encode_batch(const TopkParams& params, const at::Tenso
   const at::Tensor local =
       selected.sub(expand(b.start, zero_steps, taken, m_total, b.device).values).to(at::kInt);
   const at::Tensor vals = flat.index_select(0, selected);
-  const at::Tensor halves = params.fp16 ? sent_halves(vals) : at::Tensor();
+  const at::Tensor halves = fp16 ? sent_halves(vals) : at::Tensor();
   const at::Tensor count_bytes = longs_to_device(taken, b.device).to(at::kInt).view(at::kByte);
   const at::Tensor index_bytes = local.view(at::kByte);
-  const at::Tensor value_bytes = (params.fp16 ? halves : vals).view(at::kByte);
-  const std::int64_t value_size = params.entry_bytes() - 4;
+  const at::Tensor value_bytes = (fp16 ? halves : vals).view(at::kByte);
+  const std::int64_t value_size = fp16 ? 2 : 4;
   DeviceCodec::EncodedBatch out;
   std::vector<at::Tensor> pieces;
   std::int64_t first = 0;  // the segment's first selected entry
@@ -433,12 +445,13 @@ DeviceCodec::EncodedBatch encode_batch(const TopkParams& params, const at::Tenso
   out.payloads = pieces.empty() ? at::empty({0}, flat.options().dtype(at::kByte)) : at::cat(pieces);
 
   if (feedback && m_total > 0) {
-    if (params.fp16) {
+    if (fp16) {
       flat.index_copy_(0, selected, vals.sub(halves.to(at::kFloat)));
     } else {
       flat.index_fill_(0, selected, 0.0);  // p - p is +0, as the CPU writes
     }
   }
+  if (selected_out != nullptr) *selected_out = selected;
   return out;
 }
 
