@@ -20,6 +20,7 @@
 // Buffers are sized at construction (the gather buffer grows to its high-water mark),
 // so a steady-state step allocates nothing in gradcomp (c10d allocates its work objects).
 #include <cstring>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +42,23 @@ namespace {
 std::size_t dtype_bytes(WireDType d) { return d == WireDType::kFloat32 ? 4 : 2; }
 
 enum class Mode { kDense, kAllreduce, kAllgather };
+
+// Every rank's encoder writes finite fp16 values, at most 65504 in magnitude, but their sum
+// can still overflow (the values of a diverging run). Named as such here, before the
+// decode would refuse the infinity as a corrupt message.
+void check_f16_sum(std::span<const std::uint16_t> sum, std::uint32_t bucket) {
+  constexpr std::uint16_t kExponent = 0x7C00;  // all ones: inf or NaN
+  bool overflowed = false;
+  for (const std::uint16_t x : sum) overflowed |= (x & kExponent) == kExponent;
+  if (!overflowed) return;
+  std::size_t i = 0;
+  while ((sum[i] & kExponent) != kExponent) ++i;
+  throw Error("allreduce: bucket " + std::to_string(bucket) +
+              ": the ranks' fp16 values summed past fp16's range (65504) at value " +
+              std::to_string(i) +
+              " of the sum: a diverging run, or values too large for fp16 (fp16:format=bf16 has "
+              "fp32's range)");
+}
 
 class FusedReducer final : public Reducer {
  public:
@@ -197,7 +215,9 @@ class FusedReducer final : public Reducer {
           store_le<std::uint16_t>(dst + 2 * i, kernels::float_to_bf16_ref(summed32_[b][i]));
         }
       } else {
-        if (r.count > 0) std::memcpy(dst, fused16_.data() + n16, 2 * r.count);
+        const std::span<const std::uint16_t> sum(fused16_.data() + n16, r.count);
+        check_f16_sum(sum, bk.id);
+        if (r.count > 0) std::memcpy(dst, sum.data(), 2 * r.count);
         n16 += r.count;
       }
       // The message now holds the sum of every rank's region, so the checksum this

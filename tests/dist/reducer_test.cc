@@ -304,6 +304,32 @@ TEST(DistReducer, MethodTraitsMatchTheReducer) {
   EXPECT_THROW((void)Method::parse("nosuch"), InvalidArgument);
 }
 
+// Each rank's fp16 values are finite, but their sum may leave fp16's range (a diverging
+// run): one line that says so, on every rank, not a corrupt message. A sum within the
+// range passes.
+TEST(DistReducer, AnFp16SumPastItsRangeIsNamedAsAnOverflow) {
+  run_ranks(2, [&](Communicator& comm) {
+    const std::vector<std::size_t> sizes = {4};
+    const auto reducer = make_reducer("fp16", ReducerKind::kAuto, comm, sizes);
+    std::vector<float> g = {1.0f, -30000.0f, 2.0f, 3.0f};
+    std::vector<BucketRef> refs = {{0, g, true}};
+    reducer->reduce(refs, {});
+    EXPECT_EQ(g[1], -30000.0f);
+    g = {1.0f, 2.0f, -40000.0f, 3.0f};
+    try {
+      reducer->reduce(refs, {});
+      ADD_FAILURE() << "no error";
+    } catch (const CorruptMessage& e) {
+      ADD_FAILURE() << "named as corrupt: " << e.what();
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "allreduce: bucket 0: the ranks' fp16 values summed past fp16's range (65504) "
+                "at value 2 of the sum: a diverging run, or values too large for fp16 "
+                "(fp16:format=bf16 has fp32's range)");
+    }
+  });
+}
+
 TEST(DistReducer, RejectsMismatchedBucketsAndForcedAllreduce) {
   run_ranks(1, [&](Communicator& comm) {
     const std::vector<std::size_t> sizes = {4};
