@@ -108,7 +108,8 @@ def main():
     ap.add_argument("--models", default="resnet50:64,alexnet:128", help="name:batch,...")
     ap.add_argument("--specs", default="powersgd:rank=2;efm(topk:ratio=0.01);"
                     "efm(topk:ratio=0.01)@perbucket;efm(topk:ratio=0.01)@aten;"
-                    "2bit;2bit@perbucket;2bit@aten;efsign",
+                    "2bit;2bit@perbucket;2bit@aten;efsign;"
+                    "dgc:density=0.001;dgc:density=0.001@perbucket",
                     help="gradcomp compressors, ';'-separated")
     ap.add_argument("--torch-powersgd-rank", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
