@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, _staging
 
 __all__ = ["DiLoCo"]
 
@@ -58,7 +58,9 @@ class DiLoCo:
 
     Args:
         model: the replica; its parameters that require grad, in ``named_parameters``
-            order, must be contiguous CPU float32 tensors updated in place.
+            order, must be contiguous float32 tensors updated in place, on the CPU or a
+            GPU (whose are copied to pinned host buffers for each round and back after its
+            merge, on the current stream: only at rounds, never at the other steps).
         inner_optimizer: when given (torch >= 2.0), a post-step hook on it calls
             :meth:`step` after each of its steps; otherwise call :meth:`step` yourself
             after every optimizer step.
@@ -126,8 +128,9 @@ class DiLoCo:
                           "compressor": compressor, "reducer": reducer,
                           "fragments": options.fragments,
                           "delay": options.delay, "mix": options.mix}
+        # GRADCOMP_FORCE_STAGING=1 stages CPU parameters as a GPU's are: CI's check of it.
         self._loop = _C.OuterLoop(group, params, compressor, reducer, options,
-                                  timeout.total_seconds())
+                                  timeout.total_seconds(), _staging.forced())
         self._steps = 0
         self._hook = None
         if inner_optimizer is not None:

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "gradcomp/device/parameter_staging.h"
 #include "gradcomp/dist/outer_loop.h"
 #include "gradcomp/dist/process_group.h"
 #include "gradcomp/error.h"
@@ -29,20 +30,19 @@ class PyOuterLoop {
   PyOuterLoop(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
               const std::vector<std::pair<std::string, at::Tensor>>& params,
               const std::string& compressor, const std::string& reducer,
-              const dist::OuterLoopOptions& options, double timeout_seconds) {
+              const dist::OuterLoopOptions& options, double timeout_seconds, bool stage_cpu) {
     if (!(timeout_seconds > 0)) throw InvalidArgument("DiLoCo: timeout must be positive");
-    std::vector<std::span<float>> weights;
     std::vector<ParamInfo> infos;
     for (const auto& [name, p] : params) {
-      weights.push_back(float_span(p, ("DiLoCo: parameter " + name).c_str()));
       infos.push_back({name, p.numel(), p.dim(), p.dim() > 0 ? p.size(0) : 0});
-      params_.push_back(p);
     }
+    staging_ = std::make_unique<device::ParameterStaging>(params, "DiLoCo", stage_cpu);
     const Method method = dist::parse_outer_method(compressor, parse_reducer_kind(reducer));
     py::gil_scoped_release release;  // the constructor's collectives may take a while
     comm_ = std::make_unique<dist::Communicator>(dist::communicator_over(
         group, std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1e3))));
-    loop_ = std::make_unique<dist::OuterLoop>(std::move(weights), infos, *comm_, method, options);
+    loop_ = std::make_unique<dist::OuterLoop>(staging_->spans(), infos, *comm_, method, options,
+                                              staging_->staged() ? staging_.get() : nullptr);
   }
 
   ~PyOuterLoop() {
@@ -119,7 +119,7 @@ class PyOuterLoop {
   std::string describe() const { return loop_->describe(); }
 
  private:
-  std::vector<at::Tensor> params_;  // the memory the loop writes stays alive
+  std::unique_ptr<device::ParameterStaging> staging_;  // the spans the loop reads and writes
   std::unique_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::OuterLoop> loop_;
 };
@@ -146,9 +146,9 @@ void bind_outer_loop(py::module_& m) {
                           "gradcomp::dist::OuterLoop over a torch.distributed process group")
       .def(py::init<const c10::intrusive_ptr<c10d::ProcessGroup>&,
                     const std::vector<std::pair<std::string, at::Tensor>>&, const std::string&,
-                    const std::string&, const dist::OuterLoopOptions&, double>(),
+                    const std::string&, const dist::OuterLoopOptions&, double, bool>(),
            py::arg("group"), py::arg("params"), py::arg("compressor"), py::arg("reducer"),
-           py::arg("options"), py::arg("timeout_seconds"))
+           py::arg("options"), py::arg("timeout_seconds"), py::arg("stage_cpu") = false)
       .def("after_inner_step", &PyOuterLoop::after_inner_step, py::arg("steps"))
       .def("state", &PyOuterLoop::state)
       .def("load_state", &PyOuterLoop::load_state, py::arg("saved"), py::arg("steps"))

@@ -40,10 +40,12 @@ void check_options(const OuterLoopOptions& o) {
 }  // namespace
 
 OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const ParamInfo> params,
-                     Communicator& comm, Method method, OuterLoopOptions options)
+                     Communicator& comm, Method method, OuterLoopOptions options,
+                     ReplicaStaging* staging)
     : weights_(std::move(weights)),
       options_(std::move(options)),
-      outer_(OuterOptimizer::parse(options_.outer)) {
+      outer_(OuterOptimizer::parse(options_.outer)),
+      staging_(staging) {
   check(method, options_);
   if (weights_.size() != params.size()) {
     throw InvalidArgument("outer loop: " + std::to_string(weights_.size()) + " weight spans for " +
@@ -72,8 +74,15 @@ OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const Para
   }
   shapes_ = bucket_shapes(pieces_);
   fragment_pieces_.resize(static_cast<std::size_t>(options_.fragments));
+  fragment_params_.resize(static_cast<std::size_t>(options_.fragments));
   for (std::size_t b = 0; b < pieces_.size(); ++b) {
-    fragment_pieces_[static_cast<std::size_t>(fragment_of_[b])].push_back(b);
+    const auto f = static_cast<std::size_t>(fragment_of_[b]);
+    fragment_pieces_[f].push_back(b);
+    for (const BucketPlan::Slot& s : pieces_[b].slots) fragment_params_[f].push_back(s.param);
+  }
+  for (std::vector<std::size_t>& p : fragment_params_) {
+    std::sort(p.begin(), p.end());
+    p.erase(std::unique(p.begin(), p.end()), p.end());
   }
 
   // Ranks configured differently would exchange buffers of different sizes (Gloo aborts)
@@ -93,7 +102,11 @@ OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const Para
   }
   check_ranks_agree(comm, fields);
   // One starting point for every replica: rank 0's.
+  std::vector<std::size_t> every(weights_.size());
+  std::iota(every.begin(), every.end(), std::size_t{0});
+  if (staging_ != nullptr) staging_->fetch(every);
   for (const std::span<float> w : weights_) comm.broadcast_bytes(std::as_writable_bytes(w), 0);
+  if (staging_ != nullptr) staging_->publish(every);
 
   global_.resize(pieces_.size());
   delta_.resize(pieces_.size());
@@ -164,24 +177,34 @@ std::optional<int> OuterLoop::fragment_due(std::int64_t steps) const {
 bool OuterLoop::after_inner_step(std::int64_t steps) {
   bool changed = false;
   if (pending_ && steps >= pending_->merge_at) {
-    merge_pending();
+    merge_pending(/*host_current=*/false);
     changed = true;
   }
   if (const std::optional<int> f = fragment_due(steps)) {
     start_round(*f, steps);
     if (options_.delay == 0) {
-      merge_pending();
+      merge_pending(/*host_current=*/true);
       changed = true;
     }
   }
   return changed;
 }
 
-void OuterLoop::merge_pending() {
+void OuterLoop::merge_pending(bool host_current) {
   const int f = pending_->fragment;
   finish_outer_step();
-  merge(f);
+  merge(f, host_current);
   pending_.reset();
+}
+
+void OuterLoop::fetch(int fragment) {
+  if (staging_ != nullptr) staging_->fetch(fragment_params_[static_cast<std::size_t>(fragment)]);
+}
+
+void OuterLoop::publish(int fragment) {
+  if (staging_ != nullptr) {
+    staging_->publish(fragment_params_[static_cast<std::size_t>(fragment)]);
+  }
 }
 
 void OuterLoop::start_round(int fragment, std::int64_t steps) {
@@ -202,6 +225,7 @@ void OuterLoop::start_round(int fragment, std::int64_t steps) {
       for (float& e : s.data) e *= decay;
     }
   }
+  fetch(fragment);
   for (const std::size_t b : buckets) {
     std::vector<float>& d = delta_[b];
     const std::vector<float>& x = global_[b];
@@ -242,7 +266,10 @@ void OuterLoop::finish_outer_step() {
   pending_->stepped = true;
 }
 
-void OuterLoop::merge(int fragment) {
+void OuterLoop::merge(int fragment, bool host_current) {
+  // A parameter may lie partly in another fragment: its spans are fetched whole before
+  // any write, so that publishing them writes back that part's current values.
+  if (!host_current) fetch(fragment);
   const auto keep = static_cast<float>(options_.mix);
   for (const std::size_t b : fragment_pieces_[static_cast<std::size_t>(fragment)]) {
     const std::vector<float>& x = global_[b];
@@ -263,12 +290,13 @@ void OuterLoop::merge(int fragment) {
       }
     }
   }
+  publish(fragment);
 }
 
 void OuterLoop::synchronize(std::int64_t steps) {
-  if (pending_) merge_pending();
+  if (pending_) merge_pending(/*host_current=*/false);
   for (int f = 0; f < options_.fragments; ++f) {
-    start_round(f, steps);
+    start_round(f, steps);  // fetches the fragment's parameters
     wait_for_exchange();
     pending_.reset();
     for (const std::size_t b : fragment_pieces_[static_cast<std::size_t>(f)]) {
@@ -286,6 +314,7 @@ void OuterLoop::synchronize(std::int64_t steps) {
         }
       }
     }
+    publish(f);
   }
 }
 

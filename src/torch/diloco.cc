@@ -23,19 +23,16 @@ DiLoCo::DiLoCo(const NamedParameters& params, dist::Communicator& comm, DiLoCoOp
 DiLoCo::~DiLoCo() = default;
 
 void DiLoCo::build(const NamedParameters& params, dist::Communicator& comm) {
-  std::vector<std::span<float>> weights;
+  std::vector<std::pair<std::string, at::Tensor>> trained;
   std::vector<ParamInfo> infos;
   for (const auto& item : params) {
     const torch::Tensor& p = item.value();
     if (!p.requires_grad()) continue;
-    if (!p.device().is_cpu() || p.scalar_type() != torch::kFloat || !p.is_contiguous()) {
-      throw InvalidArgument("DiLoCo: parameter " + item.key() +
-                            " is not a contiguous CPU float32 tensor");
-    }
-    params_.push_back(p);
-    weights.emplace_back(p.data_ptr<float>(), static_cast<std::size_t>(p.numel()));
+    trained.emplace_back(item.key(), p);
     infos.push_back({item.key(), p.numel(), p.dim(), p.dim() > 0 ? p.size(0) : 0});
   }
+  staging_ =
+      std::make_unique<device::ParameterStaging>(trained, "DiLoCo", options_.stage_cpu_parameters);
   const Method method = dist::parse_outer_method(options_.compressor, options_.reducer);
   dist::OuterLoopOptions o;
   o.sync_every = options_.sync_every;
@@ -46,7 +43,8 @@ void DiLoCo::build(const NamedParameters& params, dist::Communicator& comm) {
   o.layout = options_.layout;
   o.seed = options_.seed;
   torch::NoGradGuard no_grad;  // the broadcast writes into the parameters
-  loop_ = std::make_unique<dist::OuterLoop>(std::move(weights), infos, comm, method, o);
+  loop_ = std::make_unique<dist::OuterLoop>(staging_->spans(), infos, comm, method, o,
+                                            staging_->staged() ? staging_.get() : nullptr);
 }
 
 bool DiLoCo::step() {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -253,6 +254,101 @@ TEST(OuterLoop, SynchronizeLeavesOneModelOnEveryRank) {
     for (std::size_t r = 1; r < kWorld; ++r) {
       EXPECT_EQ(synced[r].w, synced[0].w) << spec << " rank " << r;
       EXPECT_NE(later[r].w, later[0].w) << spec << " rank " << r;
+    }
+  }
+}
+
+// A replica the loop cannot read in place (as on a GPU): the loop gets host copies, which
+// hold garbage (NaN) except between a fetch and the end of the loop's call, and the
+// replica takes only what is published. A missing fetch or publish changes the result.
+struct StagedReplica final : ReplicaStaging {
+  Replica replica;
+  std::vector<std::vector<float>> host;
+  std::vector<std::int64_t> fetched, published;  // per parameter
+  explicit StagedReplica(int rank)
+      : replica(rank), fetched(kParams.size()), published(kParams.size()) {
+    for (const auto& w : replica.w) host.emplace_back(w.size());
+    poison();
+  }
+  std::vector<std::span<float>> spans() {
+    std::vector<std::span<float>> out;
+    for (auto& t : host) out.emplace_back(t);
+    return out;
+  }
+  void poison() {
+    for (auto& t : host) std::fill(t.begin(), t.end(), std::nanf(""));
+  }
+  void fetch(std::span<const std::size_t> params) override {
+    for (const std::size_t p : params) {
+      host[p] = replica.w[p];
+      ++fetched[p];
+    }
+  }
+  void publish(std::span<const std::size_t> params) override {
+    for (const std::size_t p : params) {
+      replica.w[p] = host[p];
+      ++published[p];
+    }
+  }
+};
+
+TEST(OuterLoop, AStagedReplicaTrainsAsOneReadInPlace) {
+  struct Config {
+    std::string spec, outer;
+    int fragments;
+    std::int64_t delay;
+    double mix;
+  };
+  // The 2-fragment layouts cut b.weight across both fragments.
+  for (const Config& c :
+       {Config{"fp16", "nesterov", 1, 0, 0.0}, Config{"ef(topk:ratio=0.1)", "average", 2, 1, 0.25},
+        Config{"none", "sgd:lr=0.9,momentum=0.5", 2, 0, 0.5}}) {
+    SCOPED_TRACE(c.spec + " " + c.outer);
+    constexpr int kWorld = 2;
+    std::vector<std::vector<Replica>> plain(kWorld), staged(kWorld);
+    std::vector<std::vector<std::int64_t>> copies(kWorld);  // fetches + publishes per step
+    for (const bool staging : {false, true}) {
+      run_ranks(kWorld, [&](Communicator& comm) {
+        const auto r = static_cast<std::size_t>(comm.rank());
+        Replica in_place(comm.rank());
+        StagedReplica away(comm.rank());
+        OuterLoopOptions o = options(4, c.outer, c.fragments, c.delay);
+        o.mix = c.mix;
+        OuterLoop loop(staging ? away.spans() : in_place.spans(), kParams, comm, method(c.spec), o,
+                       staging ? &away : nullptr);
+        away.poison();
+        Replica& rep = staging ? away.replica : in_place;
+        std::vector<Replica>& trace = staging ? staged[r] : plain[r];
+        trace.push_back(rep);  // rank 0's weights, broadcast
+        for (std::int64_t s = 1; s <= 11; ++s) {
+          rep.inner_step(comm.rank(), s);
+          std::int64_t before = 0;
+          for (std::size_t p = 0; p < kParams.size(); ++p)
+            before += away.fetched[p] + away.published[p];
+          loop.after_inner_step(s);
+          away.poison();
+          std::int64_t after = 0;
+          for (std::size_t p = 0; p < kParams.size(); ++p)
+            after += away.fetched[p] + away.published[p];
+          if (staging) copies[r].push_back(after - before);
+          trace.push_back(rep);
+        }
+        loop.synchronize(11);
+        trace.push_back(rep);
+      });
+    }
+    for (std::size_t r = 0; r < kWorld; ++r) {
+      ASSERT_EQ(plain[r].size(), staged[r].size());
+      for (std::size_t t = 0; t < plain[r].size(); ++t) {
+        EXPECT_EQ(plain[r][t].w, staged[r][t].w) << "rank " << r << " trace " << t;
+      }
+      // Copies only at the steps a round starts or merges (H = 4, F fragments, delay D).
+      const std::int64_t spacing = 4 / c.fragments;
+      for (std::int64_t s = 1; s <= 11; ++s) {
+        const bool due =
+            s % spacing == 0 || (c.delay > 0 && s > c.delay && (s - c.delay) % spacing == 0);
+        EXPECT_EQ(copies[r][static_cast<std::size_t>(s - 1)] > 0, due) << "step " << s;
+      }
     }
   }
 }

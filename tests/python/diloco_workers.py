@@ -156,3 +156,41 @@ def synchronize_makes_one_model(rank, world):
     dist.all_gather(before, apart)
     return (all(torch.equal(gathered[0], g) for g in gathered),
             all(torch.equal(before[0], b) for b in before))
+
+
+def _moved(model, rank, step):
+    """A deterministic inner step: p -= a rank- and step-dependent delta, computed on the
+    CPU and subtracted on the parameter's device (the same rounding on any device)."""
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            g = torch.Generator().manual_seed(1000 * rank + 10 * step + i)
+            p.sub_((torch.rand(p.shape, generator=g) - 0.5).mul_(0.01).to(p.device))
+
+
+def staged_equals_in_place(rank, world, device, spec, outer, fragments, delay, mix):
+    """The same DiLoCo twice: parameters in place on the CPU, and parameters on `device`
+    ("cpu" here means staged through host buffers, GRADCOMP_FORCE_STAGING=1, as a GPU's
+    are). Per step: whether both replicas hold the same bits, and whether the step changed
+    the replica beyond the inner step (a merge); then the same after synchronize()."""
+    import os
+
+    def run(on, staged):
+        os.environ["GRADCOMP_FORCE_STAGING"] = "1" if staged else "0"
+        model = small_model(seed=rank).to(on)  # replicas start apart: rank 0's win
+        d = gc.DiLoCo(model, None, outer, sync_every=4, compressor=spec, fragments=fragments,
+                      delay=delay, mix=mix)
+        os.environ.pop("GRADCOMP_FORCE_STAGING")
+        trace, merged = [], []
+        for step in range(11):
+            _moved(model, rank, step)
+            merged.append(d.step())
+            trace.append([p.detach().cpu().clone() for p in model.parameters()])
+        d.synchronize()
+        trace.append([p.detach().cpu().clone() for p in model.parameters()])
+        d.close()
+        return trace, merged
+
+    reference, merged = run("cpu", False)
+    staged, staged_merged = run(device, device == "cpu")
+    same = [all(torch.equal(a, b) for a, b in zip(x, y)) for x, y in zip(reference, staged)]
+    return same, merged, staged_merged

@@ -63,3 +63,18 @@ def test_synchronize_leaves_one_model_on_every_rank():
     for same_after, same_before in ddp_support.run(diloco_workers.synchronize_makes_one_model, 2):
         assert not same_before  # the replicas had drifted apart
         assert same_after
+
+
+# Parameters staged through host buffers, as a GPU's are (GRADCOMP_FORCE_STAGING=1 stages
+# CPU ones), train exactly as parameters the loop reads in place: every fetch before a
+# read and every publish after a write is there, the parameter cut across two fragments
+# included (the Linear's 294912 weights). test_diloco_cuda.py runs it with CUDA parameters.
+@pytest.mark.parametrize("spec,outer,fragments,delay,mix", [
+    ("fp16", "nesterov:lr=0.7,momentum=0.9", 1, 0, 0.0),
+    ("ef(topk:ratio=0.05)", "average", 2, 1, 0.25),
+    ("none", "sgd:lr=0.9,momentum=0.5", 2, 0, 0.5)])
+def test_staged_parameters_train_as_parameters_in_place(spec, outer, fragments, delay, mix):
+    for same, merged, staged_merged in ddp_support.run(
+            diloco_workers.staged_equals_in_place, 2, "cpu", spec, outer, fragments, delay, mix):
+        assert all(same), same
+        assert merged == staged_merged and sum(merged) >= 2, merged

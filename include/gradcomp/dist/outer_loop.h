@@ -65,6 +65,22 @@ inline constexpr const char* kDefaultOuterCompressor = "fp16";
 // InvalidArgument as Method::parse.
 Method parse_outer_method(std::string_view compressor, ReducerKind reducer = ReducerKind::kAuto);
 
+// Where the replica lives when the loop cannot read it in place (parameters on a GPU): the
+// loop reads and writes host spans, and says when, so that this object copies the
+// parameters concerned in before a read and back after a write (gradcomp/torch/
+// parameter_staging.h). Parameters are indices into the loop's weights. Both calls run on
+// the caller's thread, inside the OuterLoop's own calls; the exchange thread never reads
+// the weights.
+class ReplicaStaging {
+ public:
+  virtual ~ReplicaStaging() = default;
+  // Before the loop reads (or partly writes) these parameters' spans: they must hold the
+  // replica's values.
+  virtual void fetch(std::span<const std::size_t> params) = 0;
+  // After the loop wrote these parameters' spans: the replica takes their values.
+  virtual void publish(std::span<const std::size_t> params) = 0;
+};
+
 struct OuterLoopOptions {
   std::int64_t sync_every = 0;  // H >= 1: inner steps per round (per fragment)
   std::string outer{OuterOptimizer::kDefaultSpec};
@@ -83,9 +99,12 @@ class OuterLoop {
   // momentum 0 (the outer optimizer's momentum is its own). Rank 0's weights are
   // broadcast to every rank here (as DDP does at construction): replicas that start
   // apart would silently never agree. InvalidArgument for bad options, a spec the
-  // outer rule cannot run (sparseloco without error feedback).
+  // outer rule cannot run (sparseloco without error feedback). `staging`, where given,
+  // moves the replica in and out of the spans (ReplicaStaging above); it must outlive the
+  // loop.
   OuterLoop(std::vector<std::span<float>> weights, std::span<const ParamInfo> params,
-            Communicator& comm, Method method, OuterLoopOptions options);
+            Communicator& comm, Method method, OuterLoopOptions options,
+            ReplicaStaging* staging = nullptr);
   ~OuterLoop();
   // What the constructor refuses of the compressor and the options alone (before any
   // rank is started): InvalidArgument naming the problem.
@@ -156,8 +175,12 @@ class OuterLoop {
   void start_round(int fragment, std::int64_t steps);
   void wait_for_exchange();  // throws the exchange's failure
   void finish_outer_step();  // waits for the exchange in flight, applies the outer step
-  void merge(int fragment);
-  void merge_pending();  // the round in flight: its outer step (if not yet) and its merge
+  // host_current: the spans hold the replica's values (its round just started).
+  void merge(int fragment, bool host_current);
+  // The round in flight: its outer step (if not yet) and its merge.
+  void merge_pending(bool host_current);
+  void fetch(int fragment);  // ReplicaStaging::fetch of the fragment's parameters
+  void publish(int fragment);
   std::optional<int> fragment_due(std::int64_t steps) const;
 
   std::vector<std::span<float>> weights_;
@@ -168,6 +191,8 @@ class OuterLoop {
   std::vector<BucketShape> shapes_;  // of pieces_
   std::vector<int> fragment_of_;
   std::vector<std::vector<std::size_t>> fragment_pieces_;  // indices into pieces_
+  ReplicaStaging* staging_ = nullptr;
+  std::vector<std::vector<std::size_t>> fragment_params_;  // the parameters each one covers
   // Per piece: x, the round's pseudo-gradient (the mean after the exchange), momentum.
   // round_start_: with a delay, the replica's weights when the piece's round started.
   std::vector<std::vector<float>> global_, delta_, momentum_, round_start_;

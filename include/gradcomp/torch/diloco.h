@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "gradcomp/device/parameter_staging.h"
 #include "gradcomp/dist/outer_loop.h"
 #include "gradcomp/layout.h"
 #include "gradcomp/memory.h"
@@ -58,14 +59,19 @@ struct DiLoCoOptions {
   LayoutOptions layout{0.0, 1024, 0.0};  // which tensors are compressed (gradcomp/layout.h)
   std::uint64_t seed = 0;                // stochastic codecs' seed, the same on every rank
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // a round's deadline
+  // CPU parameters staged through host copies as a GPU's are (device/parameter_staging.h):
+  // the check CI, which has no GPU, runs of that path.
+  bool stage_cpu_parameters = false;
 };
 
 class DiLoCo {
  public:
   using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
 
-  // The parameters must be contiguous CPU float32 tensors that the inner optimizer updates
-  // in place (as torch::optim does); the same names and shapes on every rank. Rank 0's
+  // The parameters must be contiguous float32 tensors that the inner optimizer updates in
+  // place (as torch::optim does), on the CPU or a GPU; the same names and shapes on every
+  // rank. A GPU's are copied to pinned host buffers for each round and back after its merge
+  // (device/parameter_staging.h): only at rounds, never at the other inner steps. Rank 0's
   // values are broadcast to every rank here. InvalidArgument for bad options or tensors.
   DiLoCo(const NamedParameters& params, c10::intrusive_ptr<c10d::ProcessGroup> group,
          DiLoCoOptions options);
@@ -101,7 +107,7 @@ class DiLoCo {
 
   DiLoCoOptions options_;
   std::unique_ptr<dist::Communicator> owned_comm_;
-  std::vector<torch::Tensor> params_;  // keeps the memory the loop writes alive
+  std::unique_ptr<device::ParameterStaging> staging_;  // the spans the loop reads and writes
   std::unique_ptr<dist::OuterLoop> loop_;
   std::int64_t steps_ = 0;
 };

@@ -1,0 +1,58 @@
+// gradcomp/device/parameter_staging.h. The copies run on the caller's current stream, so
+// that they follow the inner optimizer's last update and precede the next forward pass;
+// each is a blocking copy (a round waits for its parameters anyway: its pseudo-gradient is
+// computed from them on the host).
+#include "gradcomp/device/parameter_staging.h"
+
+#include "gradcomp/error.h"
+
+namespace gradcomp::device {
+
+ParameterStaging::ParameterStaging(const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                   const std::string& who, bool stage_cpu) {
+  for (const auto& [name, p] : params) {
+    const std::string what = who + ": parameter " + name;
+    if (p.scalar_type() != at::kFloat) {
+      throw InvalidArgument(what + " is " + std::string(c10::toString(p.scalar_type())) +
+                            ", not float32 (the outer loop keeps float32 weights: train with "
+                            "float32 parameters, as mixed precision's master weights are)");
+    }
+    if (!p.is_contiguous()) throw InvalidArgument(what + " is not contiguous");
+    const bool staged = !p.is_cpu() || stage_cpu;
+    params_.push_back(p.detach());  // written in place, outside autograd
+    staged_.push_back(staged ? 1 : 0);
+    if (!staged) {
+      host_.push_back(p);
+      continue;
+    }
+    ++staged_count_;
+    host_.push_back(
+        at::empty({p.numel()}, at::TensorOptions().dtype(at::kFloat).pinned_memory(p.is_cuda())));
+  }
+}
+
+std::vector<std::span<float>> ParameterStaging::spans() const {
+  std::vector<std::span<float>> out;
+  for (const at::Tensor& h : host_) {
+    out.emplace_back(h.data_ptr<float>(), static_cast<std::size_t>(h.numel()));
+  }
+  return out;
+}
+
+void ParameterStaging::fetch(std::span<const std::size_t> params) {
+  for (const std::size_t i : params) {
+    if (!staged_[i]) continue;
+    host_[i].copy_(params_[i].reshape({-1}));
+    ++fetches_;
+  }
+}
+
+void ParameterStaging::publish(std::span<const std::size_t> params) {
+  for (const std::size_t i : params) {
+    if (!staged_[i]) continue;
+    params_[i].view({-1}).copy_(host_[i]);
+    ++publishes_;
+  }
+}
+
+}  // namespace gradcomp::device

@@ -1,0 +1,22 @@
+"""gradcomp.torch.DiLoCo with CUDA parameters (runs where there is a GPU: scripts/gpu-check.sh;
+skipped in CI, whose check of the same bookkeeping on CPU is test_diloco.py's forced
+staging). Two ranks share the one GPU; the rounds run over Gloo on pinned host copies."""
+import pytest
+import torch
+
+import ddp_support
+import diloco_workers
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.mark.parametrize("spec,outer,fragments,delay,mix", [
+    ("fp16", "nesterov:lr=0.7,momentum=0.9", 1, 0, 0.0),
+    ("ef(topk:ratio=0.05)", "average", 2, 1, 0.25)])
+def test_cuda_parameters_train_as_cpu_parameters_bit_for_bit(spec, outer, fragments, delay, mix):
+    # The inner steps are subtractions of the same deltas, exact on either device: the
+    # rounds then see the same weights, and the replicas stay the same bits.
+    for same, merged, staged_merged in ddp_support.run(
+            diloco_workers.staged_equals_in_place, 2, "cuda", spec, outer, fragments, delay, mix):
+        assert all(same), same
+        assert merged == staged_merged and sum(merged) >= 2, merged
