@@ -122,6 +122,16 @@ void price_device(const MethodPlan& plan, const Scenario& s, Prediction& p) {
   p.pcie_s = ((1.0 + w) * plan.message_bytes + 2.0 * dense_bytes) / d.pcie_bandwidth;
 }
 
+// An outer loop on GPUs (device/parameter_staging.h): each round copies its fragment's
+// parameters to the host and the merged weights back, and with a delay fetches them again
+// at the merge: every parameter 2 (3) times every H steps, blocking the training thread.
+// The round's codec runs on the host, at the host's speed.
+void price_outer_staging(const MethodPlan& plan, const DeviceModel& d, Prediction& p) {
+  const double copies = plan.outer.delay > 0 ? 3.0 : 2.0;
+  p.pcie_s =
+      copies * plan.gradient_bytes / d.pcie_bandwidth / static_cast<double>(plan.outer.sync_every);
+}
+
 }  // namespace
 
 double oversubscription(const Scenario& s) {
@@ -191,6 +201,7 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
       plan.outer.sync_every == 0) {
     price_device(plan, s, p);
   }
+  if (s.device && plan.outer.sync_every > 0) price_outer_staging(plan, *s.device, p);
   p.step_s = p.compute_s + p.encode_s + p.decode_s + p.pcie_s + p.exposed_s;
   return p;
 }

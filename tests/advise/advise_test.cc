@@ -587,6 +587,29 @@ TEST(AdviseDevice, PricesTheDevicePathTheStagingAndDenseApart) {
             std::string::npos);
 }
 
+// An outer loop with its parameters on GPUs: the rounds' copies of the weights, once each
+// way per round (a delay fetches again at the merge), spread over the H steps.
+TEST(AdviseDevice, PricesTheOuterLoopsStagingOfTheWeights) {
+  const std::vector<ParamInfo> mlp = builtin_model("mlp").params;
+  Scenario s;
+  s.workers = 4;
+  DeviceModel d;
+  d.pcie_bandwidth = 10e9;
+  s.device = d;
+  SpeedTable host;
+  for (const char* spec :
+       {"fp16+--sync-every=30", "fp16+--sync-every=30+--fragments=3+--delay=2"}) {
+    const MethodPlan plan = plan_method(spec, mlp);
+    host.set(plan.spec, {1e-9, 1e-9, "test"});
+    const Prediction p = predict(plan, s, host);
+    const double copies = plan.outer.delay > 0 ? 3.0 : 2.0;
+    EXPECT_DOUBLE_EQ(p.pcie_s, copies * plan.gradient_bytes / 10e9 / 30) << spec;
+    EXPECT_FALSE(p.on_device) << spec;
+    EXPECT_DOUBLE_EQ(p.step_s, p.compute_s + p.encode_s + p.decode_s + p.pcie_s + p.exposed_s);
+    EXPECT_EQ(predict(plan, Scenario{}, host).pcie_s, 0.0) << spec;  // no GPU, no copies
+  }
+}
+
 // The device reducer's PowerSGD: passes over the factored matrices at the device's memory
 // bandwidth, a fixed cost per matrix, P, Q and the dense share across PCIe both ways.
 TEST(AdviseDevice, PricesPowerSgdOnTheDevice) {
