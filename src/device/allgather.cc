@@ -5,7 +5,8 @@
 //   encode   each compressed bucket's memory step on the device (error feedback, momentum
 //            correction, DGC (dgc.cc) or none, memories kept on the device); the payloads
 //            copied to the host in one piece and framed there (the CPU codec's messages,
-//            byte for byte);
+//            byte for byte). Every copy across PCIe goes through a host buffer reused
+//            across steps, pinned on CUDA (host_buffer.h);
 //   pack     uncompressed buckets (and the dense fallback's) copied to one host fp32
 //            buffer: the small tensors dense_share keeps out of compression;
 //   comm     the fp32 allreduce, then the message allgather;
@@ -44,6 +45,7 @@
 
 #include "codecs/codecs.h"
 #include "device/dgc.h"
+#include "device/host_buffer.h"
 #include "device/momentum.h"
 #include "device/reducers.h"
 #include "device/view_scatter.h"
@@ -114,7 +116,11 @@ class DeviceAllgatherReducer final : public Reducer {
   std::vector<std::byte> gathered_;
   std::vector<std::size_t> offsets_;
   std::vector<std::span<const std::byte>> spans_;
-  std::vector<float> dense_;
+  // What crosses PCIe (host_buffer.h: pinned on CUDA, reused across steps): the payloads
+  // to the host, the dense buckets both ways, the gathered messages to the device.
+  HostBuffer payloads_host_;
+  HostBuffer dense_host_;
+  HostBuffer gathered_host_;
   ViewScatter dense_scatter_;
   ReduceStats stats_;
 };
@@ -141,7 +147,10 @@ DeviceAllgatherReducer::DeviceAllgatherReducer(const Method& method, dist::Commu
     : dense_fallback_(method.dense_fallback()),
       describe_("allgather(" + method.canonical() + ") on " + device.str()),
       codec_(method.codec()),
-      comm_(comm) {
+      comm_(comm),
+      payloads_host_(at::kByte, device),
+      dense_host_(at::kFloat, device),
+      gathered_host_(at::kByte, device) {
   if (!allgather_runs(method)) {
     throw InvalidArgument("device reducer: " + method.canonical() +
                           " does not run on the device (an allgather of " +
@@ -397,7 +406,8 @@ void DeviceAllgatherReducer::reduce(std::span<const at::Tensor> grads,
   // Every payload crosses in one copy (one wait for the device), then each is framed.
   if (!sent.empty()) {
     const DeviceCodec::EncodedBatch encoded = encode(grads, sent, contexts);
-    const at::Tensor host = encoded.payloads.to(at::kCPU);
+    const at::Tensor host = payloads_host_.take(encoded.payloads.numel());
+    host.copy_(encoded.payloads);
     const auto* src = reinterpret_cast<const std::byte*>(host.data_ptr<std::uint8_t>());
     for (std::size_t j = 0; j < sent.size(); ++j) {
       const auto bytes = static_cast<std::size_t>(encoded.bytes[j]);
@@ -420,10 +430,8 @@ void DeviceAllgatherReducer::reduce(std::span<const at::Tensor> grads,
     dense_total += buckets_[b].n;
     dense_views.push_back(grads[b]);
   }
-  dense_.resize(dense_total);
-  const at::Tensor dense_host =
-      at::from_blob(dense_.data(), {static_cast<std::int64_t>(dense_total)},
-                    at::TensorOptions().dtype(at::kFloat));
+  const at::Tensor dense_host = dense_host_.take(static_cast<std::int64_t>(dense_total));
+  const std::span<float> dense(dense_host.data_ptr<float>(), dense_total);
   if (!dense_views.empty()) dense_host.copy_(at::cat(dense_views));
   const bool all_dense = n_messages == 0 && dense_total == [&] {
     std::size_t all = 0;
@@ -433,7 +441,7 @@ void DeviceAllgatherReducer::reduce(std::span<const at::Tensor> grads,
 
   // ---- communicate: the host reducer's collectives, in its order (an all-dense step is
   // its one in-place allreduce)
-  comm_.allreduce_sum(dense_);
+  comm_.allreduce_sum(dense);
   if (!all_dense) {
     comm_.allreduce_sum_f16({});
     comm_.allgather_bytes(std::span<const std::byte>(send_.data(), send_len), gathered_, offsets_);
@@ -442,7 +450,7 @@ void DeviceAllgatherReducer::reduce(std::span<const at::Tensor> grads,
 
   // ---- the dense means back to the device, in one copy, and into their buckets
   if (!dense_views.empty()) {
-    for (float& x : dense_) x *= inv_w;
+    for (float& x : dense) x *= inv_w;
     dense_scatter_(dense_views, dense_host.to(grads.front().device()));
   }
 
@@ -450,10 +458,10 @@ void DeviceAllgatherReducer::reduce(std::span<const at::Tensor> grads,
   if (!all_dense && n_messages > 0) {
     const auto w = static_cast<std::size_t>(comm_.world_size());
     dist::split_gathered(gathered_, offsets_, w, n_messages, spans_);
-    const at::Tensor on_device =
-        at::from_blob(gathered_.data(), {static_cast<std::int64_t>(gathered_.size())},
-                      at::TensorOptions().dtype(at::kByte))
-            .to(grads.front().device());
+    const at::Tensor gathered_host =
+        gathered_host_.take(static_cast<std::int64_t>(gathered_.size()));
+    std::memcpy(gathered_host.data_ptr<std::uint8_t>(), gathered_.data(), gathered_.size());
+    const at::Tensor on_device = gathered_host.to(grads.front().device());
     // Payload (r, j) of bucket sent[j], opened (framing, checksum, codec, n) bucket after
     // bucket, as the one-at-a-time decode opens them.
     std::vector<std::int64_t> positions(w * n_messages);

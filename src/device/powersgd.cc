@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "codecs/codecs.h"
+#include "device/host_buffer.h"
 #include "device/reducers.h"
 #include "device/view_scatter.h"
 #include "dist/dense_packing.h"
@@ -91,7 +92,9 @@ class DevicePowerSgdReducer final : public Reducer {
         rank_(static_cast<std::size_t>(method.scheme_params().get_int("rank"))),
         warmup_steps_(static_cast<std::uint64_t>(method.scheme_params().get_int("warmup_steps"))),
         error_feedback_(method.scheme_params().get_bool("error_feedback")),
-        warm_start_(method.scheme_params().get_bool("warm_start")) {
+        warm_start_(method.scheme_params().get_bool("warm_start")),
+        fused_host_(at::kFloat, device),
+        q_host_(at::kFloat, device) {
     slots_.reserve(shapes.size());
     std::size_t q_total = 0;
     for (const BucketShape& b : shapes) {
@@ -162,24 +165,24 @@ class DevicePowerSgdReducer final : public Reducer {
       at::mm_out(p, q_of(s, s.q), m_of(s, grads[b]).t());  // P^T = Q^T M^T
     }
     if (!dense.empty()) dense_in_(dense_slots, at::cat(dense));
-    fused_.resize(fused_size);
-    const at::Tensor fused_host = host_view(fused_, fused_size);
+    const at::Tensor fused_host = fused_host_.take(i64(fused_size));
+    float* const fused = fused_host.data_ptr<float>();
     if (fused_size > 0) fused_host.copy_(fused_dev);  // waits for the device
     rec.encoded();
 
-    comm_.allreduce_sum(std::span<float>(fused_.data(), fused_size));
+    comm_.allreduce_sum(std::span<float>(fused, fused_size));
     rec.communicated();
 
     // ---- on the host: orthonormalise each P (the host's kernel), dense sums to means;
     // then all of it back to the device in one copy
     for (Slot& s : slots_) {
       if (!s.active) continue;
-      const std::span<float> p(fused_.data() + s.at, s.lr.p_size());
+      const std::span<float> p(fused + s.at, s.lr.p_size());
       kernels::check_projection_finite(p, s.shape.id, ctx.step);
       kernels::lr_orthonormalize(p, s.lr.rows, s.lr.rank);
     }
     for (Slot& s : slots_) {
-      if (!s.active) dist::sum_to_mean({fused_.data() + s.at, s.shape.numel}, inv_w);
+      if (!s.active) dist::sum_to_mean({fused + s.at, s.shape.numel}, inv_w);
     }
     if (fused_size > 0) fused_dev.copy_(fused_host);
 
@@ -191,18 +194,18 @@ class DevicePowerSgdReducer final : public Reducer {
       at::Tensor q = q_of(s, q_dev.narrow(0, i64(s.q_at), i64(s.lr.q_size())));
       at::mm_out(q, p_of(s, fused_dev), m_of(s, grads[b]));  // Q^T = P^T M
     }
-    q_sum_.resize(q_total);
-    const at::Tensor q_host = host_view(q_sum_, q_total);
+    const at::Tensor q_host = q_host_.take(i64(q_total));
+    const std::span<float> q_sum(q_host.data_ptr<float>(), q_total);
     if (q_total > 0) q_host.copy_(q_dev);  // waits for the device
     rec.encoded();
 
-    comm_.allreduce_sum(std::span<float>(q_sum_.data(), q_total));
+    comm_.allreduce_sum(q_sum);
     rec.communicated();
 
     // ---- decode: Q = sum / W (kept: warm start), g = P Q^T, e = M - g; dense: the means
-    for (float& x : q_sum_) x *= inv_w;
+    for (float& x : q_sum) x *= inv_w;
     for (Slot& s : slots_) {
-      if (s.active) note_zero_columns(s, q_sum_.data() + s.q_at);
+      if (s.active) note_zero_columns(s, q_sum.data() + s.q_at);
     }
     if (every) {
       q_flat_.copy_(q_host);  // q_dev's layout is q_flat_'s
@@ -388,11 +391,11 @@ class DevicePowerSgdReducer final : public Reducer {
   ViewScatter dense_in_;
   ViewScatter dense_out_;
   bool q_zero_known_ = true;  // Slot::q_zero says what the device's Q holds
-  // Host buffers, reused across steps: P's and dense buckets (the first allreduce), Q's
-  // (the second), Q columns drawn this step.
-  std::vector<float> fused_;
-  std::vector<float> q_sum_;
-  std::vector<float> fresh_;
+  // What crosses PCIe each step (host_buffer.h: pinned on CUDA, reused across steps): P's
+  // and dense buckets (the first allreduce), Q's (the second), both ways.
+  HostBuffer fused_host_;
+  HostBuffer q_host_;
+  std::vector<float> fresh_;  // Q columns drawn this step (pageable: drawn column by column)
   std::vector<std::pair<std::size_t, std::size_t>> draws_;  // (slot, column) of fresh_'s columns
   ReduceStats stats_;
 };
