@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C, _staging
+from ._groups import exchange_group
 
 __all__ = ["DiLoCo"]
 
@@ -84,9 +85,10 @@ class DiLoCo:
             (``< sync_every / fragments``).
         mix: share of the local weights kept when a round is merged, in [0, 1).
         process_group: the group (its CPU backend must be Gloo). Default: the default
-            group, or with ``delay > 0`` a Gloo group of the DiLoCo's own over all ranks
-            (``dist.new_group``, built here: every rank constructs the DiLoCo at the same
-            point anyway), so that the rounds in flight never meet the job's own collectives.
+            group, or a Gloo group of the DiLoCo's own over all ranks (``dist.new_group``,
+            built here: every rank constructs the DiLoCo at the same point anyway) with
+            ``delay > 0``, so that the rounds in flight never meet the job's own
+            collectives, or where the default group has no Gloo backend (``"nccl"``).
         timeout: a round's deadline; a peer that misses it ends the round on every rank
             with ``gradcomp.CommError`` and no weight changed.
 
@@ -122,8 +124,8 @@ class DiLoCo:
             group = process_group
         elif options.delay > 0:
             group = dist.new_group(backend="gloo")  # the rounds' own (see the class docs)
-        else:
-            group = dist.distributed_c10d._get_default_group()
+        else:  # the default group's Gloo backend, or a Gloo group beside an NCCL-only one
+            group = exchange_group(dist.distributed_c10d._get_default_group())
         self._settings = {"sync_every": options.sync_every, "outer": options.outer,
                           "compressor": compressor, "reducer": reducer,
                           "fragments": options.fragments,

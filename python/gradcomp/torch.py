@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C, _staging
+from ._groups import exchange_group
 from .diloco import DiLoCo
 
 __all__ = ["CompressionState", "hook", "SGD", "DiLoCo"]
@@ -114,7 +115,7 @@ class CompressionState:
                     "(call dist.init_process_group('gloo', ...) first)"
                 )
             process_group = dist.distributed_c10d._get_default_group()
-        process_group = _exchange_group(process_group)
+        process_group = exchange_group(process_group)
         # Collective: the ranks agree on the settings (ValueError on every rank naming the
         # first that differs), then the exchanger validates the spec and the reducer.
         self._exchanger = _C.Exchanger(
@@ -559,20 +560,6 @@ class CompressionState:
 
 
 _BUCKET_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def _exchange_group(group: dist.ProcessGroup) -> dist.ProcessGroup:
-    """The group gradcomp exchanges over: the user's, when it has a Gloo backend for CPU
-    tensors; for an NCCL-only default group, a Gloo group over all ranks, created here
-    (every rank builds its state at the same point, as new_group needs). gradcomp's exchange
-    moves host bytes, which NCCL does not carry (and NCCL refuses two ranks on one GPU).
-    Another group without Gloo is left to the exchange, which refuses it in one line: a
-    Gloo group over its ranks would need every process of the job to take part."""
-    if "gloo" in str(dist.get_backend(group)).lower():
-        return group
-    if group is not dist.distributed_c10d._get_default_group():
-        return group
-    return dist.new_group(backend="gloo")
 
 
 def _as_text(value: Any, kind) -> str:

@@ -194,3 +194,16 @@ def staged_equals_in_place(rank, world, device, spec, outer, fragments, delay, m
     staged, staged_merged = run(device, device == "cpu")
     same = [all(torch.equal(a, b) for a, b in zip(x, y)) for x, y in zip(reference, staged)]
     return same, merged, staged_merged
+
+
+def over_nccl_alone(rank, world):
+    """A CUDA model under an NCCL-only default group (as GPU jobs start): the DiLoCo
+    exchanges on a Gloo group it builds beside it. Its description and rounds taken."""
+    model = small_model(seed=0).cuda()
+    d = gc.DiLoCo(model, None, "average", sync_every=2)
+    for step in range(4):
+        _moved(model, rank, step)
+        d.step()
+    stats = d.stats()
+    d.close()
+    return d.describe(), stats["rounds"]

@@ -20,3 +20,9 @@ def test_cuda_parameters_train_as_cpu_parameters_bit_for_bit(spec, outer, fragme
             diloco_workers.staged_equals_in_place, 2, "cuda", spec, outer, fragments, delay, mix):
         assert all(same), same
         assert merged == staged_merged and sum(merged) >= 2, merged
+
+
+def test_an_nccl_only_default_group_gets_a_gloo_group_beside_it():
+    ((describe, rounds),) = ddp_support.run(diloco_workers.over_nccl_alone, 1, backend="nccl")
+    assert describe.startswith("average every 2 steps"), describe
+    assert rounds == 2
