@@ -67,7 +67,7 @@ Method parse_outer_method(std::string_view compressor, ReducerKind reducer = Red
 
 // Where the replica lives when the loop cannot read it in place (parameters on a GPU): the
 // loop reads and writes host spans, and says when, so that this object copies the
-// parameters concerned in before a read and back after a write (gradcomp/torch/
+// parameters concerned in before a read and back after a write (gradcomp/device/
 // parameter_staging.h). Parameters are indices into the loop's weights. Both calls run on
 // the caller's thread, inside the OuterLoop's own calls; the exchange thread never reads
 // the weights.
