@@ -59,9 +59,11 @@ class DiLoCo:
 
     Args:
         model: the replica; its parameters that require grad, in ``named_parameters``
-            order, must be contiguous float32 tensors updated in place, on the CPU or a
-            GPU (whose are copied to pinned host buffers for each round and back after its
-            merge, on the current stream: only at rounds, never at the other steps).
+            order, must be contiguous float32, bfloat16 or float16 tensors updated in
+            place, on the CPU or a GPU (whose are copied to pinned host buffers for each
+            round and back after its merge, on the current stream: only at rounds, never at
+            the other steps). 16-bit ones are widened into float32 buffers and the merged
+            weights rounded back; the outer state is float32.
         inner_optimizer: when given (torch >= 2.0), a post-step hook on it calls
             :meth:`step` after each of its steps; otherwise call :meth:`step` yourself
             after every optimizer step.

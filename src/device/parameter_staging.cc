@@ -1,7 +1,8 @@
 // gradcomp/device/parameter_staging.h. The copies run on the caller's current stream, so
 // that they follow the inner optimizer's last update and precede the next forward pass;
 // each is a blocking copy (a round waits for its parameters anyway: its pseudo-gradient is
-// computed from them on the host).
+// computed from them on the host). A 16-bit parameter's copies convert on the way
+// (copy_ widens it exactly, and rounds the float32 result to nearest-even on the way back).
 #include "gradcomp/device/parameter_staging.h"
 
 #include "gradcomp/error.h"
@@ -12,13 +13,13 @@ ParameterStaging::ParameterStaging(const std::vector<std::pair<std::string, at::
                                    const std::string& who, bool stage_cpu) {
   for (const auto& [name, p] : params) {
     const std::string what = who + ": parameter " + name;
-    if (p.scalar_type() != at::kFloat) {
-      throw InvalidArgument(what + " is " + std::string(c10::toString(p.scalar_type())) +
-                            ", not float32 (the outer loop keeps float32 weights: train with "
-                            "float32 parameters, as mixed precision's master weights are)");
+    const at::ScalarType type = p.scalar_type();
+    if (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) {
+      throw InvalidArgument(what + " is " + std::string(c10::toString(type)) +
+                            ", not float32, bfloat16 or float16");
     }
     if (!p.is_contiguous()) throw InvalidArgument(what + " is not contiguous");
-    const bool staged = !p.is_cpu() || stage_cpu;
+    const bool staged = !p.is_cpu() || type != at::kFloat || stage_cpu;
     params_.push_back(p.detach());  // written in place, outside autograd
     staged_.push_back(staged ? 1 : 0);
     if (!staged) {

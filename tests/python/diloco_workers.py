@@ -196,6 +196,51 @@ def staged_equals_in_place(rank, world, device, spec, outer, fragments, delay, m
     return same, merged, staged_merged
 
 
+def sixteen_bit_equals_rounded_float32(rank, world, device, dtype, spec, outer, fragments,
+                                       delay, mix):
+    """A bfloat16 or float16 replica against a float32 one rounded to that type at the start
+    and after every step: per step, whether both hold the same values; whether their merges
+    fell on the same steps; whether the replica kept its type and the outer state float32."""
+    dtype = getattr(torch, dtype)
+
+    def rounded(model):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(dtype).float())
+
+    def run(on, low):
+        model = small_model(seed=rank)
+        model = model.to(on, dtype) if low else model
+        if not low:
+            rounded(model)
+        d = gc.DiLoCo(model, None, outer, sync_every=4, compressor=spec, fragments=fragments,
+                      delay=delay, mix=mix)
+        trace, merged = [], []
+        for step in range(11):
+            _moved(model, rank, step)
+            if not low:
+                rounded(model)
+            merged.append(d.step())
+            if not low:
+                rounded(model)
+            trace.append([p.detach().to("cpu", torch.float32, copy=True)
+                          for p in model.parameters()])
+        d.synchronize()
+        if not low:
+            rounded(model)
+        trace.append([p.detach().to("cpu", torch.float32, copy=True) for p in model.parameters()])
+        kept = (all(p.dtype == dtype for p in model.parameters()) and
+                all(t.dtype == torch.float32 for t in d.state_dict()["state"].values()
+                    if isinstance(t, torch.Tensor) and t.is_floating_point()))
+        d.close()
+        return trace, merged, kept
+
+    reference, merged, _ = run("cpu", False)
+    low, low_merged, kept = run(device, True)
+    same = [all(torch.equal(a, b) for a, b in zip(x, y)) for x, y in zip(reference, low)]
+    return same, merged == low_merged and sum(merged) >= 2, kept
+
+
 def over_nccl_alone(rank, world):
     """A CUDA model under an NCCL-only default group (as GPU jobs start): the DiLoCo
     exchanges on a Gloo group it builds beside it. Its description and rounds taken."""

@@ -78,3 +78,19 @@ def test_staged_parameters_train_as_parameters_in_place(spec, outer, fragments, 
             diloco_workers.staged_equals_in_place, 2, "cpu", spec, outer, fragments, delay, mix):
         assert all(same), same
         assert merged == staged_merged and sum(merged) >= 2, merged
+
+
+# A bfloat16 or float16 model (trained without float32 master weights) is widened into the
+# loop's float32 spans at each round and rounded on the way back: it trains exactly as a
+# float32 replica rounded to its type after every step, and the outer state stays float32.
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("spec,outer,fragments,delay,mix", [
+    ("fp16", "nesterov:lr=0.7,momentum=0.9", 1, 0, 0.0),
+    ("ef(topk:ratio=0.05)", "average", 2, 1, 0.25)])
+def test_a_sixteen_bit_replica_trains_as_a_rounded_float32_one(dtype, spec, outer, fragments,
+                                                                delay, mix):
+    for same, merged_alike, kept in ddp_support.run(
+            diloco_workers.sixteen_bit_equals_rounded_float32, 2, "cpu", dtype, spec, outer,
+            fragments, delay, mix):
+        assert all(same), same
+        assert merged_alike and kept

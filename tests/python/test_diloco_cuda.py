@@ -22,6 +22,14 @@ def test_cuda_parameters_train_as_cpu_parameters_bit_for_bit(spec, outer, fragme
         assert merged == staged_merged and sum(merged) >= 2, merged
 
 
+def test_a_cuda_bfloat16_replica_trains_as_a_rounded_float32_one():
+    for same, merged_alike, kept in ddp_support.run(
+            diloco_workers.sixteen_bit_equals_rounded_float32, 2, "cuda", "bfloat16",
+            "ef(topk:ratio=0.05)", "average", 2, 1, 0.25):
+        assert all(same), same
+        assert merged_alike and kept
+
+
 def test_an_nccl_only_default_group_gets_a_gloo_group_beside_it():
     ((describe, rounds),) = ddp_support.run(diloco_workers.over_nccl_alone, 1, backend="nccl")
     assert describe.startswith("average every 2 steps"), describe

@@ -1,8 +1,11 @@
-// The host side of a replica whose parameters live on a device (a GPU): the outer loop
-// (gradcomp/dist/outer_loop.h) reads and writes float32 host spans, once per round, and
-// this class gives it one span per parameter and copies the parameters it names into them
-// before a read and back after a write (dist::ReplicaStaging). A round then moves each
-// parameter of its fragment across PCIe once each way: every H inner steps, not every step.
+// The host side of a replica whose parameters live on a device (a GPU) or in 16 bits: the
+// outer loop (gradcomp/dist/outer_loop.h) reads and writes float32 host spans, once per
+// round, and this class gives it one span per parameter and copies the parameters it names
+// into them before a read and back after a write (dist::ReplicaStaging). A round then moves
+// each parameter of its fragment across PCIe once each way: every H inner steps, not every
+// step. A bfloat16 or float16 replica is widened on its way in (exactly) and rounded to
+// nearest on its way out: the global weights, the outer momentum and the pseudo-gradients
+// stay float32, as DiLoCo keeps its outer copy in full precision.
 // The LibTorch gradcomp::DiLoCo and Python's gradcomp.torch.DiLoCo both run their
 // parameters through it.
 #pragma once
@@ -21,11 +24,11 @@ namespace gradcomp::device {
 
 class ParameterStaging final : public dist::ReplicaStaging {
  public:
-  // params (name, tensor): contiguous float32 tensors, each on the CPU (its own memory is
-  // its span: nothing is copied) or on a device (a host buffer each, pinned for CUDA, kept
-  // for the object's life). stage_cpu: CPU parameters get host buffers and copies too, as
-  // a device's do: the check CI (no GPU) runs of this bookkeeping. InvalidArgument, "<who>:
-  // parameter <name> ...", for any other tensor.
+  // params (name, tensor): contiguous float32, bfloat16 or float16 tensors. A float32 one
+  // on the CPU is its own span (nothing is copied); any other gets a float32 host buffer,
+  // pinned for CUDA, kept for the object's life. stage_cpu: CPU float32 parameters get
+  // buffers and copies too, as a device's do: the check CI (no GPU) runs of this
+  // bookkeeping. InvalidArgument, "<who>: parameter <name> ...", for any other tensor.
   ParameterStaging(const std::vector<std::pair<std::string, at::Tensor>>& params,
                    const std::string& who, bool stage_cpu = false);
 

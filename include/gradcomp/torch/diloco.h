@@ -68,10 +68,11 @@ class DiLoCo {
  public:
   using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
 
-  // The parameters must be contiguous float32 tensors that the inner optimizer updates in
-  // place (as torch::optim does), on the CPU or a GPU; the same names and shapes on every
-  // rank. A GPU's are copied to pinned host buffers for each round and back after its merge
-  // (device/parameter_staging.h): only at rounds, never at the other inner steps. Rank 0's
+  // The parameters must be contiguous float32, bfloat16 or float16 tensors that the inner
+  // optimizer updates in place (as torch::optim does), on the CPU or a GPU; the same names
+  // and shapes on every rank. A GPU's are copied to pinned host buffers for each round and
+  // back after its merge (device/parameter_staging.h): only at rounds, never at the other
+  // inner steps; 16-bit ones are widened to float32 there and the merge rounded back. Rank 0's
   // values are broadcast to every rank here. InvalidArgument for bad options or tensors.
   DiLoCo(const NamedParameters& params, c10::intrusive_ptr<c10d::ProcessGroup> group,
          DiLoCoOptions options);
