@@ -75,7 +75,10 @@ MODEL=${MODEL:-mlp}
 MIN_GROUP_MB=${MIN_GROUP_MB:-}
 BATCH=64
 TRAIN_SAMPLES=60000  # Fashion-MNIST
-PY=/usr/bin/python3  # Debian's, with python3-torch (the PATH one may not have torch)
+# The Python whose torch build/python was built against: the venv's (scripts/build.sh), or
+# Debian's for a build against its torch 1.13.
+PY=${PY:-$REPO/.venv-torch2/bin/python}
+[ -x "$PY" ] || PY=/usr/bin/python3
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -305,7 +308,7 @@ for m in $METHODS; do
 done
 ddp_methods=()
 if [ -n "$DDP_METHODS" ] && [ "$have_torch" = 0 ]; then
-  log "DDP baselines skipped: $PY has no torch (scripts/install-deps.sh)"
+  log "DDP baselines skipped: $PY has no torch (scripts/install-deps.sh --torch2)"
   for m in $DDP_METHODS; do
     write_run "$OUT/runs/-__ddp__$m.json" - ddp "ddp $m" "not available" \
       "python3-torch not installed" "" "" ""

@@ -3,7 +3,12 @@
 # Idempotent: packages already present are left alone. Nothing is downloaded from
 # anywhere but the Debian archive configured on the machine.
 #
-#   scripts/install-deps.sh            what CI needs
+#   scripts/install-deps.sh            what every build needs (Gloo's headers, GoogleTest,
+#                                      Eigen, LAPACK, ...), not a torch
+#   scripts/install-deps.sh --debian-torch
+#                                      also Debian's own torch 1.13 (libtorch-dev,
+#                                      python3-torch) and what its Python tests use
+#                                      (scripts/test-debian-torch.sh)
 #   scripts/install-deps.sh --netlab   also the network lab's extras (scripts/bench-net.sh,
 #                                      netlab-faults.sh): iproute2, nftables, iptables,
 #                                      libnetfilter-queue-dev, iputils-ping
@@ -13,16 +18,21 @@
 #                                      and what the torch 2.x test lane installs with
 #                                      (scikit-build-core) and tests with (pytest, numpy),
 #                                      all from PyPI
+# What CI runs (scripts/test.sh) is `--torch2`: Debian's torch is not part of it, and its
+# packages pull 400-odd others (OpenCV, GDAL, ...: 75 s of a fresh machine's apt-get).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 netlab=0
 torch2=0
+debian_torch=0
 for arg in "$@"; do
   case $arg in
     --netlab) netlab=1 ;;
     --torch2) torch2=1 ;;
-    *) echo "install-deps: unknown option '$arg' (known: --netlab, --torch2)" >&2; exit 2 ;;
+    --debian-torch) debian_torch=1 ;;
+    *) echo "install-deps: unknown option '$arg' (known: --netlab, --torch2, --debian-torch)" >&2
+       exit 2 ;;
   esac
 done
 
@@ -33,19 +43,24 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev clang-format
   # CLI parsing
   libcli11-dev
-  # LibTorch C++ frontend, c10d/Gloo, and a fast BLAS (without OpenBLAS, Debian's
-  # LibTorch falls back to the reference BLAS and matrix products run 10-35x slower)
-  libtorch-dev libgloo-dev libopenblas0-pthread
+  # Gloo's headers (torch's ProcessGroupGloo.hpp includes them; Gloo's code is in
+  # libtorch) and a fast BLAS under the core's LAPACK (and Debian's LibTorch: without
+  # OpenBLAS it falls back to the reference BLAS, matrix products 10-35x slower)
+  libgloo-dev libopenblas0-pthread
   # dense linear algebra for ATOMO's SVD, kept out of LibTorch: Eigen for the range
   # finder, LAPACK's sgesdd for the SVD itself (src/core/detail/lapack_svd.h)
   libeigen3-dev liblapack-dev
   # data: zlib reads the gzipped IDX files; Fashion-MNIST itself; the fortunes text
   # (2.6 MB of English, /usr/share/games/fortunes) for the language model (--dataset fortunes)
   zlib1g-dev dataset-fashion-mnist fortunes
-  # the Python package (gradcomp.torch, a DDP communication hook) and its tests: the
-  # same LibTorch for /usr/bin/python3, pybind11 to bind it, numpy and pytest
-  python3-torch python3-dev python3-numpy pybind11-dev python3-pytest python3-venv
+  # the Python package's build (a venv's torch brings its own pybind11)
+  python3-dev python3-venv
 )
+if [ "$debian_torch" = 1 ]; then
+  # Debian's LibTorch 1.13 and the same torch for /usr/bin/python3, the pybind11 it was
+  # built with, numpy and pytest for its Python tests
+  packages+=(libtorch-dev python3-torch python3-numpy pybind11-dev python3-pytest)
+fi
 if [ "$netlab" = 1 ]; then
   # namespaces, veth and tc; where the kernel has no netem, the delay line
   # (tools/netlab/nfq-delay.c, built by netlab.sh against libnetfilter-queue) gets its

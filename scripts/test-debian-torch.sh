@@ -11,7 +11,7 @@ jobs=${GRADCOMP_JOBS:-2}
 quiet=()
 [ -t 1 ] || quiet=(--quiet)
 
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --debian-torch
 version=$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')
 echo "== torch $version (Debian): build (build-debian/) (at ${SECONDS} s)"
 # No GRADCOMP_TORCH_PYTHON: find_package(Torch) finds Debian's package alone, and the
