@@ -100,13 +100,14 @@ else
   fail "adamw checkpoint under sgd (exit $rc)"; cat sgd-on-adamw.err
 fi
 
-# The byte-level language model on Debian's fortunes: within 80 steps (~15 s) its test
-# perplexity drops below the unigram baseline's (28.33), and the report and the metrics
-# say the figure is perplexity.
+# The byte-level language model on Debian's fortunes: within 60 steps of 32-byte windows
+# (13 s on a 2-core Zen 3 VM; 80 steps of 64 bytes took 36 s) its test perplexity drops
+# below the unigram baseline's (25.6 against 28.0), and the report and the metrics say the
+# figure is perplexity.
 if [ -d /usr/share/games/fortunes ]; then
   if "$GRADCOMP" train --workers 1 --threads 1 --model transformer --dataset fortunes \
        --optimizer adamw --lr 5e-3 --lr-decay constant --warmup-steps 5 --batch-size 32 \
-       --steps 80 --compressor none --metrics "$WORK/lm.jsonl" > lm.txt 2> lm.err; then
+       --context 32 --steps 60 --compressor none --metrics "$WORK/lm.jsonl" > lm.txt 2> lm.err; then
     summary=$(grep '"type":"summary"' lm.jsonl)
     ppl=$(echo "$summary" | grep -o '"test_perplexity":[0-9.e+-]*' | cut -d: -f2)
     unigram=$(echo "$summary" | grep -o '"unigram_perplexity":[0-9.e+-]*' | cut -d: -f2)
@@ -114,7 +115,7 @@ if [ -d /usr/share/games/fortunes ]; then
        grep -q '^  unigram baseline' lm.txt && ! grep -q '^  test accuracy' lm.txt &&
        grep -q 'test ppl' lm.txt && awk -v p="$ppl" -v u="$unigram" 'BEGIN { exit !(p > 0 && p < u) }'
     then
-      pass "transformer on fortunes: test perplexity $ppl < unigram $unigram after 80 steps"
+      pass "transformer on fortunes: test perplexity $ppl < unigram $unigram after 60 steps"
     else
       fail "transformer on fortunes: perplexity '$ppl', unigram '$unigram'"; cat lm.txt
     fi

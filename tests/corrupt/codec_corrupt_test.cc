@@ -80,11 +80,18 @@ TEST_P(CorruptCodec, EveryHeaderFieldIsCheckedBehindAValidChecksum) {
 
 // Every single-bit error anywhere in a message (header, checksum, payload) is
 // rejected: CRC-32C detects all of them, so no flip decodes into another gradient.
+// Between the first 2 KiB (the header and the start of every payload) and the last 64
+// bytes, the bits of a long message (a sketch's 40 KiB table) are all alike to the
+// checksum: every 61st of them is flipped there. The sketch then decodes about 15x fewer
+// messages; its flips took 88 of the hostile tests' 151 s under ASan.
 TEST_P(CorruptCodec, EverySingleBitFlipIsRejected) {
+  constexpr std::size_t kHeadBits = 8 * 2048, kTailBits = 8 * 64, kStride = 61;
   auto c = codec();
   for (std::size_t n : {1, 100, 777}) {
     const auto msg = test::encode(*c, test::random_gradient(n, 13), {.seed = 14});
-    for (std::size_t bit = 0; bit < 8 * msg.size(); ++bit) {
+    const std::size_t bits = 8 * msg.size();
+    for (std::size_t bit = 0; bit < bits;
+         bit += bit < kHeadBits || bit + kTailBits >= bits ? 1 : kStride) {
       auto bad = msg;
       bad[bit / 8] ^= std::byte{static_cast<std::uint8_t>(1u << (bit % 8))};
       std::vector<float> out(n, 0.5f);
