@@ -311,7 +311,7 @@ if [ -n "$DDP_METHODS" ] && [ "$have_torch" = 0 ]; then
   log "DDP baselines skipped: $PY has no torch (scripts/install-deps.sh --torch2)"
   for m in $DDP_METHODS; do
     write_run "$OUT/runs/-__ddp__$m.json" - ddp "ddp $m" "not available" \
-      "python3-torch not installed" "" "" ""
+      "no torch for $PY" "" "" ""
   done
 else
   for m in $DDP_METHODS; do ddp_methods+=("$m"); done

@@ -167,6 +167,30 @@ def _moved(model, rank, step):
             p.sub_((torch.rand(p.shape, generator=g) - 0.5).mul_(0.01).to(p.device))
 
 
+def _traced(model, d, rank, settle=lambda model: None):
+    """11 deterministic inner steps and synchronize(): the parameters (float32, on the CPU)
+    after each step and at the end, and whether each step merged a round. settle(model)
+    runs after every change to the parameters (a reference's rounding)."""
+    def values():
+        return [p.detach().to("cpu", torch.float32, copy=True) for p in model.parameters()]
+
+    trace, merged = [], []
+    for step in range(11):
+        _moved(model, rank, step)
+        settle(model)
+        merged.append(d.step())
+        settle(model)
+        trace.append(values())
+    d.synchronize()
+    settle(model)
+    trace.append(values())
+    return trace, merged
+
+
+def _same_per_step(a, b):
+    return [all(torch.equal(x, y) for x, y in zip(p, q)) for p, q in zip(a, b)]
+
+
 def staged_equals_in_place(rank, world, device, spec, outer, fragments, delay, mix):
     """The same DiLoCo twice: parameters in place on the CPU, and parameters on `device`
     ("cpu" here means staged through host buffers, GRADCOMP_FORCE_STAGING=1, as a GPU's
@@ -180,20 +204,13 @@ def staged_equals_in_place(rank, world, device, spec, outer, fragments, delay, m
         d = gc.DiLoCo(model, None, outer, sync_every=4, compressor=spec, fragments=fragments,
                       delay=delay, mix=mix)
         os.environ.pop("GRADCOMP_FORCE_STAGING")
-        trace, merged = [], []
-        for step in range(11):
-            _moved(model, rank, step)
-            merged.append(d.step())
-            trace.append([p.detach().cpu().clone() for p in model.parameters()])
-        d.synchronize()
-        trace.append([p.detach().cpu().clone() for p in model.parameters()])
+        trace, merged = _traced(model, d, rank)
         d.close()
         return trace, merged
 
     reference, merged = run("cpu", False)
     staged, staged_merged = run(device, device == "cpu")
-    same = [all(torch.equal(a, b) for a, b in zip(x, y)) for x, y in zip(reference, staged)]
-    return same, merged, staged_merged
+    return _same_per_step(reference, staged), merged, staged_merged
 
 
 def sixteen_bit_equals_rounded_float32(rank, world, device, dtype, spec, outer, fragments,
@@ -210,25 +227,13 @@ def sixteen_bit_equals_rounded_float32(rank, world, device, dtype, spec, outer, 
 
     def run(on, low):
         model = small_model(seed=rank)
-        model = model.to(on, dtype) if low else model
-        if not low:
+        if low:
+            model = model.to(on, dtype)
+        else:
             rounded(model)
         d = gc.DiLoCo(model, None, outer, sync_every=4, compressor=spec, fragments=fragments,
                       delay=delay, mix=mix)
-        trace, merged = [], []
-        for step in range(11):
-            _moved(model, rank, step)
-            if not low:
-                rounded(model)
-            merged.append(d.step())
-            if not low:
-                rounded(model)
-            trace.append([p.detach().to("cpu", torch.float32, copy=True)
-                          for p in model.parameters()])
-        d.synchronize()
-        if not low:
-            rounded(model)
-        trace.append([p.detach().to("cpu", torch.float32, copy=True) for p in model.parameters()])
+        trace, merged = _traced(model, d, rank, (lambda m: None) if low else rounded)
         kept = (all(p.dtype == dtype for p in model.parameters()) and
                 all(t.dtype == torch.float32 for t in d.state_dict()["state"].values()
                     if isinstance(t, torch.Tensor) and t.is_floating_point()))
@@ -237,8 +242,7 @@ def sixteen_bit_equals_rounded_float32(rank, world, device, dtype, spec, outer, 
 
     reference, merged, _ = run("cpu", False)
     low, low_merged, kept = run(device, True)
-    same = [all(torch.equal(a, b) for a, b in zip(x, y)) for x, y in zip(reference, low)]
-    return same, merged == low_merged and sum(merged) >= 2, kept
+    return (_same_per_step(reference, low), merged == low_merged and sum(merged) >= 2, kept)
 
 
 def over_nccl_alone(rank, world):
