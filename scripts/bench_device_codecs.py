@@ -39,6 +39,8 @@ SPECS = [
     "1bit",
     "signsgd",
     "efsign",
+    "int",
+    "int:bits=8,block=256",
 ]
 
 

@@ -22,6 +22,7 @@ const std::vector<std::pair<std::string, Factory>>& factories() {
   static const std::vector<std::pair<std::string, Factory>> table = {
       {"fp16", make_fp16},   {"topk", make_topk},       {"2bit", make_threshold_2bit},
       {"1bit", make_onebit}, {"signsgd", make_signsgd}, {"efsign", make_efsign},
+      {"int", make_int},
   };
   return table;
 }

@@ -43,6 +43,7 @@ const std::vector<std::string> kSpecs = {
     "signsgd",
     "efsign",
     "efsign:block=1024",
+    "int:bits=7,block=1000",
 };
 
 // Empty, single, odd, and both sides of 2^20 (the adaptive 2-bit's sampled mean).
@@ -222,7 +223,7 @@ TEST_P(ResidualBatch, StepsEachResidualAsTheOneTensorCallDoes) {
 
 INSTANTIATE_TEST_SUITE_P(Specs, ResidualBatch,
                          ::testing::Values("fp16", "2bit", "2bit:threshold=0.5", "1bit", "signsgd",
-                                           "efsign:block=1024", "topk",
+                                           "efsign:block=1024", "int", "topk",
                                            "topk:ratio=0.01,select=sampled,values=fp16"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            return name_of(p.param);

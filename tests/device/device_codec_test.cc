@@ -51,6 +51,11 @@ const std::vector<std::string> kSpecs = {
     "efsign:block=32",
     "efsign:block=4096",
     "efsign:block=131072",  // a block of two of the sum's blocks
+    "int",                  // 4 bits, blocks of 64
+    "int:bits=8,block=256",
+    "int:bits=2,block=7",
+    "int:bits=3,block=1",
+    "int:bits=5,block=100000",  // blocks longer than most inputs
 };
 
 const std::vector<std::int64_t> kSizes = {0, 1, 2, 3, 17, 1000, 4097, 65537, 300007};

@@ -23,6 +23,8 @@ SPECS = [
     "1bit",
     "signsgd",
     "efsign",
+    "int",
+    "int:bits=8,block=256",
 ]
 SIZES = [0, 1, 3, 17, 4097, 100_003]
 

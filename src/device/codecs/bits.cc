@@ -3,28 +3,36 @@
 // a whole number of 32-bit words and the codes after n are 0. Packing multiplies each
 // code by its place value (uint8, never wider) and sums each byte's group; unpacking
 // masks or shifts every byte against the k place values. No host work, no sync.
+// The b-bit streams of src/core/detail/bitstream.h (int's codes) are the same packing of
+// each code's bits, LSB first in the stream and in each byte.
 #include "codecs.h"
 
 namespace gradcomp::device {
 
 namespace {
 
-// The place values of the k codes of a byte, MSB first: 2^(bits * (k - 1 - j)), uint8.
-at::Tensor place_values(std::int64_t k, std::int64_t bits, const at::Device& device) {
+// The shift of code j of a byte: bits * (k - 1 - j) MSB first, bits * j LSB first.
+at::Tensor shifts(std::int64_t k, std::int64_t bits, bool msb_first, const at::Device& device) {
   const at::TensorOptions opts = at::TensorOptions().dtype(at::kInt).device(device);
   // arange on the device: no host-to-device copy, so no sync.
-  return at::bitwise_left_shift(at::ones({k}, opts), at::arange(k - 1, -1, -1, opts) * bits)
-      .to(at::kByte);
+  return (msb_first ? at::arange(k - 1, -1, -1, opts) : at::arange(k, opts)) * bits;
+}
+
+// The place values of the k codes of a byte, 2^shift, uint8.
+at::Tensor place_values(std::int64_t k, std::int64_t bits, bool msb_first,
+                        const at::Device& device) {
+  const at::Tensor s = shifts(k, bits, msb_first, device);
+  return at::bitwise_left_shift(at::ones_like(s), s).to(at::kByte);
 }
 
 // Sums groups of `per_byte` codes (uint8 or bool, place values applied by `weights`) into
 // out (uint8, packed_bytes long); the codes past n are zero.
-void pack(const at::Tensor& codes, std::int64_t per_byte, std::int64_t bits,
+void pack(const at::Tensor& codes, std::int64_t per_byte, std::int64_t bits, bool msb_first,
           const at::Tensor& out) {
   const std::int64_t n = codes.numel();
   const std::int64_t bytes = out.numel();
   if (bytes == 0) return;
-  const at::Tensor weights = place_values(per_byte, bits, codes.device());
+  const at::Tensor weights = place_values(per_byte, bits, msb_first, codes.device());
   // Whole bytes straight from the codes; the last partial byte and the word's padding
   // from a small zero-padded copy of the tail (never a copy of all the codes).
   const std::int64_t whole = n / per_byte;
@@ -44,19 +52,32 @@ void pack(const at::Tensor& codes, std::int64_t per_byte, std::int64_t bits,
 }
 
 // The codes of every byte, per_byte a byte, first code first: uint8 of bytes * per_byte.
-at::Tensor unpack(const at::Tensor& packed, std::int64_t per_byte, std::int64_t bits) {
-  const at::TensorOptions opts = packed.options();
-  const at::Tensor shifts =
-      at::arange(per_byte - 1, -1, -1, opts.dtype(at::kInt)).mul_(bits).to(at::kByte);
+at::Tensor unpack(const at::Tensor& packed, std::int64_t per_byte, std::int64_t bits,
+                  bool msb_first) {
+  const at::Tensor s = shifts(per_byte, bits, msb_first, packed.device()).to(at::kByte);
   const std::int64_t mask = (std::int64_t{1} << bits) - 1;
-  return at::bitwise_right_shift(packed.unsqueeze(1), shifts).bitwise_and_(mask).view({-1});
+  return at::bitwise_right_shift(packed.unsqueeze(1), s).bitwise_and_(mask).view({-1});
 }
 
 }  // namespace
 
-void pack1(const at::Tensor& bits, const at::Tensor& out) { pack(bits, 8, 1, out); }
-void pack2(const at::Tensor& codes, const at::Tensor& out) { pack(codes, 4, 2, out); }
-at::Tensor unpack1(const at::Tensor& packed) { return unpack(packed, 8, 1); }
-at::Tensor unpack2(const at::Tensor& packed) { return unpack(packed, 4, 2); }
+void pack1(const at::Tensor& bits, const at::Tensor& out) { pack(bits, 8, 1, true, out); }
+void pack2(const at::Tensor& codes, const at::Tensor& out) { pack(codes, 4, 2, true, out); }
+at::Tensor unpack1(const at::Tensor& packed) { return unpack(packed, 8, 1, true); }
+at::Tensor unpack2(const at::Tensor& packed) { return unpack(packed, 4, 2, true); }
+
+void pack_stream(const at::Tensor& codes, std::int64_t bits, const at::Tensor& out) {
+  const at::Tensor code_bits = at::bitwise_right_shift(
+      codes.unsqueeze(1), shifts(bits, 1, false, codes.device()).to(at::kByte));
+  pack(code_bits.bitwise_and_(1).view({-1}), 8, 1, false, out);
+}
+
+at::Tensor unpack_stream_bits(const at::Tensor& packed) { return unpack(packed, 8, 1, false); }
+
+at::Tensor stream_codes(const at::Tensor& stream_bits, std::int64_t n, std::int64_t bits) {
+  const at::Tensor placed = stream_bits.narrow(0, 0, n * bits).view({n, bits}) *
+                            place_values(bits, 1, false, stream_bits.device());
+  return at::sum(placed, {1}, false, at::kByte);
+}
 
 }  // namespace gradcomp::device

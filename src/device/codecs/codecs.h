@@ -49,6 +49,13 @@ void pack1(const at::Tensor& bits, const at::Tensor& out);
 void pack2(const at::Tensor& codes, const at::Tensor& out);
 at::Tensor unpack1(const at::Tensor& packed);
 at::Tensor unpack2(const at::Tensor& packed);
+// The b-bit streams (bits.cc, src/core/detail/bitstream.h; b in [1, 8]): pack_stream writes
+// n codes (uint8 < 2^b) into out, a contiguous uint8 tensor of packed_bytes(n, b), padding
+// zeroed. unpack_stream_bits returns every bit of a packed stream in stream order (uint8
+// 0/1, padding included); stream_codes the first n codes of such bits (uint8).
+void pack_stream(const at::Tensor& codes, std::int64_t bits, const at::Tensor& out);
+at::Tensor unpack_stream_bits(const at::Tensor& packed);
+at::Tensor stream_codes(const at::Tensor& stream_bits, std::int64_t n, std::int64_t bits);
 
 // The CPU codecs' sums of |x| (abs_sums.cc). segment_abs_sums: detail::abs_sum over each
 // run of `segment` values of x (the last may be shorter), as a double tensor on x's
@@ -79,5 +86,6 @@ std::unique_ptr<DeviceCodec> make_onebit(const Codec& codec, const SpecParams& p
 std::unique_ptr<DeviceCodec> make_signsgd(const Codec& codec,
                                           const SpecParams& params);                     // signsgd
 std::unique_ptr<DeviceCodec> make_efsign(const Codec& codec, const SpecParams& params);  // efsign
+std::unique_ptr<DeviceCodec> make_int(const Codec& codec, const SpecParams& params);     // int
 
 }  // namespace gradcomp::device
