@@ -76,7 +76,7 @@ export PYTHONUNBUFFERED=1
 if wanted tests; then
   phase "device and CUDA tests"
   # shellcheck disable=SC2086  # GPU_CHECK_TESTS is a list of pytest arguments
-  (cd tests/python && timeout 150 "$py" -m pytest -q -p no:cacheprovider -rs ${GPU_CHECK_K:+-k "$GPU_CHECK_K"} \
+  (cd tests/python && timeout 180 "$py" -m pytest -q -p no:cacheprovider -rs ${GPU_CHECK_K:+-k "$GPU_CHECK_K"} \
      ${GPU_CHECK_TESTS:-test_device_codec.py test_hook_cuda.py test_diloco_cuda.py} 2>&1 | tee "$out/tests-cuda.log" | tail -25) \
     || fail "device and CUDA tests"
   grep -q -E "[0-9]+ passed" "$out/tests-cuda.log" && ! grep -q -E "[0-9]+ (failed|error)" "$out/tests-cuda.log" \

@@ -73,8 +73,9 @@ class CompressionState:
         reducer: ``"auto"`` (allreduce for linear codecs, allgather otherwise),
             ``"allgather"``, ``"allreduce"``, ``"dense"`` or ``"scatter"`` (each rank
             averages 1/W of every tensor from the others' compressed slices and sends it
-            back compressed: any codec at a ring allreduce's bytes; staged through host
-            memory for CUDA buckets).
+            back compressed: any codec at a ring allreduce's bytes; on the GPU for CUDA
+            buckets where the codec has a device implementation, else staged through host
+            memory).
         seed: the seed of stochastic codecs; the same on every rank.
         steps_per_epoch: steps in one epoch, for schedules counted in epochs (DGC's
             density warm-up); 0 if unknown (such schedules are then off).

@@ -225,29 +225,6 @@ std::vector<std::pair<std::string, at::Tensor>> DeviceAllgatherReducer::state() 
   return out;
 }
 
-namespace {
-
-// efm's accumulation, as ResidualUpdate::apply writes it (codec.cc), rounding for rounding:
-// u <- m*u + g (one fused multiply-add: momentum.h) ; e <- e + u   (Nesterov:
-// u <- m*(u + g) ; e <- e + (u + g)).
-void accumulate_momentum(const at::Tensor& u, const at::Tensor& e, const at::Tensor& g,
-                         const StepContext& ctx) {
-  if (!(ctx.momentum >= 0.0f && ctx.momentum < 1.0f)) {
-    throw InvalidArgument("efm compress: momentum " + std::to_string(ctx.momentum) +
-                          " outside [0, 1)");
-  }
-  const double m = ctx.momentum;
-  if (ctx.nesterov) {
-    u.add_(g).mul_(m);
-    e.add_(u.add(g));
-  } else {
-    add_momentum(u, g, m);
-    e.add_(u);
-  }
-}
-
-}  // namespace
-
 at::Tensor DeviceAllgatherReducer::compress(Bucket& bucket, const at::Tensor& grad,
                                             const StepContext& ctx) {
   switch (memory_) {

@@ -23,4 +23,10 @@ std::unique_ptr<Reducer> make_powersgd_reducer(const Method& method, dist::Commu
                                                std::span<const BucketShape> shapes,
                                                const at::Device& device);
 
+// scatter.cc: the scatter reducer of a device codec under ef, efm or noef.
+bool scatter_runs(const Method& method);
+std::unique_ptr<Reducer> make_scatter_reducer(const Method& method, dist::Communicator& comm,
+                                              std::span<const BucketShape> shapes,
+                                              const at::Device& device);
+
 }  // namespace gradcomp::device

@@ -231,6 +231,20 @@ def test_the_device_reducer_computes_what_the_host_reducer_does(spec, dtype):
         assert stats_on["dense_fallbacks"] == stats_off["dense_fallbacks"]
 
 
+@pytest.mark.parametrize("spec", ["int", "efm(int:bits=2,block=7)", "efm(topk:ratio=0.1)",
+                                  "noef(fp16)"])
+def test_the_device_scatter_reducer_computes_what_the_host_one_does(spec):
+    # reducer="scatter" through the device reducer (src/device/scatter.cc): slices encoded,
+    # owners' means decoded and re-encoded, slices decoded, all in ATen on the buckets'
+    # device, only messages to the host; identical to the host scatter reducer.
+    for same, _, _, _, stats_on, stats_off, same_state in ddp_support.run(
+            workers.switched_equals_plain, 2, spec, 6, "float32", "GRADCOMP_FORCE_DEVICE",
+            "scatter"):
+        assert same and same_state
+        assert stats_on["bytes_sent_per_step"] == stats_off["bytes_sent_per_step"], (
+            stats_on, stats_off)
+
+
 @pytest.mark.parametrize("spec", ["efm(topk:ratio=0.1)", "ef(topk:ratio=0.05,select=exact)",
                                   "noef(topk:ratio=0.2,values=fp16)", "2bit", "efm(efsign)",
                                   "dgc:density=0.05"])
@@ -274,3 +288,8 @@ def test_which_compressors_run_on_the_device():
                 "none": False}
     for result in ddp_support.run(workers.device_support, 2, specs):
         assert {spec: on for spec, (on, _) in result.items()} == expected, result
+    # Under the scatter reducer: every device codec (int, scatter's default, included);
+    # qsgd has no device codec.
+    scatter = {"int": True, "fp16": True, "efm(topk:ratio=0.01)": True, "qsgd": False}
+    for result in ddp_support.run(workers.device_support, 2, list(scatter), "scatter"):
+        assert {spec: on for spec, (on, _) in result.items()} == scatter, result

@@ -48,6 +48,17 @@ def test_cuda_device_path_equals_the_cpu_host_path(spec, tolerance):
         assert worst <= tolerance, (spec, worst)
 
 
+# reducer="scatter" on CUDA buckets: the device scatter reducer (src/device/scatter.cc)
+# against the host one on CPU buckets, bit for bit.
+@pytest.mark.parametrize("spec", ["int", "efm(int:bits=2,block=7)", "efm(topk:ratio=0.05)",
+                                  "2bit"])
+def test_cuda_device_scatter_equals_the_cpu_host_scatter(spec):
+    for worst, on_device in ddp_support.run(workers.buckets_on_two_devices_agree, 2, spec, 5,
+                                            ("cpu", "cuda"), False, "scatter"):
+        assert on_device
+        assert worst == 0.0, (spec, worst)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_mixed_precision_cuda_buckets_equal_ddp(dtype):
     for worst in ddp_support.run(workers.mixed_precision_equals_ddp, 2, dtype, "none", 3, "cuda"):

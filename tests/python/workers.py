@@ -120,7 +120,7 @@ def topk_equals_reference(rank, world, ratio, device="cpu"):
 
 
 def buckets_on_two_devices_agree(rank, world, spec, steps, devices=("cpu", "cuda"),
-                                 force_device_on_second=False):
+                                 force_device_on_second=False, reducer="auto"):
     """The same gradients, exact on any device, through the hook on buckets of two devices
     (CUDA's device path against the CPU's host reducer), step after step with the memories
     carried: the largest difference of the means relative to the largest mean, and whether
@@ -132,7 +132,7 @@ def buckets_on_two_devices_agree(rank, world, spec, steps, devices=("cpu", "cuda
         if force_device_on_second and i == 1:
             os.environ["GRADCOMP_FORCE_DEVICE"] = "1"
         try:
-            state = gc.CompressionState(spec, dense_share=0.0, seed=7)
+            state = gc.CompressionState(spec, dense_share=0.0, seed=7, reducer=reducer)
         finally:
             os.environ.pop("GRADCOMP_FORCE_DEVICE", None)
         model.register_comm_hook(state, gc.hook)
@@ -398,7 +398,7 @@ def mixed_precision_trains(rank, world, dtype, spec, steps):
     return losses, flat, {str(t.dtype) for m in memories for t in m.values()}
 
 
-def _switched_and_plain(rank, spec, steps, dtype, switch):
+def _switched_and_plain(rank, spec, steps, dtype, switch, reducer="auto"):
     """The same training with a testing switch on, then off: per run the weights, the
     staging's host buffer allocations (None without staging), the stats, the state_dict and
     whether the buckets went through the device reducer; and the model's parameter count."""
@@ -406,7 +406,7 @@ def _switched_and_plain(rank, spec, steps, dtype, switch):
     for on in ("1", "0"):
         os.environ[switch] = on
         model = ddp(small_model().to(getattr(torch, dtype)))
-        state = gc.CompressionState(spec, dense_share=0.0, seed=7)
+        state = gc.CompressionState(spec, dense_share=0.0, seed=7, reducer=reducer)
         os.environ.pop(switch)
         model.register_comm_hook(state, gc.hook)
         opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
@@ -418,12 +418,12 @@ def _switched_and_plain(rank, spec, steps, dtype, switch):
     return runs, len(list(model.parameters()))
 
 
-def switched_equals_plain(rank, world, spec, steps, dtype, switch):
+def switched_equals_plain(rank, world, spec, steps, dtype, switch, reducer="auto"):
     """The same training with a testing switch on (GRADCOMP_FORCE_STAGING: CPU buckets
     staged as CUDA buckets are, host buffers per bucket, the ready wait, the copy back;
     GRADCOMP_FORCE_DEVICE: CPU buckets through the device reducer) and off: identical
     weights; the staged run's host buffer allocations (reused across steps); the stats."""
-    runs, n_params = _switched_and_plain(rank, spec, steps, dtype, switch)
+    runs, n_params = _switched_and_plain(rank, spec, steps, dtype, switch, reducer)
     (switched, allocations, stats_on, state_on, _), (plain, none, stats_off, state_off, _) = runs
     same_state = all(
         torch.equal(state_on["memories"][i][k], state_off["memories"][i][k])
@@ -468,12 +468,12 @@ def switched_close_to_plain(rank, world, spec, steps, dtype, switch):
             sum(len(v) for v in mem_off.values()), stats_on, stats_off, on_device)
 
 
-def device_support(rank, world, specs):
+def device_support(rank, world, specs, reducer="auto"):
     """CompressionState.on_device for each spec (a gradcomp.SGD attached, as in training)."""
     out = {}
     for spec in specs:
         model = ddp(small_model())
-        state = gc.CompressionState(spec, dense_share=0.0)
+        state = gc.CompressionState(spec, dense_share=0.0, reducer=reducer)
         gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
         out[spec] = (state.on_device, state.compressor)
     return out

@@ -8,6 +8,10 @@
 //               allgather reducer, with ef, efm or noef (src/device/allgather.cc), or the
 //               dgc memory (src/device/dgc.cc): the host allgather reducer's step, only
 //               compressed messages crossing;
+//   scatter     a device codec under the scatter reducer, with ef, efm or noef
+//               (src/device/scatter.cc): the host scatter reducer's two phases
+//               (src/dist/scatter_reducer.cc), the frames laid out by the same code
+//               (src/dist/scatter_frames.h), only messages crossing;
 //   powersgd    the PowerSGD scheme (src/device/powersgd.cc): the host scheme's step
 //               (src/dist/powersgd.cc), only the P and Q factors and the dense buckets
 //               crossing.
@@ -41,8 +45,8 @@ namespace gradcomp::device {
 
 class Reducer {
  public:
-  // Whether `method` runs on the device: an allgather of a device codec under ef, efm or
-  // noef, or of dgc, or powersgd (any of its parameters). Everything else (linear codecs'
+  // Whether `method` runs on the device: an allgather or a scatter of a device codec under
+  // ef, efm or noef, an allgather of dgc, or powersgd (any of its parameters). Everything else (linear codecs'
   // allreduce, the sketch schemes) does not, and its callers stage the gradients through
   // the host instead.
   static bool supports(const Method& method);
