@@ -115,10 +115,21 @@ void price_device(const MethodPlan& plan, const Scenario& s, Prediction& p) {
   const double elems = static_cast<double>(plan.compressed_elements);
   p.on_device = true;
   p.speed_source = "device " + speed->source;
+  const double dense_bytes = std::max(0.0, plan.gradient_bytes - 4.0 * elems);
+  if (plan.family == "scatter") {
+    // The device scatter reducer (src/device/scatter.cc): every slice encoded, then the
+    // owned slice's mean (1/W more); the W messages of the owned slice decoded, then every
+    // owner's (two decodes an element). Across PCIe: the slices' messages out (m), the owned
+    // slice's W messages in (m), the mean's message out (m/W), the owners' messages in (m).
+    p.encode_s = speed->encode * elems * (1.0 + 1.0 / w) +
+                 d.bucket_overhead_s * static_cast<double>(plan.compressed_buckets);
+    p.decode_s = speed->decode * elems * 2.0;
+    p.pcie_s = ((3.0 + 1.0 / w) * plan.message_bytes + 2.0 * dense_bytes) / d.pcie_bandwidth;
+    return;
+  }
   p.encode_s =
       speed->encode * elems + d.bucket_overhead_s * static_cast<double>(plan.compressed_buckets);
   p.decode_s = speed->decode * elems * w;
-  const double dense_bytes = std::max(0.0, plan.gradient_bytes - 4.0 * elems);
   p.pcie_s = ((1.0 + w) * plan.message_bytes + 2.0 * dense_bytes) / d.pcie_bandwidth;
 }
 
@@ -208,8 +219,10 @@ Prediction predict(const MethodPlan& plan, const Scenario& s, const SpeedTable& 
 
 std::optional<std::string> device_codec_spec(const MethodPlan& plan,
                                              const CodecRegistry& registry) {
-  if (plan.traits.dense || plan.traits.scheme || !plan.traits.decode_per_peer ||
-      plan.outer.sync_every > 0) {
+  // An allgather's codec (decoded once per peer) or the scatter reducer's run on the device;
+  // a linear codec's allreduce does not.
+  const bool gathered = plan.traits.decode_per_peer || plan.family == "scatter";
+  if (plan.traits.dense || plan.traits.scheme || !gathered || plan.outer.sync_every > 0) {
     return std::nullopt;
   }
   const SpecNode node = parse_spec(plan.canonical);

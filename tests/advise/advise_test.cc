@@ -581,6 +581,18 @@ TEST(AdviseDevice, PricesTheDevicePathTheStagingAndDenseApart) {
   const Prediction without = predict(topk, Scenario{}, host);
   EXPECT_EQ(without.pcie_s, 0.0);
   EXPECT_FALSE(without.on_device);
+  // The scatter reducer on the device: an encode of every slice and of the owned mean, two
+  // decodes an element, the messages across PCIe (3 + 1/W) times.
+  const MethodPlan scatter = plan_method("topk:ratio=0.01+--reducer=scatter", mlp);
+  ASSERT_EQ(scatter.family, "scatter");
+  ASSERT_EQ(device_codec_spec(scatter), device_codec_spec(topk));
+  host.set(scatter.spec, {1e-9, 1e-9, "test"});
+  const Prediction scattered = predict(scatter, s, host);
+  EXPECT_TRUE(scattered.on_device);
+  EXPECT_DOUBLE_EQ(scattered.encode_s,
+                   2e-10 * elems * 1.25 + 1e-3 * static_cast<double>(topk.compressed_buckets));
+  EXPECT_DOUBLE_EQ(scattered.decode_s, 3e-10 * elems * 2);
+  EXPECT_DOUBLE_EQ(scattered.pcie_s, (3.25 * scatter.message_bytes + 2.0 * dense_bytes) / 10e9);
   // The table says where each codec runs only when there is a device.
   EXPECT_NE(format_table(all, "x").find("codec on"), std::string::npos);
   EXPECT_EQ(format_table(predict_all({topk}, Scenario{}, host), "x").find("codec on"),
