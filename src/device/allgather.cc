@@ -339,18 +339,8 @@ bool DeviceAllgatherReducer::dense_is_cheaper(const Bucket& bucket, const StepCo
 
 void DeviceAllgatherReducer::reduce(std::span<const at::Tensor> grads,
                                     std::span<const bool> compressed, const StepContext& ctx) {
-  if (grads.size() != buckets_.size() || compressed.size() != buckets_.size()) {
-    throw InvalidArgument("device reduce: " + std::to_string(grads.size()) +
-                          " buckets, reducer built for " + std::to_string(buckets_.size()));
-  }
-  for (std::size_t b = 0; b < grads.size(); ++b) {
-    check_floats(grads[b], "device reduce");
-    if (static_cast<std::size_t>(grads[b].numel()) != buckets_[b].n) {
-      throw InvalidArgument("device reduce: bucket " + std::to_string(b) + " has " +
-                            std::to_string(grads[b].numel()) + " elements, expected " +
-                            std::to_string(buckets_[b].n));
-    }
-  }
+  check_reduce_args("device reduce", grads, compressed, buckets_.size(),
+                    [&](std::size_t b) { return buckets_[b].n; });
   dist::StepRecorder rec(comm_, stats_);
   const float inv_w = 1.0f / static_cast<float>(comm_.world_size());
 

@@ -361,18 +361,8 @@ class DevicePowerSgdReducer final : public Reducer {
   }
 
   void check_buckets(std::span<const at::Tensor> grads, std::span<const bool> compressed) const {
-    if (grads.size() != slots_.size() || compressed.size() != slots_.size()) {
-      throw InvalidArgument("device powersgd reduce: " + std::to_string(grads.size()) +
-                            " buckets, reducer built for " + std::to_string(slots_.size()));
-    }
-    for (std::size_t b = 0; b < grads.size(); ++b) {
-      check_floats(grads[b], "device powersgd reduce");
-      if (static_cast<std::size_t>(grads[b].numel()) != slots_[b].shape.numel) {
-        throw InvalidArgument("device powersgd reduce: bucket " + std::to_string(b) + " has " +
-                              std::to_string(grads[b].numel()) + " elements, expected " +
-                              std::to_string(slots_[b].shape.numel));
-      }
-    }
+    check_reduce_args("device powersgd reduce", grads, compressed, slots_.size(),
+                      [&](std::size_t b) { return slots_[b].shape.numel; });
   }
 
   std::string describe_;

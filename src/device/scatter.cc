@@ -369,18 +369,8 @@ void DeviceScatterReducer::frame_into(const DeviceCodec::EncodedBatch& encoded,
 
 void DeviceScatterReducer::reduce(std::span<const at::Tensor> grads,
                                   std::span<const bool> compressed, const StepContext& ctx) {
-  if (grads.size() != buckets_.size() || compressed.size() != buckets_.size()) {
-    throw InvalidArgument("device reduce: " + std::to_string(grads.size()) +
-                          " buckets, reducer built for " + std::to_string(buckets_.size()));
-  }
-  for (std::size_t b = 0; b < grads.size(); ++b) {
-    check_floats(grads[b], "device reduce");
-    if (grads[b].numel() != buckets_[b].n) {
-      throw InvalidArgument("device reduce: bucket " + std::to_string(b) + " has " +
-                            std::to_string(grads[b].numel()) + " elements, expected " +
-                            std::to_string(buckets_[b].n));
-    }
-  }
+  check_reduce_args("device reduce", grads, compressed, buckets_.size(),
+                    [&](std::size_t b) { return buckets_[b].n; });
   dist::StepRecorder rec(comm_, stats_);
   const std::size_t world = frames_.world();
   const std::size_t me = frames_.me();

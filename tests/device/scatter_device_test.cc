@@ -118,6 +118,32 @@ INSTANTIATE_TEST_SUITE_P(Methods, DeviceScatter,
                            return name_of(p.param);
                          });
 
+TEST(DeviceScatter, MisshapenBucketsAreRefusedInOneLine) {
+  run_ranks(2, [&](dist::Communicator& comm) {
+    const Method method = Method::parse("int", {.reducer = ReducerKind::kScatter});
+    auto dev = make_device_reducer(method, comm, kShapes, at::Device(at::kCPU));
+    std::vector<at::Tensor> grads;
+    for (const BucketShape& s : kShapes)
+      grads.push_back(at::zeros({static_cast<std::int64_t>(s.numel)}));
+    std::unique_ptr<bool[]> flags(new bool[kShapes.size()]());
+    const std::span<const bool> all(flags.get(), kShapes.size());
+    const auto refused = [&](std::span<const at::Tensor> g, std::span<const bool> c) {
+      try {
+        dev->reduce(g, c, context(0));
+      } catch (const InvalidArgument& e) {
+        return std::string(e.what());
+      }
+      return std::string("accepted");
+    };
+    EXPECT_EQ(refused(std::span<const at::Tensor>(grads).first(3), all.first(3)),
+              "device reduce: 3 buckets, reducer built for 8");
+    grads[5] = at::zeros({1000});
+    EXPECT_EQ(refused(grads, all), "device reduce: bucket 5 has 1000 elements, expected 1001");
+    grads[5] = at::zeros({1001}, at::kDouble);
+    EXPECT_NE(refused(grads, all).find("device reduce"), std::string::npos);
+  });
+}
+
 TEST(DeviceScatter, RunsOnlyWhatItCanRunOnTheDevice) {
   const auto scatter = [](const std::string& spec) {
     return Method::parse(spec, {.reducer = ReducerKind::kScatter});
