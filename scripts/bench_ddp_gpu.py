@@ -12,7 +12,8 @@ CompressionState.on_device reports it ("device" or "staged"), and for the device
 the codecs ran gradcomp's fused CUDA kernels or ATen operations (a spec ending in "@aten"
 switches the kernels off: the same method both ways in one run; "@perbucket" runs the device
 reducer one bucket at a time, GRADCOMP_DEVICE_BATCH=0, against its batches; "@aten+perbucket"
-both). Variants: DDP alone,
+both; "@scatter" runs the scatter reducer, reducer="scatter": in a world of one every tensor
+is one slice, encoded and decoded twice, the codec's cost on the GPU). Variants: DDP alone,
 torch's PowerSGD hook, gradcomp's hook with each --specs entry. Synthetic ImageNet-sized
 batches; the median step of --steps after --warmup. Prints a Markdown table; --json writes
 the record. --profile FILE adds, for each gradcomp variant, torch.profiler's table of three
@@ -62,11 +63,12 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
         batch_switch = os.environ.get("GRADCOMP_DEVICE_BATCH")
         if "perbucket" in modes:
             os.environ["GRADCOMP_DEVICE_BATCH"] = "0"
-        state = gc.CompressionState(spec)
+        state = gc.CompressionState(spec, reducer="scatter" if "scatter" in modes else "auto")
         ddp.register_comm_hook(state, gc.hook)
         opt = gc.SGD(ddp.parameters(), lr=0.01, momentum=0.9, state=state)
         path = ("device, " + ("kernels" if kernels else "aten")
-                + (", one bucket at a time" if "perbucket" in modes else "")) if state.on_device else "staged"
+                + (", one bucket at a time" if "perbucket" in modes else "")
+                + (", scatter" if "scatter" in modes else "")) if state.on_device else "staged"
     x = torch.randn(batch, 3, 224, 224, device=device)
     y = torch.randint(0, 1000, (batch,), device=device)
     times = []
@@ -109,7 +111,7 @@ def main():
     ap.add_argument("--specs", default="powersgd:rank=2;efm(topk:ratio=0.01);"
                     "efm(topk:ratio=0.01)@perbucket;efm(topk:ratio=0.01)@aten;"
                     "2bit;2bit@perbucket;2bit@aten;efsign;"
-                    "dgc:density=0.001;dgc:density=0.001@perbucket",
+                    "dgc:density=0.001;dgc:density=0.001@perbucket;int@scatter",
                     help="gradcomp compressors, ';'-separated")
     ap.add_argument("--torch-powersgd-rank", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)

@@ -321,16 +321,14 @@ TEST_P(BatchedReducer, ReducesAsTheHostReducerAndAsOneBucketAtATime) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Methods, BatchedReducer,
-                         ::testing::Values("ef(topk)", "efm(topk:ratio=0.02,select=sampled)",
-                                           "noef(topk:ratio=0.05,values=fp16)",
-                                           "topk:ratio=0.001,select=exact", "2bit",
-                                           "efm(2bit:threshold=0.5)", "ef(1bit)", "efm(signsgd)",
-                                           "ef(efsign:block=1024)", "dgc:density=0.01",
-                                           "dgc:density=0.02,select=exact,nesterov=1,clip=5"),
-                         [](const ::testing::TestParamInfo<std::string>& p) {
-                           return name_of(p.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Methods, BatchedReducer,
+    ::testing::Values("ef(topk)", "efm(topk:ratio=0.02,select=sampled)",
+                      "noef(topk:ratio=0.05,values=fp16)", "topk:ratio=0.001,select=exact", "2bit",
+                      "efm(2bit:threshold=0.5)", "ef(1bit)", "efm(signsgd)",
+                      "ef(efsign:block=1024)", "efm(int:bits=3,block=5)", "dgc:density=0.01",
+                      "dgc:density=0.02,select=exact,nesterov=1,clip=5"),
+    [](const ::testing::TestParamInfo<std::string>& p) { return name_of(p.param); });
 
 }  // namespace
 }  // namespace gradcomp::device

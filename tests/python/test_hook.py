@@ -231,14 +231,15 @@ def test_the_device_reducer_computes_what_the_host_reducer_does(spec, dtype):
         assert stats_on["dense_fallbacks"] == stats_off["dense_fallbacks"]
 
 
-@pytest.mark.parametrize("spec", ["int", "efm(int:bits=2,block=7)", "efm(topk:ratio=0.1)",
-                                  "noef(fp16)"])
-def test_the_device_scatter_reducer_computes_what_the_host_one_does(spec):
+@pytest.mark.parametrize("spec,dtype", [
+    ("int", "float32"), ("efm(int:bits=2,block=7)", "float32"), ("efm(topk:ratio=0.1)", "float32"),
+    ("noef(fp16)", "float32"), pytest.param("int", "float16", marks=_TORCH2)])
+def test_the_device_scatter_reducer_computes_what_the_host_one_does(spec, dtype):
     # reducer="scatter" through the device reducer (src/device/scatter.cc): slices encoded,
     # owners' means decoded and re-encoded, slices decoded, all in ATen on the buckets'
     # device, only messages to the host; identical to the host scatter reducer.
     for same, _, _, _, stats_on, stats_off, same_state in ddp_support.run(
-            workers.switched_equals_plain, 2, spec, 6, "float32", "GRADCOMP_FORCE_DEVICE",
+            workers.switched_equals_plain, 2, spec, 6, dtype, "GRADCOMP_FORCE_DEVICE",
             "scatter"):
         assert same and same_state
         assert stats_on["bytes_sent_per_step"] == stats_off["bytes_sent_per_step"], (
