@@ -5,6 +5,8 @@
 //                              codec; GRADCOMP_DEVICE_BATCH=1, as on CUDA by default)
 //   step/<method>/one_by_one   one bucket at a time (GRADCOMP_DEVICE_BATCH=0, as on the CPU)
 //   step/powersgd:rank=2       the device PowerSGD reducer
+//   scatter/<method>           the device scatter reducer (src/device/scatter.cc; batched
+//                              whatever the device: its slices are runs of each tensor)
 // A GPU pays for each ATen call a launch and for each host sync a wait for the device; a
 // CPU run measures neither, but it can count them. Counters per step:
 //   aten_calls   the ATen operators gradcomp calls (those entered from outside any other
@@ -135,14 +137,15 @@ at::CallbackHandle count_calls() {
           .scopes({at::RecordScope::FUNCTION}));
 }
 
-void bm_step(benchmark::State& state, const std::string& spec, bool batched) {
+void bm_step(benchmark::State& state, const std::string& spec, bool batched,
+             ReducerKind kind = ReducerKind::kAuto) {
   ::setenv("GRADCOMP_DEVICE_BATCH", batched ? "1" : "0", 1);
   dist::RendezvousConfig cfg;
   cfg.world_size = 1;
   dist::Communicator comm(dist::Store::in_process(), cfg);
   const std::vector<BucketShape> shapes = resnet50_shapes();
-  auto reducer =
-      device::make_device_reducer(Method::parse(spec), comm, shapes, at::Device(at::kCPU));
+  auto reducer = device::make_device_reducer(Method::parse(spec, {.reducer = kind}), comm, shapes,
+                                             at::Device(at::kCPU));
   ::unsetenv("GRADCOMP_DEVICE_BATCH");
   std::vector<at::Tensor> sources;
   std::unique_ptr<bool[]> compressed(new bool[shapes.size()]);
@@ -198,10 +201,20 @@ const char* const kSpecs[] = {
 // The device PowerSGD reducer (src/device/powersgd.cc): no batches to switch.
 const char* const kSchemes[] = {"powersgd:rank=2"};
 
+// The device scatter reducer: int (its default codec) and top-k.
+const char* const kScatterSpecs[] = {"int", "efm(topk:ratio=0.01)"};
+
 int register_all() {
   for (const char* spec : kSchemes) {
     benchmark::RegisterBenchmark(("step/" + std::string(spec)).c_str(),
                                  [spec](benchmark::State& s) { bm_step(s, spec, false); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  for (const char* spec : kScatterSpecs) {
+    benchmark::RegisterBenchmark(
+        ("scatter/" + std::string(spec)).c_str(),
+        [spec](benchmark::State& s) { bm_step(s, spec, true, ReducerKind::kScatter); })
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
   }

@@ -106,9 +106,10 @@ class IntDeviceCodec final : public SegmentedCodec {
     }
     if (!flags.empty()) {
       const at::Tensor host = at::cat(flags).to(at::kCPU);  // the sync
+      const bool* non_finite = host.data_ptr<bool>();
       offset = 0;
       for (std::size_t s = 0; s < sizes.size(); ++s) {
-        if (host[static_cast<std::int64_t>(s)].item<bool>()) {
+        if (non_finite[s]) {
           throw_non_finite(a.narrow(0, offset, sizes[s]));
         }
         offset += sizes[s];
@@ -164,13 +165,12 @@ class IntDeviceCodec final : public SegmentedCodec {
     return parts.size() == 1 ? parts.front() : at::cat(parts);
   }
 
-  // A value per block, one per element (index i / d): never a tensor of the blocks' full
-  // length, which may be far more than n.
+  // A value per block, one per element: a view for one block (which may be far longer than
+  // n), else one copy of the blocks' values, d each, cut to n (less than d more than n).
   at::Tensor per_value(const at::Tensor& per_block, std::int64_t n) const {
-    if (blocks(n) == 1) return per_block.expand({n});
-    const at::Tensor block_of =
-        at::arange(n, per_block.options().dtype(at::kLong)).div_(d_, "floor");
-    return per_block.index_select(0, block_of);
+    const std::int64_t nb = blocks(n);
+    if (nb == 1) return per_block.expand({n});
+    return per_block.unsqueeze(1).expand({nb, d_}).reshape({nb * d_}).narrow(0, 0, n);
   }
 
   at::Tensor scales(const at::Tensor& payload, std::int64_t n) const {
