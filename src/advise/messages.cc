@@ -292,7 +292,12 @@ MethodPlan plan_method(std::string_view method, std::span<const ParamInfo> param
       m.dense_rounds.push_back(std::move(r));
     }
   }
-  if (flags.outer.sync_every == 0) return m;
+  if (flags.outer.sync_every == 0) {
+    // A per-step method's flags (--reducer=scatter) stay in its name, so that the table
+    // tells it from the same codec gathered.
+    m.outer.flags = flags.outer.flags;
+    return m;
+  }
   // An outer loop: one exchange job per fragment (dist::OuterLoop), its pieces together.
   m.outer = flags.outer;
   m.rounds.clear();

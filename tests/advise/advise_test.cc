@@ -588,6 +588,7 @@ TEST(AdviseDevice, PricesTheDevicePathTheStagingAndDenseApart) {
   ASSERT_EQ(device_codec_spec(scatter), device_codec_spec(topk));
   host.set(scatter.spec, {1e-9, 1e-9, "test"});
   const Prediction scattered = predict(scatter, s, host);
+  EXPECT_EQ(scattered.spec, "topk:ratio=0.01+--reducer=scatter");  // not the gathered row's name
   EXPECT_TRUE(scattered.on_device);
   EXPECT_DOUBLE_EQ(scattered.encode_s,
                    2e-10 * elems * 1.25 + 1e-3 * static_cast<double>(topk.compressed_buckets));

@@ -58,7 +58,8 @@ struct OuterPlan {
   std::int64_t sync_every = 0;  // H; 0: a per-step method
   int fragments = 1;            // F
   std::int64_t delay = 0;       // D
-  std::string flags;            // "+--sync-every=30+...", as written
+  std::string flags;            // "+--sync-every=30+...", as written (a per-step method's
+                                // "+--reducer=scatter" too, its sync_every 0)
 };
 
 // One fragment's exchange: its collectives and the elements its codec encodes.
