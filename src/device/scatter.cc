@@ -136,6 +136,18 @@ class DeviceScatterReducer final : public Reducer {
                 const at::Tensor& flat, const at::Tensor& joined);
   bool every_compressible(const std::vector<std::size_t>& buckets) const;
 
+  // One step's buckets: compressed ones with values, uncompressed ones with values, and
+  // the latter's tensors and host copy (their fp32 values out, their means back).
+  struct Step {
+    std::vector<std::size_t> sent;
+    std::vector<std::size_t> dense;
+    std::vector<at::Tensor> dense_views;
+    at::Tensor dense_host;
+  };
+  void write_slices(std::span<const at::Tensor> grads, const StepContext& ctx, Step& step);
+  void reduce_owned_slices(const StepContext& ctx, const Step& step);
+  void read_means(std::span<const at::Tensor> grads, const Step& step);
+
   DeviceCodec::EncodedBatch encode_slices(std::span<const at::Tensor> grads,
                                           const std::vector<std::size_t>& sent,
                                           const StepContext& ctx);
@@ -372,25 +384,38 @@ void DeviceScatterReducer::reduce(std::span<const at::Tensor> grads,
   check_reduce_args("device reduce", grads, compressed, buckets_.size(),
                     [&](std::size_t b) { return buckets_[b].n; });
   dist::StepRecorder rec(comm_, stats_);
-  const std::size_t world = frames_.world();
-  const std::size_t me = frames_.me();
-  const float inv_w = 1.0f / static_cast<float>(world);
   frames_.layout(compressed);
   frames_.post_receives();
-
-  // ---- phase 1: every slice encoded on the device, framed on the host
-  std::vector<std::size_t> sent;   // compressed buckets with values
-  std::vector<std::size_t> dense;  // uncompressed buckets with values
+  Step step;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (buckets_[b].n == 0) continue;
-    (compressed[b] ? sent : dense).push_back(b);
+    (compressed[b] ? step.sent : step.dense).push_back(b);
   }
-  if (!sent.empty()) {
-    const DeviceCodec::EncodedBatch encoded = encode_slices(grads, sent, ctx);
+  write_slices(grads, ctx, step);
+  rec.encoded();
+  frames_.send_slices();
+  frames_.wait_slices();
+  rec.communicated();
+  reduce_owned_slices(ctx, step);
+  rec.encoded();
+  frames_.send_sums();
+  frames_.wait_sums();
+  rec.communicated();
+  read_means(grads, step);
+  rec.decoded();
+  rec.finish();
+}
+
+// Phase 1: every slice of the compressed buckets encoded on the device and framed on the
+// host; the uncompressed buckets' fp32 values copied over in one piece and cut into slots.
+void DeviceScatterReducer::write_slices(std::span<const at::Tensor> grads, const StepContext& ctx,
+                                        Step& step) {
+  if (!step.sent.empty()) {
+    const DeviceCodec::EncodedBatch encoded = encode_slices(grads, step.sent, ctx);
     std::vector<std::size_t> lengths;
     std::vector<std::span<std::byte>> slots;
-    for (const std::size_t b : sent) {
-      for (std::size_t j = 0; j < world; ++j) {
+    for (const std::size_t b : step.sent) {
+      for (std::size_t j = 0; j < frames_.world(); ++j) {
         if (frames_.slice_length(b, j) == 0) continue;
         lengths.push_back(frames_.slice_length(b, j));
         slots.push_back(frames_.out_slot(b, j));
@@ -398,34 +423,34 @@ void DeviceScatterReducer::reduce(std::span<const at::Tensor> grads,
     }
     frame_into(encoded, lengths, slots);
   }
-  // The uncompressed buckets' fp32 values, in one copy, then slice by slice into the slots.
   std::int64_t dense_total = 0;
-  std::vector<at::Tensor> dense_views;
-  for (const std::size_t b : dense) {
+  for (const std::size_t b : step.dense) {
     dense_total += buckets_[b].n;
-    dense_views.push_back(grads[b]);
+    step.dense_views.push_back(grads[b]);
   }
-  const at::Tensor dense_host = dense_host_.take(dense_total);
-  if (!dense.empty()) {
-    dense_host.copy_(dense_views.size() == 1 ? dense_views.front() : at::cat(dense_views));
-    const float* src = dense_host.data_ptr<float>();
-    for (const std::size_t b : dense) {
-      for (std::size_t j = 0; j < world; ++j) {
-        const std::span<std::byte> slot = frames_.out_slot(b, j);
-        if (!slot.empty()) std::memcpy(slot.data(), src + frames_.slice_begin(b, j), slot.size());
-      }
-      src += buckets_[b].n;
+  step.dense_host = dense_host_.take(dense_total);
+  if (step.dense.empty()) return;
+  step.dense_host.copy_(step.dense_views.size() == 1 ? step.dense_views.front()
+                                                     : at::cat(step.dense_views));
+  const float* src = step.dense_host.data_ptr<float>();
+  for (const std::size_t b : step.dense) {
+    for (std::size_t j = 0; j < frames_.world(); ++j) {
+      const std::span<std::byte> slot = frames_.out_slot(b, j);
+      if (!slot.empty()) std::memcpy(slot.data(), src + frames_.slice_begin(b, j), slot.size());
     }
+    src += buckets_[b].n;
   }
-  rec.encoded();
-  frames_.send_slices();
+}
 
-  // ---- owner: my slices' messages decoded into their means on the device, the means
-  // encoded there; the dense slices summed on the host
-  frames_.wait_slices();
-  rec.communicated();
+// The owner's part: my slice's W messages of every compressed bucket decoded into their mean
+// on the device (rank order, times 1/W), the means encoded there through the owner memories
+// and framed; the uncompressed buckets' slices summed on the host.
+void DeviceScatterReducer::reduce_owned_slices(const StepContext& ctx, const Step& step) {
+  const std::size_t world = frames_.world();
+  const std::size_t me = frames_.me();
+  const float inv_w = 1.0f / static_cast<float>(world);
   std::vector<std::size_t> owned;  // compressed buckets with a slice of mine
-  for (const std::size_t b : sent) {
+  for (const std::size_t b : step.sent) {
     if (frames_.mine(b) > 0) owned.push_back(b);
   }
   if (!owned.empty()) {
@@ -470,21 +495,19 @@ void DeviceScatterReducer::reduce(std::span<const at::Tensor> grads,
     }
     frame_into(encoded, lengths, slots);
   }
-  for (const std::size_t b : dense) {
+  for (const std::size_t b : step.dense) {
     frames_.sum_dense_slices(b, inv_w, std::span<float>(dense_mean_).first(frames_.mine(b)));
   }
-  rec.encoded();
-  frames_.send_sums();
-  frames_.wait_sums();
-  rec.communicated();
+}
 
-  // ---- phase 2: every slice decoded from its owner's message, on the device; the dense
-  // means back in one copy
-  if (!sent.empty()) {
+// Phase 2: every slice decoded from its owner's message on the device (zeroed first); the
+// dense means back in one copy and into their buckets.
+void DeviceScatterReducer::read_means(std::span<const at::Tensor> grads, const Step& step) {
+  if (!step.sent.empty()) {
     upload_.clear();
     std::vector<at::Tensor> outs;
-    for (const std::size_t b : sent) {
-      for (std::size_t j = 0; j < world; ++j) {
+    for (const std::size_t b : step.sent) {
+      for (std::size_t j = 0; j < frames_.world(); ++j) {
         const std::size_t len = frames_.slice_length(b, j);
         if (len == 0) continue;
         const std::span<const std::byte> msg =
@@ -497,19 +520,16 @@ void DeviceScatterReducer::reduce(std::span<const at::Tensor> grads,
     const at::Tensor payloads = upload_.upload(device_);
     device_codec_->decode_batch(payloads, upload_.offsets(), upload_.bytes(), outs, 1.0f);
   }
-  if (!dense.empty()) {
-    float* dst = dense_host.data_ptr<float>();
-    for (const std::size_t b : dense) {
-      for (std::size_t j = 0; j < world; ++j) {
-        const std::span<const std::byte> slot = frames_.sums_slot(j, b);
-        if (!slot.empty()) std::memcpy(dst + frames_.slice_begin(b, j), slot.data(), slot.size());
-      }
-      dst += buckets_[b].n;
+  if (step.dense.empty()) return;
+  float* dst = step.dense_host.data_ptr<float>();
+  for (const std::size_t b : step.dense) {
+    for (std::size_t j = 0; j < frames_.world(); ++j) {
+      const std::span<const std::byte> slot = frames_.sums_slot(j, b);
+      if (!slot.empty()) std::memcpy(dst + frames_.slice_begin(b, j), slot.data(), slot.size());
     }
-    dense_scatter_(dense_views, dense_host.to(device_));
+    dst += buckets_[b].n;
   }
-  rec.decoded();
-  rec.finish();
+  dense_scatter_(step.dense_views, step.dense_host.to(device_));
 }
 
 std::unique_ptr<Reducer> make_scatter_reducer(const Method& method, dist::Communicator& comm,
