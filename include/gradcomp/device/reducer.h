@@ -46,9 +46,9 @@ namespace gradcomp::device {
 class Reducer {
  public:
   // Whether `method` runs on the device: an allgather or a scatter of a device codec under
-  // ef, efm or noef, an allgather of dgc, or powersgd (any of its parameters). Everything else (linear codecs'
-  // allreduce, the sketch schemes) does not, and its callers stage the gradients through
-  // the host instead.
+  // ef, efm or noef, an allgather of dgc, or powersgd (any of its parameters). Everything else
+  // (linear codecs' allreduce, the sketch schemes) does not, and its callers stage the gradients
+  // through the host instead.
   static bool supports(const Method& method);
 
   virtual ~Reducer() = default;
