@@ -128,13 +128,15 @@ class DeviceScatterReducer final : public Reducer {
     at::Tensor owner;      // the owned slice's residual (owner feedback)
   };
 
-  // The memories `member` of `buckets` back to back: the flat tensor itself when they are
-  // every compressible bucket, else a copy (written back by put_back).
+  // The memories `member` of `buckets` (ascending) back to back: the flat tensor itself when
+  // they are all of it (the usual step), one bucket's own, else a copy that put_back writes
+  // back.
   at::Tensor gathered(const std::vector<std::size_t>& buckets, at::Tensor Bucket::*member,
                       const at::Tensor& flat) const;
   void put_back(const std::vector<std::size_t>& buckets, at::Tensor Bucket::*member,
                 const at::Tensor& flat, const at::Tensor& joined);
-  bool every_compressible(const std::vector<std::size_t>& buckets) const;
+  bool covers_flat(const std::vector<std::size_t>& buckets, at::Tensor Bucket::*member,
+                   const at::Tensor& flat) const;
 
   // One step's buckets: compressed ones with values, uncompressed ones with values, and
   // the latter's tensors and host copy (their fp32 values out, their means back).
@@ -164,7 +166,6 @@ class DeviceScatterReducer final : public Reducer {
   at::Device device_;
   dist::ScatterFrames frames_;
   std::vector<Bucket> buckets_;
-  std::size_t flat_buckets_ = 0;  // compressible buckets with a slice of mine (in the flats)
   at::Tensor residual_flat_;
   at::Tensor momentum_flat_;
   at::Tensor owner_flat_;
@@ -196,8 +197,7 @@ DeviceScatterReducer::DeviceScatterReducer(const Method& method, dist::Communica
       codec_(method.codec()),
       comm_(comm),
       device_(device),
-      frames_(comm, shapes,
-              [&](std::size_t len) { return method.make_memory(len)->max_encoded_bytes(); }),
+      frames_(comm, shapes, *codec_),
       payloads_host_(at::kByte, device),
       dense_host_(at::kFloat, device),
       upload_(device) {
@@ -239,7 +239,6 @@ DeviceScatterReducer::DeviceScatterReducer(const Method& method, dist::Communica
       if (owner_feedback_) bk.owner = owner_flat_.narrow(0, at_owned, mine);
       at += bk.n;
       at_owned += mine;
-      flat_buckets_ += mine > 0 ? 1 : 0;
     } else {
       if (residuals) bk.residual = at::zeros({bk.n}, floats);
       if (momentum_flat_.defined()) bk.momentum = at::zeros({bk.n}, floats);
@@ -269,25 +268,30 @@ std::vector<std::pair<std::string, at::Tensor>> DeviceScatterReducer::state() {
   return out;
 }
 
-bool DeviceScatterReducer::every_compressible(const std::vector<std::size_t>& buckets) const {
-  if (buckets.size() != flat_buckets_) return false;
-  return std::all_of(buckets.begin(), buckets.end(),
-                     [&](std::size_t b) { return buckets_[b].in_flat; });
+bool DeviceScatterReducer::covers_flat(const std::vector<std::size_t>& buckets,
+                                       at::Tensor Bucket::*member, const at::Tensor& flat) const {
+  std::int64_t values = 0;
+  for (const std::size_t b : buckets) {
+    if (!buckets_[b].in_flat) return false;
+    values += (buckets_[b].*member).numel();
+  }
+  return values == flat.numel();  // the buckets are distinct and in order
 }
 
 at::Tensor DeviceScatterReducer::gathered(const std::vector<std::size_t>& buckets,
                                           at::Tensor Bucket::*member,
                                           const at::Tensor& flat) const {
-  if (every_compressible(buckets)) return flat;
+  if (covers_flat(buckets, member, flat)) return flat;
+  if (buckets.size() == 1) return buckets_[buckets.front()].*member;
   std::vector<at::Tensor> views;
   for (const std::size_t b : buckets) views.push_back(buckets_[b].*member);
-  return views.size() == 1 ? views.front().clone() : at::cat(views);
+  return at::cat(views);
 }
 
 void DeviceScatterReducer::put_back(const std::vector<std::size_t>& buckets,
                                     at::Tensor Bucket::*member, const at::Tensor& flat,
                                     const at::Tensor& joined) {
-  if (every_compressible(buckets) && joined.is_same(flat)) return;
+  if (covers_flat(buckets, member, flat) || buckets.size() == 1) return;  // written in place
   std::int64_t at = 0;
   for (const std::size_t b : buckets) {
     const at::Tensor& m = buckets_[b].*member;
@@ -317,43 +321,19 @@ DeviceCodec::EncodedBatch DeviceScatterReducer::encode_slices(std::span<const at
   if (memory_ == SliceMemory::kNone) {
     return device_codec_->encode_batch(g, sizes, contexts, /*feedback=*/false);
   }
-  // The slices' memories are the buckets' runs, in the same order as g's: the flat ones
-  // themselves where every compressible bucket is sent (the usual step), one bucket's own,
-  // or a copy, written back after.
-  const bool every = [&] {
-    std::vector<std::size_t> all;
-    for (const std::size_t b : sent) {
-      if (buckets_[b].in_flat) all.push_back(b);
-    }
-    // The flats also hold compressible buckets of no values; they add nothing.
-    std::int64_t flat_values = 0;
-    for (const Bucket& bk : buckets_) flat_values += bk.in_flat ? bk.n : 0;
-    return all.size() == sent.size() && g.numel() == flat_values;
-  }();
-  const auto joined = [&](at::Tensor Bucket::*member, const at::Tensor& flat) {
-    if (every) return flat;
-    std::vector<at::Tensor> views;
-    for (const std::size_t b : sent) views.push_back(buckets_[b].*member);
-    return views.size() == 1 ? views.front() : at::cat(views);
-  };
-  const at::Tensor e = joined(&Bucket::residual, residual_flat_);
+  // The slices' memories are the buckets' runs, in the same order as g's.
+  const at::Tensor e = gathered(sent, &Bucket::residual, residual_flat_);
   at::Tensor u;
   DeviceCodec::EncodedBatch out;
   if (memory_ == SliceMemory::kMomentum) {
-    u = joined(&Bucket::momentum, momentum_flat_);
+    u = gathered(sent, &Bucket::momentum, momentum_flat_);
     accumulate_momentum(u, e, g, ctx);
     out = device_codec_->encode_batch(e, sizes, contexts, /*feedback=*/true);
+    put_back(sent, &Bucket::momentum, momentum_flat_, u);
   } else {
     out = device_codec_->encode_batch_with_residual(g, e, sizes, contexts);
   }
-  if (!every && sent.size() > 1) {  // one bucket's memory was written in place
-    std::int64_t at = 0;
-    for (const std::size_t b : sent) {
-      buckets_[b].residual.copy_(e.narrow(0, at, buckets_[b].n));
-      if (u.defined()) buckets_[b].momentum.copy_(u.narrow(0, at, buckets_[b].n));
-      at += buckets_[b].n;
-    }
-  }
+  put_back(sent, &Bucket::residual, residual_flat_, e);
   return out;
 }
 

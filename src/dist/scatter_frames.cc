@@ -37,7 +37,7 @@ std::span<const std::byte> message_in_slot(std::span<const std::byte> slot, int 
 }
 
 ScatterFrames::ScatterFrames(Communicator& comm, std::span<const BucketShape> shapes,
-                             const std::function<std::size_t(std::size_t)>& bound)
+                             const Codec& codec)
     : comm_(comm),
       world_(static_cast<std::size_t>(comm.world_size())),
       me_(static_cast<std::size_t>(comm.rank())) {
@@ -47,7 +47,7 @@ ScatterFrames::ScatterFrames(Communicator& comm, std::span<const BucketShape> sh
   for (std::size_t b = 0; b < n_.size(); ++b) {
     for (std::size_t j = 0; j < world_; ++j) {
       const std::size_t len = slice_length(b, j);
-      slot_bytes_.push_back(len == 0 ? 0 : bound(len));
+      slot_bytes_.push_back(len == 0 ? 0 : codec.max_encoded_bytes(len));
       // A slot holds the message or the fp32 slice, whichever the step sends.
       const std::size_t cap = std::max(slot_bytes_.back(), 4 * len);
       send_cap += cap;

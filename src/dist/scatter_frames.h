@@ -12,10 +12,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <vector>
 
+#include "gradcomp/codec.h"
 #include "gradcomp/dist/communicator.h"
 #include "gradcomp/reducer.h"
 
@@ -47,10 +47,9 @@ std::span<const std::byte> message_in_slot(std::span<const std::byte> slot, int 
 
 class ScatterFrames {
  public:
-  // Buckets of `sizes` values; bound(len) is the codec's message bound for a slice of len
-  // values (called once per nonempty slice).
-  ScatterFrames(Communicator& comm, std::span<const BucketShape> shapes,
-                const std::function<std::size_t(std::size_t)>& bound);
+  // Buckets of the given shapes; a compressed slice's slot holds codec's bound for its
+  // values (Codec::max_encoded_bytes, every memory's bound too).
+  ScatterFrames(Communicator& comm, std::span<const BucketShape> shapes, const Codec& codec);
 
   std::size_t world() const { return world_; }
   std::size_t me() const { return me_; }

@@ -53,8 +53,7 @@ class ScatterReducer final : public Reducer {
       : comm_(comm),
         codec_(method.codec()),
         describe_(describe_reducer(method)),
-        frames_(comm, shapes,
-                [&](std::size_t len) { return method.make_memory(len)->max_encoded_bytes(); }) {
+        frames_(comm, shapes, *codec_) {
     const std::size_t world = frames_.world();
     // The owners keep error feedback when the workers' memory keeps a residual.
     const bool owner_feedback = !method.make_memory(1)->state().empty();
