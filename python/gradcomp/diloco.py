@@ -17,8 +17,8 @@ together::
         inner.step()          # every 30th step also runs the round (a hook on the optimizer)
 
 The round is gradcomp's C++ outer loop (``gradcomp::dist::OuterLoop``), the object
-``gradcomp train --sync-every`` and LibTorch's ``gradcomp::DiLoCo`` run, on the process
-group's Gloo backend. Constructing it is collective: the ranks compare their settings and
+``gradcomp train --sync-every`` and LibTorch's ``gradcomp::DiLoCo`` run, on a
+Gloo group of its own. Constructing it is collective: the ranks compare their settings and
 parameter shapes (all raise the same ValueError if they differ), and rank 0's weights are
 broadcast to every rank, as DDP does.
 """
@@ -86,11 +86,10 @@ class DiLoCo:
         delay: inner steps a fragment's exchange overlaps before it is merged
             (``< sync_every / fragments``).
         mix: share of the local weights kept when a round is merged, in [0, 1).
-        process_group: the group (its CPU backend must be Gloo). Default: the default
-            group, or a Gloo group of the DiLoCo's own over all ranks (``dist.new_group``,
-            built here: every rank constructs the DiLoCo at the same point anyway) with
-            ``delay > 0``, so that the rounds in flight never meet the job's own
-            collectives, or where the default group has no Gloo backend (``"nccl"``).
+        process_group: the group (its CPU backend must be Gloo). Default: a Gloo group of
+            the DiLoCo's own over all ranks (``dist.new_group``, built here: every rank
+            constructs the DiLoCo at the same point anyway), so that the rounds never meet
+            the job's own collectives, whatever the default group's backend.
         timeout: a round's deadline; a peer that misses it ends the round on every rank
             with ``gradcomp.CommError`` and no weight changed.
 
@@ -124,9 +123,7 @@ class DiLoCo:
         params = [(n, p.detach()) for n, p in model.named_parameters() if p.requires_grad]
         if process_group is not None:
             group = process_group
-        elif options.delay > 0:
-            group = dist.new_group(backend="gloo")  # the rounds' own (see the class docs)
-        else:  # the default group's Gloo backend, or a Gloo group beside an NCCL-only one
+        else:  # a Gloo group of the rounds' own (see the class docs)
             group = exchange_group(dist.distributed_c10d._get_default_group())
         self._settings = {"sync_every": options.sync_every, "outer": options.outer,
                           "compressor": compressor, "reducer": reducer,

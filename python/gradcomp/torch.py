@@ -27,8 +27,8 @@ differ all raise the same ValueError naming both values. bfloat16 and float16 bu
 are exchanged as fp32 copies.
 
 CUDA buckets (fp32, bf16, fp16) work in jobs whose own collectives run on NCCL: gradcomp
-exchanges over the group's Gloo backend (``init_process_group("cpu:gloo,cuda:nccl")``), or
-over a Gloo group it creates beside an NCCL-only default group. Each bucket is copied to a pinned
+exchanges over a Gloo group of its own, created beside the default group whatever its
+backend (``"nccl"``, ``"cpu:gloo,cuda:nccl"``, ``"gloo"``). Each bucket is copied to a pinned
 host buffer on a copy stream of its own while backward goes on, exchanged there, and copied
 back (gradcomp/_staging.py).
 """
@@ -61,10 +61,14 @@ class CompressionState:
     Args:
         compressor: a gradcomp spec, e.g. ``"efm(topk:ratio=0.01)"``, ``"powersgd:rank=2"``,
             ``"dgc:density=0.001"``. A bad spec raises ``ValueError`` naming the problem.
-        process_group: the group to exchange over (default: the default group). gradcomp
-            exchanges over its Gloo backend (``"gloo"``, or ``"cpu:gloo,cuda:nccl"``); for a
-            default group without one (``"nccl"``) it creates a Gloo group over all ranks;
-            another group without one is refused (pass ``dist.new_group(backend="gloo")``).
+        process_group: the group to exchange over. Default: a Gloo group over all ranks
+            that gradcomp creates for the state (``dist.new_group``; collective, as the
+            state is), whatever the default group's backend, so that DDP's own collectives
+            (``find_unused_parameters``, ``static_graph``) never meet the exchange, which
+            runs on a thread of its own during backward. A group given here is used as it
+            is: it needs a Gloo backend (``"gloo"`` or ``"cpu:gloo,cuda:nccl"``; another is
+            refused: pass ``dist.new_group(backend="gloo")``), and no other collective may
+            run on it while backward runs.
         dense_share: the smallest compressible tensors that together hold at most this
             share of the model's elements stay dense (0.01 keeps a small classifier layer
             out of compression, where compression costs the most accuracy per byte saved).

@@ -19,6 +19,20 @@ def test_none_equals_ddp_averaging_on_several_buckets():
         assert describe == "dense"
 
 
+@pytest.mark.parametrize("flags", [dict(find_unused_parameters=True), dict(static_graph=True)])
+@pytest.mark.parametrize("spec", ["none", "ef(topk:ratio=0.05)"])
+def test_ddp_collectives_of_its_own_beside_the_exchange(flags, spec):
+    # find_unused_parameters (every step) and static_graph (its first) allreduce DDP's map
+    # of used parameters on DDP's group while gradcomp's exchange thread runs: on one group
+    # Gloo paired the two differently across ranks and aborted the process. The hook
+    # exchanges over a Gloo group of its own.
+    results = ddp_support.run(workers.ddp_flags_equal_ddp, 2, spec, 4, flags, timeout=90)
+    for worst, losses in results:
+        assert all(loss == loss for loss in losses), losses
+        if spec == "none":
+            assert worst <= 1e-6, worst
+
+
 def test_ef_topk_equals_the_reducer_definition():
     for worst in ddp_support.run(workers.topk_equals_reference, 3, 0.05):
         assert worst <= 1e-6, worst

@@ -73,6 +73,42 @@ def dense_equals_ddp(rank, world, steps, device="cpu"):
     return worst, len(list(ours.parameters())), state.describe
 
 
+class _WithUnusedLayer(nn.Module):
+    """small_model() and a layer its forward never calls (no gradient on any rank)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = small_model()
+        self.unused = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def ddp_flags_equal_ddp(rank, world, spec, steps, flags):
+    """DDP built with `flags` (find_unused_parameters, static_graph), through the hook under
+    `spec` against the same DDP alone: the largest difference of a gradient (with "none")
+    and each step's loss. Its own collectives (the map of used parameters) run on DDP's
+    group while gradcomp's exchange thread runs; a layer the forward skips stays unused."""
+    ours = DDP(_WithUnusedLayer(), bucket_cap_mb=0.1, **flags)
+    theirs = DDP(_WithUnusedLayer(), bucket_cap_mb=0.1, **flags)
+    state = gc.CompressionState(spec, dense_share=0.0)
+    ours.register_comm_hook(state, gc.hook)
+    worst, losses = 0.0, []
+    for step in range(steps):
+        x, y = batch(rank, step)
+        for m in (ours, theirs):
+            m.zero_grad()
+            loss = nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            if m is ours:
+                losses.append(loss.item())
+        for a, b in zip(ours.parameters(), theirs.parameters()):
+            if a.grad is not None:
+                worst = max(worst, (a.grad - b.grad).abs().max().item())
+    return worst, losses
+
+
 def topk_equals_reference(rank, world, ratio, device="cpu"):
     """ef(topk) through the hook against the reducer's definition computed here with
     gradcomp.Codec: mean over ranks of decode(encode(g_r + e_r)), dense tensors averaged
