@@ -43,6 +43,7 @@ OuterLoop::OuterLoop(std::vector<std::span<float>> weights, std::span<const Para
                      Communicator& comm, Method method, OuterLoopOptions options,
                      ReplicaStaging* staging)
     : weights_(std::move(weights)),
+      comm_(comm),
       options_(std::move(options)),
       outer_(OuterOptimizer::parse(options_.outer)),
       staging_(staging) {
@@ -244,10 +245,21 @@ void OuterLoop::start_round(int fragment, std::int64_t steps) {
   ctx.seed = options_.seed;
   ctx.step = static_cast<std::uint64_t>(steps);
   ctx.lr = static_cast<float>(outer_.lr());
-  exchanger_->submit(static_cast<std::uint64_t>(fragment), shapes, std::move(refs), ctx,
-                     [this](std::exception_ptr error) {
-                       if (error && !failure_) failure_ = error;
-                     });
+  exchanger_->submit(
+      static_cast<std::uint64_t>(fragment), shapes, std::move(refs), ctx,
+      [this](std::exception_ptr error) {
+        if (error && !failure_) failure_ = error;
+      },
+      [this, steps] { check_round_agrees(steps); });
+}
+
+void OuterLoop::check_round_agrees(std::int64_t steps) {
+  try {
+    check_ranks_agree(comm_, {{"the inner steps before an outer round", std::to_string(steps)}});
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("outer loop: ") + e.what() +
+                          " (every rank must take the same inner steps between rounds)");
+  }
 }
 
 void OuterLoop::wait_for_exchange() {

@@ -522,5 +522,63 @@ TEST(OuterLoop, ARoundWithoutAPeerFailsAndChangesNothing) {
   });
 }
 
+std::string drift_message(std::int64_t rank0, std::int64_t rank1) {
+  return "outer loop: ranks disagree on the inner steps before an outer round: rank 0 has " +
+         std::to_string(rank0) + ", rank 1 has " + std::to_string(rank1) +
+         " (every rank must take the same inner steps between rounds)";
+}
+
+// Ranks whose inner steps drifted apart (a skipped batch, uneven data, a state restored on
+// one rank): with fragments they would exchange different fragments, of different sizes,
+// which Gloo aborts the process on. The round fails instead, on every rank alike, naming
+// both counts, and no weight changes.
+TEST(OuterLoop, RanksAtDifferentInnerStepsFailTheRoundAlike) {
+  run_ranks(2, [&](Communicator& comm) {
+    const int r = comm.rank();
+    Replica rep(r);
+    OuterLoop loop(rep.spans(), kParams, comm, method("fp16"), options(4, "average", 2));
+    // A round every 2 steps; rank 1's count starts 2 ahead, so its first round is at 4
+    // (fragment 1) when rank 0's is at 2 (fragment 0).
+    std::int64_t s = r == 1 ? 3 : 1;
+    rep.inner_step(r, s);
+    EXPECT_FALSE(loop.after_inner_step(s));
+    rep.inner_step(r, ++s);
+    const Replica before = rep;
+    try {
+      loop.after_inner_step(s);
+      ADD_FAILURE() << "rank " << r << " passed a round at step " << s;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(std::string(e.what()), drift_message(2, 4));
+    }
+    EXPECT_EQ(rep.w, before.w);
+  });
+}
+
+// Without fragments every round falls on a multiple of H on every rank, so drifted ranks
+// still pair their rounds; the end of training does not: synchronize() at different
+// counts fails alike too.
+TEST(OuterLoop, SynchronizeAtDifferentInnerStepsFailsAlike) {
+  run_ranks(2, [&](Communicator& comm) {
+    const int r = comm.rank();
+    Replica rep(r);
+    OuterLoop loop(rep.spans(), kParams, comm, method("fp16"), options(8, "average"));
+    const std::int64_t steps = r == 1 ? 5 : 3;
+    for (std::int64_t s = 1; s <= steps; ++s) {
+      rep.inner_step(r, s);
+      EXPECT_FALSE(loop.after_inner_step(s));
+    }
+    EXPECT_THROW(
+        {
+          try {
+            loop.synchronize(steps);
+          } catch (const InvalidArgument& e) {
+            EXPECT_EQ(std::string(e.what()), drift_message(3, 5));
+            throw;
+          }
+        },
+        InvalidArgument);
+  });
+}
+
 }  // namespace
 }  // namespace gradcomp::dist

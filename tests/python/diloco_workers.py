@@ -121,6 +121,26 @@ def a_peer_that_leaves(rank, world):
     return error, unchanged
 
 
+def ranks_whose_steps_drifted(rank, world):
+    """Rank 1 calls step() twice more than rank 0 (a skipped batch on rank 0, say), with
+    fragments: until synchronize() the rounds pair by their step counts; there rank 0's
+    fragment 0 met rank 1's fragment 1 and Gloo aborted the process."""
+    model = small_model(seed=0)
+    inner = torch.optim.SGD(model.parameters(), lr=0.05)
+    d = gc.DiLoCo(model, None, sync_every=4, fragments=2,
+                  timeout=__import__("datetime").timedelta(seconds=30))
+    def train():  # rank 1 raises from its round at step 6, rank 0 from synchronize()
+        if rank == 1:
+            d.step()
+            d.step()
+        for step in range(4):
+            _inner_steps(model, inner, rank, step, step + 1)
+            d.step()
+        d.synchronize()
+
+    return raised(train)
+
+
 def delayed_rounds_beside_the_jobs_collectives(rank, world):
     """delay > 0 with no process_group: the job's own allreduces on the default group run
     while rounds are in flight on the DiLoCo's thread, and both complete."""

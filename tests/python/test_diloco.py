@@ -51,6 +51,14 @@ def test_a_round_without_a_peer_raises_commerror_and_changes_nothing():
     assert unchanged
 
 
+def test_ranks_whose_inner_steps_drifted_all_raise_the_same_line():
+    results = ddp_support.run(diloco_workers.ranks_whose_steps_drifted, 2, timeout=60)
+    assert results[0] == results[1], results
+    assert results[0] == (
+        "ValueError", "outer loop: ranks disagree on the inner steps before an outer round: "
+        "rank 0 has 4, rank 1 has 6 (every rank must take the same inner steps between rounds)")
+
+
 def test_delayed_rounds_get_a_group_of_their_own():
     # Without process_group, a DiLoCo with delay > 0 exchanges on a Gloo group of its own,
     # so the job's collectives on the default group never pair with its rounds.

@@ -30,7 +30,11 @@
 // bucket a cut falls in is exchanged as pieces, each with its own compressor memory.
 //
 // A failed exchange (a peer died, a timeout) throws CommError from the step that waits
-// for it, before any weight is touched: no rank applies a partial mean. Resume: the
+// for it, before any weight is touched: no rank applies a partial mean. Each round first
+// checks that every rank starts it after the same inner steps (one small allgather on the
+// exchange thread): ranks whose step counts drifted apart (a skipped batch, uneven data, a
+// state restored on one rank) would exchange different fragments, of different sizes, which
+// Gloo aborts the process on; they fail instead, all alike, naming both counts. Resume: the
 // state (x, the outer momentum, every memory) is saved after state() and restored with
 // resume_at(steps), which continues bit for bit.
 #pragma once
@@ -173,6 +177,9 @@ class OuterLoop {
     return weights_[s.param].subspan(s.param_offset, s.numel);
   }
   void start_round(int fragment, std::int64_t steps);
+  // On the exchange thread, before the round's collectives: InvalidArgument on every rank
+  // alike when the ranks start it after different inner steps.
+  void check_round_agrees(std::int64_t steps);
   void wait_for_exchange();  // throws the exchange's failure
   void finish_outer_step();  // waits for the exchange in flight, applies the outer step
   // host_current: the spans hold the replica's values (its round just started).
@@ -184,6 +191,7 @@ class OuterLoop {
   std::optional<int> fragment_due(std::int64_t steps) const;
 
   std::vector<std::span<float>> weights_;
+  Communicator& comm_;
   OuterLoopOptions options_;
   OuterOptimizer outer_;
   std::vector<BucketPlan> plan_;
