@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from . import _C, _staging
 from ._groups import exchange_group
+from ._saved_state import check_saved_rank
 
 __all__ = ["DiLoCo"]
 
@@ -125,6 +126,7 @@ class DiLoCo:
             group = process_group
         else:  # a Gloo group of the rounds' own (see the class docs)
             group = exchange_group(dist.distributed_c10d._get_default_group())
+        self._rank, self._world = dist.get_rank(group), dist.get_world_size(group)
         self._settings = {"sync_every": options.sync_every, "outer": options.outer,
                           "compressor": compressor, "reducer": reducer,
                           "fragments": options.fragments,
@@ -170,8 +172,11 @@ class DiLoCo:
 
     def state_dict(self) -> Dict[str, Any]:
         """The outer state (global weights, outer momentum, every error-feedback memory)
-        and the step count; save it with the model and the inner optimizer."""
-        return {"format": _FORMAT, "inner_steps": self._steps, "settings": dict(self._settings),
+        and the step count; save it with the model and the inner optimizer. The memories
+        (and, with a delay, the round's start) are this rank's own: with them, each rank
+        restores its own state (load_state_dict refuses another rank's)."""
+        return {"format": _FORMAT, "rank": self._rank, "world_size": self._world,
+                "inner_steps": self._steps, "settings": dict(self._settings),
                 "state": self._loop.state()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -183,6 +188,17 @@ class DiLoCo:
         if saved != self._settings:
             raise ValueError(f"DiLoCo.load_state_dict: saved with {state.get('settings')}, "
                              f"this outer loop has {self._settings}")
+        missing = [k for k in ("inner_steps", "state") if k not in state]
+        if missing:
+            raise ValueError(f"DiLoCo.load_state_dict: the state lacks {', '.join(missing)}: "
+                             "not a whole DiLoCo.state_dict()")
+        # The global weights and the outer momentum are every rank's alike (a state saved
+        # on rank 0 alone serves them all); the codec's memories and a delayed round's start
+        # are the saving rank's own.
+        per_rank = [name for name in state["state"]
+                    if not name.endswith((".global", ".momentum"))]
+        if per_rank:
+            check_saved_rank("DiLoCo.load_state_dict", state, self._rank, self._world)
         steps = int(state["inner_steps"])
         self._loop.load_state(state["state"], steps)
         self._steps = steps

@@ -43,6 +43,7 @@ import torch.distributed as dist
 
 from . import _C, _staging
 from ._groups import exchange_group
+from ._saved_state import check_saved_rank
 from .diloco import DiLoCo
 
 __all__ = ["CompressionState", "hook", "SGD", "DiLoCo"]
@@ -541,6 +542,8 @@ class CompressionState:
         return {
             "format": _FORMAT,
             "compressor": self._given_compressor,
+            "rank": self._exchanger.rank,
+            "world_size": self._exchanger.world_size,
             "step": self.step,
             "params": list(self._params),
             "dense": None if self._dense is None else list(self._dense),
@@ -548,9 +551,17 @@ class CompressionState:
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restores a state_dict() before the first step of a resumed run."""
-        if state.get("format") != _FORMAT:
-            raise ValueError(f"gradcomp: not a {_FORMAT} state (format {state.get('format')!r})")
+        """Restores a state_dict() before the first step of a resumed run: this rank's own
+        (the memories are per rank; save one file per rank)."""
+        if not isinstance(state, dict) or state.get("format") != _FORMAT:
+            found = state.get("format") if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"gradcomp: not a {_FORMAT} state (format {found!r})")
+        missing = [k for k in ("compressor", "step", "params", "dense", "memories")
+                   if k not in state]
+        if missing:
+            raise ValueError(f"gradcomp: the state lacks {', '.join(missing)}: not a whole "
+                             "CompressionState.state_dict()")
+        check_saved_rank("gradcomp", state, self._exchanger.rank, self._exchanger.world_size)
         if state["compressor"] != self._given_compressor:
             raise ValueError(
                 f"gradcomp: the state was saved with {state['compressor']!r}, "

@@ -141,6 +141,22 @@ def ranks_whose_steps_drifted(rank, world):
     return raised(train)
 
 
+def restore_rank_zeros_state(rank, world, path, compressor):
+    """Every rank restores rank 0's saved DiLoCo state: what the load raised."""
+    model = small_model(seed=0)
+    inner = torch.optim.SGD(model.parameters(), lr=0.05)
+    d = gc.DiLoCo(model, None, sync_every=2, compressor=compressor)
+    for step in range(2):
+        _inner_steps(model, inner, rank, step, step + 1)
+        d.step()
+    if rank == 0:
+        torch.save(d.state_dict(), path)
+    dist.barrier()
+    d.close()
+    again = gc.DiLoCo(model, None, sync_every=2, compressor=compressor)
+    return raised(lambda: again.load_state_dict(torch.load(path)))
+
+
 def delayed_rounds_beside_the_jobs_collectives(rank, world):
     """delay > 0 with no process_group: the job's own allreduces on the default group run
     while rounds are in flight on the DiLoCo's thread, and both complete."""

@@ -59,6 +59,18 @@ def test_ranks_whose_inner_steps_drifted_all_raise_the_same_line():
         "rank 0 has 4, rank 1 has 6 (every rank must take the same inner steps between rounds)")
 
 
+def test_rank_zeros_state_restores_everywhere_unless_it_holds_memories(tmp_path):
+    # x and the outer momentum are every rank's alike; error feedback is the saving rank's.
+    path = str(tmp_path / "rank0.pt")
+    assert ddp_support.run(diloco_workers.restore_rank_zeros_state, 2, path, "fp16") == [None] * 2
+    own, other = ddp_support.run(diloco_workers.restore_rank_zeros_state, 2, path,
+                                 "ef(topk:ratio=0.1)")
+    assert own is None
+    assert other == ("ValueError", "DiLoCo.load_state_dict: the state was saved by rank 0 of 2; "
+                     "this is rank 1 of 2: each rank restores the state it saved (one file per "
+                     "rank)")
+
+
 def test_delayed_rounds_get_a_group_of_their_own():
     # Without process_group, a DiLoCo with delay > 0 exchanges on a Gloo group of its own,
     # so the job's collectives on the default group never pair with its rounds.

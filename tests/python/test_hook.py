@@ -162,6 +162,17 @@ def test_ranks_with_different_settings_are_refused_on_every_rank(setting, values
     assert results == [("ValueError", expected)] * 2
 
 
+def test_a_state_restores_only_on_the_rank_that_saved_it(tmp_path):
+    # The memories are per rank: rank 0's on rank 1 would run on with the wrong residuals.
+    (own, cut0), (other, cut1) = ddp_support.run(
+        workers.restore_rank_zeros_state, 2, str(tmp_path / "rank0.pt"), timeout=90)
+    assert own is None
+    assert other == ("ValueError", "gradcomp: the state was saved by rank 0 of 2; this is rank 1 "
+                     "of 2: each rank restores the state it saved (one file per rank)")
+    assert cut0 == cut1 == ("ValueError", "gradcomp: the state lacks memories: not a whole "
+                            "CompressionState.state_dict()")
+
+
 def test_ranks_with_different_models_are_refused_on_every_rank():
     results = ddp_support.run(workers.mismatched_model, 2, timeout=60)
     expected = re.compile(r"gradcomp: ranks disagree on tensor \d+: rank 0 has \[256, 1152\] in "

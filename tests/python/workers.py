@@ -258,6 +258,28 @@ def resume(rank, world, spec, steps, stop, path):
     return torch.equal(straight, resumed), (straight - resumed).abs().max().item()
 
 
+def restore_rank_zeros_state(rank, world, path):
+    """Every rank restores rank 0's saved state (the single-file checkpoint of the docs'
+    earlier example), and a state with its memories cut off: what each load raised."""
+    def fresh():
+        model = ddp(small_model())
+        state = gc.CompressionState("efm(topk:ratio=0.05)", dense_share=0.0)
+        return model, state, gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+
+    model, state, opt = fresh()
+    model.register_comm_hook(state, gc.hook)
+    _run_steps(model, opt, rank, 0, 2)
+    if rank == 0:
+        torch.save(state.state_dict(), path)
+    saved = state.state_dict()
+    dist.barrier()
+    _, others, _ = fresh()
+    _, cut, _ = fresh()
+    del saved["memories"]
+    return raised(lambda: others.load_state_dict(torch.load(path))), \
+        raised(lambda: cut.load_state_dict(saved))
+
+
 def _train_with_torch_sgd(rank, spec, steps):
     """`steps` steps of DDP with the hook under torch.optim.SGD (not gradcomp's)."""
     model = ddp(small_model())
