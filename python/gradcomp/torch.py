@@ -223,10 +223,22 @@ class CompressionState:
             staging = self._staging_for(buffer.device)
             work, ready = staging.to_host(bucket.index(), buffer)
 
+        step = self.step
+
         def done(error: Optional[BaseException]) -> None:
             if error is not None:
                 # The exchange's own error (gradcomp.CommError, ValueError for a
-                # non-finite gradient, ...), raised as it is by loss.backward().
+                # non-finite gradient, ...), raised as it is by loss.backward(). The peers
+                # may have sent this step's messages, or still wait for this rank's: a
+                # later exchange here would pair with the wrong step's on every other rank
+                # (a rank that caught the error and went on averaged its next step's
+                # gradients into the peers' current one). Every later bucket fails.
+                if self._refused is None:
+                    self._refused = RuntimeError(
+                        f"gradcomp: this rank's exchange failed at step {step} ({error}); its "
+                        "exchanges are out of step with the other ranks', so every later one "
+                        "fails: restart every rank from a checkpoint"
+                    )
                 _C.fail_future(future, error)
                 return
             if staging is not None:

@@ -204,6 +204,15 @@ def test_a_nan_gradient_raises_the_exchange_error_itself(spec, start):
         assert message.startswith(start) and "non-finite value" in message, message
 
 
+def test_a_rank_that_catches_a_failed_exchange_cannot_go_on_out_of_step():
+    # Rank 1's step 1 fails (NaN) before it sends; caught, its step 2 would have paired with
+    # rank 0's step 1 (which averaged rank 1's step-2 gradients into it). Now its later
+    # steps fail at once, and rank 0's step 1 ends with the timeout's CommError.
+    rank0, rank1 = ddp_support.run(workers.catch_and_carry_on, 2, timeout=90)
+    assert rank1 == ["ValueError", "RuntimeError"], rank1
+    assert rank0 == ["CommError"], rank0
+
+
 def test_a_failed_future_raises_the_error_itself():
     future = torch.futures.Future()
     gc._C.fail_future(future, gradcomp.CommError("allreduce_sum: lost rank 1"))

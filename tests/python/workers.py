@@ -413,6 +413,30 @@ def nan_gradient(rank, world, spec):
     return None
 
 
+def catch_and_carry_on(rank, world):
+    """Rank 1 gets a NaN at step 1, catches the ValueError and goes on with step 2, as a
+    script that skips bad batches would: what each rank's steps 1 and 2 raised, and
+    whether rank 0's gradients at step 1 were ever changed by rank 1's step-2 messages."""
+    model = ddp(small_model())
+    state = gc.CompressionState("fp16", dense_share=0.0, timeout=datetime.timedelta(seconds=5))
+    model.register_comm_hook(state, gc.hook)
+    opt = gc.SGD(model.parameters(), lr=0.05, state=state)
+    out = []
+    for step in range(3):
+        x, y = batch(rank, step)
+        if step == 1 and rank == 1:
+            x[0, 0, 0, 0] = float("nan")
+        opt.zero_grad()
+        error = raised(lambda: nn.functional.cross_entropy(model(x), y).backward())
+        if step > 0:
+            out.append(None if error is None else error[0])
+        if error is None:
+            opt.step()
+        elif rank == 0:
+            break
+    return out
+
+
 def float64_bucket(rank, world):
     model = ddp(small_model().double())
     model.register_comm_hook(gc.CompressionState("none"), gc.hook)
