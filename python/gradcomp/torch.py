@@ -112,6 +112,8 @@ class CompressionState:
         # A bad setting is raised only once the ranks have agreed on their settings: a
         # rank that raised at once would leave the others waiting for it in a collective.
         invalid = _invalid_settings(settings)
+        if invalid is None and not isinstance(timeout, datetime.timedelta):
+            invalid = TypeError(f"timeout must be a datetime.timedelta, got {timeout!r}")
         if process_group is None:
             if not dist.is_initialized():
                 if invalid is not None:
@@ -124,8 +126,13 @@ class CompressionState:
         process_group = exchange_group(process_group)
         # Collective: the ranks agree on the settings (ValueError on every rank naming the
         # first that differs), then the exchanger validates the spec and the reducer.
+        # Settings of the wrong type reach it as the defaults (the fields carry what was
+        # given, so ranks that differ still all raise alike); the error follows.
         self._exchanger = _C.Exchanger(
-            process_group, compressor, reducer, timeout.total_seconds(),
+            process_group, compressor if isinstance(compressor, str) else "none",
+            reducer if isinstance(reducer, str) else "auto",
+            (timeout if isinstance(timeout, datetime.timedelta)
+             else datetime.timedelta(minutes=30)).total_seconds(),
             _settings_fields(settings),
         )
         if invalid is not None:
@@ -617,6 +624,9 @@ def _invalid_settings(s: Dict[str, Any]) -> Optional[Exception]:
     """The error a bad setting raises, returned (not raised); None when all are valid.
     The exchanger validates the reducer."""
     try:
+        for name in ("compressor", "reducer"):
+            if not isinstance(s[name], str):
+                raise TypeError(f"{name} must be a str, got {s[name]!r}")
         _C.validate_spec(s["compressor"])
         if not 0.0 <= s["dense_share"] <= 1.0:
             raise ValueError(f"dense_share must be in [0, 1], got {s['dense_share']}")

@@ -95,6 +95,17 @@ def test_bad_spec_raises_value_error():
         gc.CompressionState("topkk")
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(compressor=5), "compressor must be a str, got 5"),
+    (dict(compressor="fp16", reducer=None), "reducer must be a str, got None"),
+    (dict(compressor="fp16", timeout=5), "timeout must be a datetime.timedelta, got 5"),
+])
+def test_settings_of_the_wrong_type_raise_type_error(kwargs, message):
+    with pytest.raises(TypeError) as raised:
+        gc.CompressionState(**kwargs)
+    assert str(raised.value) == message
+
+
 def test_momentum_in_memory_without_gradcomp_sgd_is_refused():
     results = ddp_support.run(workers.momentum_without_optimizer, 2, allow_errors=True)
     for r in results:
@@ -150,6 +161,8 @@ MISMATCHED_SETTINGS = [
     ("compressor", ["topkk", "topk"]),  # a bad spec on one rank: refused on both, not alone
     ("dense_share", [0.0, 0.05]),       # other layouts: aborted in Gloo at the second step
     ("seed", [0, 1]),
+    ("compressor", ["efm(topk:ratio=0.05)", 5]),  # not a str: refused by pybind alone, before
+    ("reducer", ["auto", None]),                  # (the peers waited out the timeout)
 ]
 
 
