@@ -419,6 +419,14 @@ class CompressionState:
         if i is not None:
             return i
         i = self._next_index
+        if p.is_complex():
+            # DDP lays a complex tensor into a float32 bucket as twice its elements (a view
+            # as real pairs): its shape would describe half the values.
+            raise TypeError(
+                f"gradcomp hook: tensor {i} is {p.dtype}; gradcomp exchanges real float32, "
+                "bfloat16 and float16 gradients (keep complex parameters as real pairs, "
+                "torch.view_as_real)"
+            )
         described = (f"param{i}", p.numel(), p.dim(), p.shape[0] if p.dim() >= 2 else 0)
         if i < len(self._params):
             if self._params[i][1:] != described[1:]:

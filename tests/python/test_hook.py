@@ -240,6 +240,15 @@ def test_a_float64_bucket_is_refused():
                 ) in message, (kind, message)
 
 
+def test_a_complex_parameter_is_refused():
+    # DDP lays it into a float32 bucket as real pairs: the hook said, a step later, that the
+    # bucket held twice its parameters' elements.
+    for kind, message in ddp_support.run(workers.complex_parameter, 2, timeout=60):
+        assert kind == "TypeError", (kind, message)
+        assert message.startswith("gradcomp hook: tensor 0 is torch.complex64; gradcomp "
+                                  "exchanges real float32"), message
+
+
 @pytest.mark.parametrize("spec,dtype", [("efm(topk:ratio=0.1)", "float32"),
                                         ("powersgd:rank=2", "float32"),
                                         pytest.param("none", "float16", marks=pytest.mark.skipif(

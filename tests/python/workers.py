@@ -444,6 +444,23 @@ def float64_bucket(rank, world):
     return raised(lambda: nn.functional.cross_entropy(model(x.double()), y).backward())
 
 
+class _ComplexLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = nn.Parameter(torch.randn(10, 10, dtype=torch.cfloat))
+
+    def forward(self, x):
+        return (x.to(torch.cfloat) @ self.w).real
+
+
+def complex_parameter(rank, world):
+    model = DDP(nn.Sequential(small_model(), _ComplexLayer()), bucket_cap_mb=0.1)
+    model.register_comm_hook(gc.CompressionState("none"), gc.hook)
+    x, y = batch(rank, 0)
+    return raised(lambda: nn.functional.cross_entropy(model(x), y).backward())
+
+
 def mixed_precision_equals_ddp(rank, world, dtype, spec, steps, device="cpu"):
     """A bfloat16 or float16 model through the hook against DDP's own averaging in that
     dtype: per step, the worst difference over tensors in units of the dtype's eps times
