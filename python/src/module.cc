@@ -35,19 +35,28 @@ std::pair<PyObject*, std::string> classify(const std::exception_ptr& error) {
   }
 }
 
+// A message as Python text, whole: a message may quote what it was given (a spec's bytes),
+// cut mid-character or with a NUL in it. PyErr_SetString would raise UnicodeDecodeError
+// instead of the error, or stop at the NUL; the bytes that are not UTF-8 read as U+FFFD.
+py::str message_text(const std::string& message) {
+  return py::reinterpret_steal<py::str>(
+      PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "replace"));
+}
+
 // The module's exception translator (pybind11 tries the next one on a rethrow).
 void translate(std::exception_ptr error) {
   if (!error) return;
   const auto [type, message] = classify(error);
   if (type == nullptr) std::rethrow_exception(error);
-  PyErr_SetString(type, message.c_str());
+  PyErr_SetObject(type, message_text(message).ptr());
 }
 
 }  // namespace
 
 py::object python_exception(const std::exception_ptr& error) {
   const auto [type, message] = classify(error);
-  return py::reinterpret_borrow<py::object>(type ? type : PyExc_RuntimeError)(message);
+  return py::reinterpret_borrow<py::object>(type ? type
+                                                 : PyExc_RuntimeError)(message_text(message));
 }
 
 StepContext codec_call_context(const at::Tensor& t, std::uint64_t seed, std::uint64_t step,

@@ -14,6 +14,26 @@ bool is_ident_char(char c) {
 bool is_value_char(char c) {
   return c > ' ' && c < 127 && c != ',' && c != '(' && c != ')' && c != ':' && c != '=';
 }
+bool is_printable_ascii(char c) { return c >= ' ' && c < 127; }
+
+// The spec as a message quotes it: a byte that is not printable ASCII as \xNN, so that
+// the message stays one line of valid text whatever the caller passed (a NUL ended the
+// message early in C and in Python; half a UTF-8 character made Python's decoding fail).
+std::string escaped(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : text) {
+    if (is_printable_ascii(c)) {
+      out += c;
+      continue;
+    }
+    const auto b = static_cast<unsigned char>(c);
+    out += "\\x";
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
 
 class Parser {
  public:
@@ -21,6 +41,12 @@ class Parser {
 
   SpecNode parse_all() {
     if (text_.empty()) fail("empty spec");
+    for (; pos_ < text_.size(); ++pos_) {
+      if (!is_printable_ascii(text_[pos_])) {
+        fail("byte " + escaped(text_.substr(pos_, 1)) + " is not printable ASCII");
+      }
+    }
+    pos_ = 0;
     SpecNode node = parse_node(0);
     if (pos_ != text_.size()) fail("unexpected '" + std::string(1, text_[pos_]) + "'");
     return node;
@@ -76,7 +102,7 @@ class Parser {
   }
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw InvalidArgument("spec '" + std::string(text_) + "': " + what + " at position " +
+    throw InvalidArgument("spec '" + escaped(text_) + "': " + what + " at position " +
                           std::to_string(pos_));
   }
 

@@ -70,6 +70,19 @@ TEST(SpecParser, RejectsMalformedSpecs) {
   }
 }
 
+// A spec is printable ASCII; anything else is named as \xNN, in a message that stays one
+// line of valid text (a NUL cut the message short, half a UTF-8 character broke Python's
+// decoding of it).
+TEST(SpecParser, BytesOutsidePrintableAsciiAreNamedEscaped) {
+  using namespace std::string_literals;
+  EXPECT_EQ(error_of([] { parse_spec("t\xC3\xB3pk"); }),
+            "spec 't\\xC3\\xB3pk': byte \\xC3 is not printable ASCII at position 1");
+  EXPECT_EQ(error_of([] { parse_spec("top\0k"s); }),
+            "spec 'top\\x00k': byte \\x00 is not printable ASCII at position 3");
+  EXPECT_EQ(error_of([] { parse_spec("topk:ratio=0.1\n"); }),
+            "spec 'topk:ratio=0.1\\x0A': byte \\x0A is not printable ASCII at position 14");
+}
+
 TEST(Registry, FillsDefaultsAndCanonicalises) {
   auto r = toy_registry();
   auto c = r.make_codec("toy:mode=sampled,ratio=0.5");
