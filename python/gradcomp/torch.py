@@ -596,10 +596,34 @@ class CompressionState:
             )
         if self.step != 0 or self._groups or self._index:
             raise RuntimeError("gradcomp: load_state_dict() must come before the first step")
+        _check_state_shapes(state)
         self.step = int(state["step"])
         self._params = [tuple(p) for p in state["params"]]
         self._dense = None if state["dense"] is None else list(state["dense"])
         self._floating = {int(i): dict(v) for i, v in state["memories"].items()}
+
+
+def _check_state_shapes(state: Dict[str, Any]) -> None:
+    """The containers of a CompressionState.state_dict(), before any is used: a state
+    edited or cut elsewhere raises ValueError naming the part, not a KeyError or
+    IndexError from deep inside a later step. (The values are checked where they are
+    used: each tensor's shape at its first step, each memory's size and finiteness.)"""
+    def bad(what: str) -> ValueError:
+        return ValueError(f"gradcomp: the state's {what}: not a CompressionState.state_dict()")
+
+    step, params, dense, memories = (state[k] for k in ("step", "params", "dense", "memories"))
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise bad(f"step is {step!r}, not a count")
+    if not isinstance(params, (list, tuple)) or not all(
+            isinstance(p, (list, tuple)) and len(p) == 4 for p in params):
+        raise bad("params are not a list of (name, elements, dimensions, rows)")
+    if dense is not None and (not isinstance(dense, (list, tuple)) or len(dense) != len(params)):
+        raise bad(f"dense flags are not one per tensor ({len(params)} tensors)")
+    if not isinstance(memories, dict) or not all(
+            isinstance(i, int) and 0 <= i < len(params) and isinstance(m, dict)
+            and all(isinstance(t, torch.Tensor) for t in m.values())
+            for i, m in memories.items()):
+        raise bad(f"memories are not tensors by tensor index (0 to {len(params) - 1})")
 
 
 _BUCKET_DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -186,6 +186,16 @@ def test_a_state_restores_only_on_the_rank_that_saved_it(tmp_path):
                             "CompressionState.state_dict()")
 
 
+def test_a_malformed_state_is_a_value_error_naming_the_part():
+    (results,) = ddp_support.run(workers.malformed_states, 1, timeout=60)
+    parts = ["step is -5", "step is '3'", "params are", "dense flags are", "memories are",
+             "memories are"]
+    for (kind, message), part in zip(results, parts):
+        assert kind == "ValueError" and message.startswith(f"gradcomp: the state's {part}"), \
+            (kind, message)
+        assert message.endswith("not a CompressionState.state_dict()"), message
+
+
 def test_ranks_with_different_models_are_refused_on_every_rank():
     results = ddp_support.run(workers.mismatched_model, 2, timeout=60)
     expected = re.compile(r"gradcomp: ranks disagree on tensor \d+: rank 0 has \[256, 1152\] in "

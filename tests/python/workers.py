@@ -280,6 +280,31 @@ def restore_rank_zeros_state(rank, world, path):
         raised(lambda: cut.load_state_dict(saved))
 
 
+def malformed_states(rank, world):
+    """What load_state_dict raises for states edited or cut elsewhere."""
+    model = ddp(small_model())
+    state = gc.CompressionState("efm(topk:ratio=0.05)", dense_share=0.0)
+    opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+    model.register_comm_hook(state, gc.hook)
+    _run_steps(model, opt, rank, 0, 2)
+    good = state.state_dict()
+    edits = [
+        lambda s: s.update(step=-5),
+        lambda s: s.update(step="3"),
+        lambda s: s.update(params=s["params"][:-1] + [("x",)]),
+        lambda s: s.update(dense=s["dense"][:-1]),
+        lambda s: s.update(memories={99: {}}),
+        lambda s: s.update(memories={0: {"residual": [1.0]}}),
+    ]
+    out = []
+    for edit in edits:
+        bad = {**good}
+        edit(bad)
+        fresh = gc.CompressionState("efm(topk:ratio=0.05)", dense_share=0.0)
+        out.append(raised(lambda: fresh.load_state_dict(bad)))
+    return out
+
+
 def _train_with_torch_sgd(rank, spec, steps):
     """`steps` steps of DDP with the hook under torch.optim.SGD (not gradcomp's)."""
     model = ddp(small_model())
