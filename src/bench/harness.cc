@@ -90,7 +90,10 @@ std::vector<std::string> default_bench_specs(const CodecRegistry& registry) {
 }
 
 bool set_threads(int threads) {
-  if (threads < 1) throw InvalidArgument("threads: " + std::to_string(threads) + " < 1");
+  if (threads < 1 || threads > kMaxThreads) {
+    throw InvalidArgument("threads: " + std::to_string(threads) + " is not in [1, " +
+                          std::to_string(kMaxThreads) + "]");
+  }
 #ifdef GRADCOMP_BENCH_OPENMP
   omp_set_num_threads(threads);
   return true;

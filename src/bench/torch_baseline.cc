@@ -17,7 +17,10 @@
 namespace gradcomp::bench {
 
 void set_torch_threads(int threads) {
-  if (threads < 1) throw InvalidArgument("threads: " + std::to_string(threads) + " < 1");
+  if (threads < 1 || threads > kMaxThreads) {
+    throw InvalidArgument("threads: " + std::to_string(threads) + " is not in [1, " +
+                          std::to_string(kMaxThreads) + "]");
+  }
   at::set_num_threads(threads);
 }
 

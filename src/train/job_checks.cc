@@ -24,6 +24,14 @@ namespace {
 // Ranks a run can have (rendezvous_from_env's bound on the world size).
 constexpr std::int64_t kMaxRanks = 65536;
 
+// Parameter servers a run can have. Each server is a process (a local launch starts all of
+// them on this machine) and holds 1/S of every bucket larger than --ps-split-elements
+// (10^6 elements by default): past 64 servers such a bucket's ranges fall below 16k
+// elements, where each push's per-message cost outweighs what one more server's link
+// adds, and a local run of --servers 1000 only starts a thousand processes that time
+// out. MXNet and BytePS deployments run about one server per worker machine.
+constexpr std::int64_t kMaxServers = 64;
+
 // A double as the user would have typed it (json_number writes "null" for NaN and inf).
 std::string number(double v) {
   if (std::isnan(v)) return "nan";
@@ -62,7 +70,7 @@ void positive_number(std::string_view flag, double v) {
 void check_counts(const JobOptions& o) {
   if (o.workers) integer_in("--workers", *o.workers, 1, kMaxRanks);
   // Checked whatever the topology: a count of servers below one is never meaningful.
-  integer_in("--servers", o.servers, 1, kMaxRanks - 1);
+  integer_in("--servers", o.servers, 1, kMaxServers);
   if (o.workers && is_parameter_server(o) && *o.workers + o.servers > kMaxRanks) {
     throw InvalidArgument("--workers " + std::to_string(*o.workers) + " and --servers " +
                           std::to_string(o.servers) + " make " +
@@ -72,8 +80,8 @@ void check_counts(const JobOptions& o) {
   if (o.max_staleness < -1) {
     refuse("--max-staleness", std::to_string(o.max_staleness), "-1 (never) or an integer >= 0");
   }
-  integer_at_least("--threads", o.train.threads, 1);
-  integer_at_least("--blas-threads", o.train.blas_threads, 0);
+  integer_in("--threads", o.train.threads, 1, kMaxThreads);
+  integer_in("--blas-threads", o.train.blas_threads, 0, kMaxThreads);
 }
 
 // The language model reads text and only text: an image model on byte windows would

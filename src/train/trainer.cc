@@ -33,9 +33,11 @@ constexpr std::int64_t kColdSteps = 2;
 }  // namespace
 
 void set_threads(int threads, int blas_threads) {
-  if (threads < 1 || blas_threads < 0) {
-    throw InvalidArgument("threads: " + std::to_string(threads) + " must be >= 1, blas threads " +
-                          std::to_string(blas_threads) + " >= 0");
+  if (threads < 1 || threads > kMaxThreads || blas_threads < 0 || blas_threads > kMaxThreads) {
+    throw InvalidArgument("threads: " + std::to_string(threads) + " must be in [1, " +
+                          std::to_string(kMaxThreads) + "], blas threads " +
+                          std::to_string(blas_threads) + " in [0, " + std::to_string(kMaxThreads) +
+                          "]");
   }
   at::set_num_threads(threads);
   using SetThreads = void (*)(int);

@@ -205,6 +205,13 @@ run_err "eval --idle-seconds -1" "^gradcomp: --idle-seconds: -1 is not a number 
   "$GRADCOMP" eval --checkpoint-dir "$WORK" --idle-seconds -1
 run_err "eval --seed -1" "^gradcomp: --seed: -1 is not an integer >= 0" \
   "$GRADCOMP" eval --checkpoint-dir "$WORK" --seed -1
+# --threads is bounded: libgomp crashed (SIGSEGV in GOMP_parallel) at 100000 threads.
+run_err "bench codec --threads 100000" "^gradcomp: --threads: 100000 is not an integer in \\[1, 1024\\]" \
+  "$GRADCOMP" bench codec --size 1048576 --repeats 1 --threads 100000
+run_err "bench codec --threads 0" "^gradcomp: --threads: 0 is not an integer in \\[1, 1024\\]" \
+  "$GRADCOMP" bench codec --size 1000 --repeats 1 --threads 0
+run_err "eval --threads 100000" "^gradcomp: --threads: 100000 is not an integer in \\[1, 1024\\]" \
+  "$GRADCOMP" eval --checkpoint-dir "$WORK" --threads 100000
 
 # ---- train: every bad flag value refused once, before any worker starts (issue 32) --
 # The launcher checks the whole options value first; it used to start the workers, each
@@ -289,8 +296,10 @@ train_err "--min-group-mb: -1 is not a number >= 0" --min-group-mb -1
 train_err "--min-elements: -5 is not an integer >= 0" --min-elements -5
 train_err "--dense-share: Value 1.5 not in range" --dense-share 1.5
 train_err "--dense-share: nan is not a number in [0, 1]" --dense-share nan
-train_err "--threads: 0 is not an integer >= 1" --threads 0
-train_err "--blas-threads: -1 is not an integer >= 0" --blas-threads -1
+train_err "--threads: 0 is not an integer in [1, 1024]" --threads 0
+train_err "--threads: 100000 is not an integer in [1, 1024]" --workers 1 --threads 100000
+train_err "--blas-threads: -1 is not an integer in [0, 1024]" --blas-threads -1
+train_err "--blas-threads: 100000 is not an integer in [0, 1024]" --blas-threads 100000
 # The outer loop (issue 31): its flags, and what cannot go with it.
 train_err "--sync-every: -1 is not 0 or more" --sync-every -1
 train_err "--fragments: 3 is not at least 1 and a divisor of --sync-every (4)" --sync-every 4 --fragments 3
@@ -314,7 +323,10 @@ train_err "--context: 0 is not an integer in [1, 4096]" --model transformer --da
 train_err "--data-dir: $WORK/none is not a directory" --model transformer --dataset fortunes --data-dir "$WORK/none"
 train_err "--dataset fortunes: $WORK/art:" --model transformer --dataset fortunes --data-dir "$WORK"
 train_err "--data-dir: $WORK/none is not a directory" --dataset fashion-mnist --data-dir "$WORK/none"
-train_err "--servers: 0 is not an integer in [1, 65535]" --topology ps-sync --servers 0
+train_err "--servers: 0 is not an integer in [1, 64]" --topology ps-sync --servers 0
+# --servers 1000 started a thousand local processes and timed out.
+train_err "--servers: 1000 is not an integer in [1, 64]" --workers 2 --topology ps-sync --servers 1000
+train_err "--servers: 65 is not an integer in [1, 64]" --topology ps-async --servers 65
 train_err "--max-staleness: -5 is not -1 (never) or an integer >= 0" --topology ps-async --max-staleness -5
 train_err "--max-staleness applies to --topology ps-async only" --max-staleness 2
 train_err "--async-momentum applies to --topology ps-async only" --topology ps-sync --async-momentum as-given
@@ -370,6 +382,17 @@ run_err "advise unknown model" "unknown model" "$GRADCOMP" advise --model vgg
 run_err "advise bad sizes" "not a shape" "$GRADCOMP" advise --sizes 12x0 --compute-ms 1
 run_err "advise bad method" "out of range" "$GRADCOMP" advise --methods "topk:ratio=3"
 run_err "advise zero workers" "workers" "$GRADCOMP" advise --workers 0
+# NaN passed CLI11's ranges (rc 0, nan in the table), and negative timings in a speeds file.
+run_err "advise --overlap nan" "^gradcomp: --overlap: nan is not a number in \\[0, 1\\]" \
+  "$GRADCOMP" advise --overlap nan
+run_err "advise --backward-share nan" "^gradcomp: --backward-share: nan is not a number in \\[0, 1\\]" \
+  "$GRADCOMP" advise --backward-share nan
+run_err "advise --link-efficiency nan" "^gradcomp: --link-efficiency: nan is not a number in \\[0\\.01, 1\\]" \
+  "$GRADCOMP" advise --link-efficiency nan
+printf '%s\n' '{"kind":"codec","spec":"topk:ratio=0.01","n":1000,"encode_ms":-5,"decode_ms":1}' > neg.jsonl
+run_err "advise --codec-speeds with a negative time" \
+  "^gradcomp: --codec-speeds: neg\\.jsonl: the row of topk:ratio=0\\.01 has a negative" \
+  "$GRADCOMP" advise --methods "topk:ratio=0.01" --codec-speeds neg.jsonl --compute-ms 5 --bench-size 20000
 run_err "advise speeds without codec rows" "no codec or scheme rows" "$GRADCOMP" advise --codec-speeds /dev/null
 run_err "advise device speeds without codec rows" "no codec or scheme rows" "$GRADCOMP" advise --device-speeds /dev/null
 run_err "advise bad PCIe rate" "pcie-gbs: must be > 0" "$GRADCOMP" advise --device-speeds \

@@ -5,6 +5,7 @@
 #include <exception>
 #include <iostream>
 #include <new>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +76,50 @@ CLI::Validator integer_at_least(long long min) {
         return {};
       },
       "INT>=" + std::to_string(min));
+}
+
+CLI::Validator integer_in(long long min, long long max) {
+  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  return CLI::Validator(
+      [min, max, range](std::string& value) -> std::string {
+        long long v = 0;
+        std::size_t used = 0;
+        try {
+          v = std::stoll(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != value.size() || v < min || v > max) {
+          return value + " is not an integer in " + range;
+        }
+        return {};
+      },
+      "INT in " + range);
+}
+
+CLI::Validator number_in(double min, double max) {
+  auto text = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  const std::string range = "[" + text(min) + ", " + text(max) + "]";
+  return CLI::Validator(
+      [min, max, range](std::string& value) -> std::string {
+        double v = 0;
+        std::size_t used = 0;
+        try {
+          v = std::stod(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        // Written so that NaN fails (CLI::Range lets it through).
+        if (used == 0 || used != value.size() || !(v >= min && v <= max)) {
+          return value + " is not a number in " + range;
+        }
+        return {};
+      },
+      "NUMBER in " + range);
 }
 
 CLI::Validator unsigned_integer() {

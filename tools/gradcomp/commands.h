@@ -51,6 +51,10 @@ CLI::Validator non_negative_number();
 // "--x: abc is not an integer >= 1" (CLI11's PositiveNumber prints its whole double
 // range instead). app.cc.
 CLI::Validator integer_at_least(long long min);
+// "--threads: 100000 is not an integer in [1, 1024]". app.cc.
+CLI::Validator integer_in(long long min, long long max);
+// "--overlap: nan is not a number in [0, 1]" (CLI::Range lets NaN through). app.cc.
+CLI::Validator number_in(double min, double max);
 // For unsigned flags: "--seed: -1 is not an integer >= 0". CLI11 2.1 reads "-1" into a
 // 64-bit unsigned as 2^64 - 1 without complaint (strtoull's wrap-around). app.cc.
 CLI::Validator unsigned_integer();

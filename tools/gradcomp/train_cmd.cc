@@ -82,7 +82,7 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                   "allreduce | ps-sync | ps-async (parameter server: --servers ranks beside "
                   "the workers)")
       ->capture_default_str();
-  cmd->add_option("--servers", j.servers, "parameter servers (ps-sync / ps-async)")
+  cmd->add_option("--servers", j.servers, "parameter servers (ps-sync / ps-async), 1 to 64")
       ->capture_default_str();
   cmd->add_option("--ps-downlink", flags->downlink,
                   "ps-sync replies: dense (MXNet) | compressed (server-side error feedback)")
@@ -173,9 +173,11 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                   "elements, stay dense (0.01 keeps the MLP's classifier dense)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  CLI::Option* threads_flag = cmd->add_option(
-      "--threads", flags->threads, "threads per worker (default: cores / local workers)");
-  cmd->add_option("--blas-threads", j.train.blas_threads, "OpenBLAS threads (0: = --threads)");
+  CLI::Option* threads_flag =
+      cmd->add_option("--threads", flags->threads,
+                      "threads per worker, 1 to 1024 (default: cores / local workers)");
+  cmd->add_option("--blas-threads", j.train.blas_threads,
+                  "OpenBLAS threads, up to 1024 (0: = --threads)");
   cmd->add_option("--seed", j.train.seed, "run seed")
       ->capture_default_str()
       ->check(unsigned_integer());
