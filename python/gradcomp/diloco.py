@@ -55,6 +55,13 @@ def _outer_spec(outer: Union[str, torch.optim.Optimizer]) -> str:
     return f"sgd:lr={lr!r},momentum={momentum!r}"
 
 
+def _whole(name: str, value: Any) -> int:
+    """An integer setting as given: 2.7 steps is a mistake to name, not to round."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"DiLoCo: {name} must be an int, got {value!r}")
+    return value.__index__()
+
+
 class DiLoCo:
     """The outer loop around ``model``'s parameters (see the module's documentation).
 
@@ -112,13 +119,13 @@ class DiLoCo:
                  timeout: datetime.timedelta = datetime.timedelta(minutes=30),
                  min_elements: int = 1024, dense_share: float = 0.0) -> None:
         options = _C.OuterLoopOptions()
-        options.sync_every = int(sync_every)
+        options.sync_every = _whole("sync_every", sync_every)
         options.outer = _outer_spec(outer_optimizer)
-        options.fragments = int(fragments)
-        options.delay = int(delay)
+        options.fragments = _whole("fragments", fragments)
+        options.delay = _whole("delay", delay)
         options.mix = float(mix)
-        options.seed = int(seed)
-        options.min_elements = int(min_elements)
+        options.seed = _whole("seed", seed)
+        options.min_elements = _whole("min_elements", min_elements)
         options.dense_share = float(dense_share)
         _C.check_outer_loop(compressor, reducer, options)  # before any collective
         params = [(n, p.detach()) for n, p in model.named_parameters() if p.requires_grad]
@@ -199,7 +206,9 @@ class DiLoCo:
                     if not name.endswith((".global", ".momentum"))]
         if per_rank:
             check_saved_rank("DiLoCo.load_state_dict", state, self._rank, self._world)
-        steps = int(state["inner_steps"])
+        steps = state["inner_steps"]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"DiLoCo.load_state_dict: inner_steps is {steps!r}, not a count")
         self._loop.load_state(state["state"], steps)
         self._steps = steps
 

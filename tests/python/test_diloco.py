@@ -3,6 +3,8 @@ import pytest
 
 import ddp_support
 import diloco_workers
+import gradcomp.torch as gc
+from workers import small_model
 
 
 @pytest.mark.parametrize("outer_is_torch", [False, True])
@@ -42,6 +44,16 @@ def test_bad_settings_are_refused_before_any_collective():
     assert "unknown codec 'bogus'" in results[2][1]
     assert "keeps none" in results[3][1]
     assert "scatter runs a codec under ef, efm, noef or bare" in results[4][1]
+
+
+@pytest.mark.parametrize("name, value", [("sync_every", 2.7), ("fragments", 2.0),
+                                         ("delay", True), ("min_elements", 1.5)])
+def test_a_whole_number_setting_given_otherwise_is_a_type_error(name, value):
+    # Truncated before: sync_every=2.7 ran every 2 steps.
+    kwargs = {"sync_every": 4, name: value}
+    with pytest.raises(TypeError) as raised:
+        gc.DiLoCo(small_model(), None, **kwargs)
+    assert str(raised.value) == f"DiLoCo: {name} must be an int, got {value!r}"
 
 
 def test_a_round_without_a_peer_raises_commerror_and_changes_nothing():
