@@ -57,9 +57,10 @@ std::vector<ArrayView> training_arrays(torch::nn::Module& model, Optimizer& opti
 
 void save_checkpoint(const std::filesystem::path& file, const CheckpointMeta& meta,
                      torch::nn::Module& model, Optimizer& optimizer,
-                     std::span<const StateBuffer> memory_state) {
+                     std::span<const StateBuffer> memory_state,
+                     const std::filesystem::path& keep_previous) {
   const std::vector<ArrayView> arrays = training_arrays(model, optimizer, memory_state);
-  write_checkpoint(file, meta, arrays);
+  write_checkpoint(file, meta, arrays, keep_previous);
 }
 
 CheckpointMeta load_checkpoint(const std::filesystem::path& file, torch::nn::Module& model,

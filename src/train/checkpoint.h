@@ -25,9 +25,12 @@ CheckpointMeta load_model_from_checkpoint(const std::filesystem::path& file,
 std::vector<ArrayView> training_arrays(torch::nn::Module& model, Optimizer& optimizer,
                                        std::span<const StateBuffer> memory_state);
 
+// keep_previous: write_checkpoint's (the existing FILE moves there once the new one is
+// written).
 void save_checkpoint(const std::filesystem::path& file, const CheckpointMeta& meta,
                      torch::nn::Module& model, Optimizer& optimizer,
-                     std::span<const StateBuffer> memory_state);
+                     std::span<const StateBuffer> memory_state,
+                     const std::filesystem::path& keep_previous = {});
 CheckpointMeta load_checkpoint(const std::filesystem::path& file, torch::nn::Module& model,
                                Optimizer& optimizer, std::span<const StateBuffer> memory_state);
 

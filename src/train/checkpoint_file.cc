@@ -152,7 +152,8 @@ const char* file_optimizer(Cursor c, std::uint32_t count) {
 }  // namespace
 
 void write_checkpoint(const std::filesystem::path& file, const CheckpointMeta& meta,
-                      std::span<const ArrayView> arrays) {
+                      std::span<const ArrayView> arrays,
+                      const std::filesystem::path& keep_previous) {
   std::vector<std::byte> body;
   std::size_t total = 40;
   for (const ArrayView& a : arrays) total += 13 + a.name.size() + a.count * element_bytes(a.type);
@@ -192,7 +193,17 @@ void write_checkpoint(const std::filesystem::path& file, const CheckpointMeta& m
     ::unlink(tmp.c_str());
     throw;
   }
-  if (::close(fd) != 0) fail(tmp, std::string("close failed: ") + std::strerror(errno));
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    fail(tmp, std::string("close failed: ") + std::strerror(errno));
+  }
+  // Only now, with the new checkpoint safely in FILE.tmp, does the old one move aside.
+  if (!keep_previous.empty() && ::rename(file.c_str(), keep_previous.c_str()) != 0 &&
+      errno != ENOENT) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    fail(file, "rename to " + keep_previous.string() + " failed: " + std::strerror(e));
+  }
   if (::rename(tmp.c_str(), file.c_str()) != 0) {
     fail(file, std::string("rename failed: ") + std::strerror(errno));
   }

@@ -47,8 +47,13 @@ struct ArrayView {
   std::size_t count = 0;  // elements
 };
 
+// keep_previous (when not empty): an existing FILE is renamed to it, but only once the
+// new checkpoint is written and fsync'ed to FILE.tmp, right before that is renamed over
+// FILE. A failed write changes nothing on disk; a crash between the two renames leaves
+// the old checkpoint at keep_previous and FILE absent (the resume agreement reads both).
 void write_checkpoint(const std::filesystem::path& file, const CheckpointMeta& meta,
-                      std::span<const ArrayView> arrays);
+                      std::span<const ArrayView> arrays,
+                      const std::filesystem::path& keep_previous = {});
 // Fills `arrays` (names, types and counts must match the file's, in order) and returns
 // the meta. On any error nothing has been written to the arrays.
 CheckpointMeta read_checkpoint(const std::filesystem::path& file,

@@ -317,11 +317,11 @@ void Trainer::save_checkpoint(const std::filesystem::path& file) {
   // The previous checkpoint stays as FILE.prev: ranks killed while some had written this
   // one and others had not can still resume together from the one before. (A run that
   // resumed from an older step rewrites a step it already had: that file is replaced.)
+  // The rotation happens only once the new file is written: a failed save changes nothing.
   const std::optional<std::uint64_t> existing = checkpoint_step(file);
-  if (existing && *existing < meta.step) {
-    std::filesystem::rename(file, previous_checkpoint_file(file));
-  }
-  train::save_checkpoint(file, meta, *model_, *optimizer_, state);
+  const bool rotate = existing && *existing < meta.step;
+  train::save_checkpoint(file, meta, *model_, *optimizer_, state,
+                         rotate ? previous_checkpoint_file(file) : std::filesystem::path{});
 }
 
 void Trainer::load_checkpoint(const std::filesystem::path& file) {

@@ -8,6 +8,7 @@
 
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
+#include "train/checkpoint_file.h"
 #include "train/trainer.h"
 #include "trainer_test_support.h"
 
@@ -204,6 +205,43 @@ TEST(Trainer, ResumeContinuesTheSameTrajectoryBitForBit) {
   // Nor a run with another compressor (other memory layout).
   Trainer w2(second, d.train, d.test, local("none"));
   EXPECT_THROW(w2.load_checkpoint(w2.checkpoint_file()), InvalidArgument);
+  fs::remove_all(dir);
+}
+
+// A save that fails (here: FILE.tmp is a directory) must leave the checkpoints on disk
+// as they were: the rotation of FILE to FILE.prev used to come before the write, so a
+// failed save lost the current checkpoint and deleted the one before it.
+TEST(Trainer, AFailedCheckpointSaveChangesNothingOnDisk) {
+  const Data d = synthetic(320, 100, 8);
+  TrainConfig cfg;
+  cfg.model.name = "mlp";
+  cfg.model.mlp_hidden = {16};
+  cfg.batch_size = 32;
+  cfg.epochs = 1;
+  cfg.warmup_steps = 0;
+  const fs::path dir = train_dir("failed_save");
+  cfg.checkpoint_dir = dir;
+  Trainer t(cfg, d.train, d.test, local("none"));
+  const fs::path file = t.checkpoint_file();
+  const fs::path prev = previous_checkpoint_file(file);
+  t.train_step();
+  t.save_checkpoint(file);
+  t.train_step();
+  t.save_checkpoint(file);  // step 2, step 1 rotated to .prev
+  ASSERT_EQ(checkpoint_step(file), std::optional<std::uint64_t>(2));
+  ASSERT_EQ(checkpoint_step(prev), std::optional<std::uint64_t>(1));
+  fs::path tmp = file;
+  tmp += ".tmp";
+  fs::create_directory(tmp);
+  t.train_step();
+  EXPECT_THROW(t.save_checkpoint(file), InvalidArgument);
+  EXPECT_EQ(checkpoint_step(file), std::optional<std::uint64_t>(2));
+  EXPECT_EQ(checkpoint_step(prev), std::optional<std::uint64_t>(1));
+  // Once the obstacle is gone the next save rotates as before.
+  fs::remove(tmp);
+  t.save_checkpoint(file);
+  EXPECT_EQ(checkpoint_step(file), std::optional<std::uint64_t>(3));
+  EXPECT_EQ(checkpoint_step(prev), std::optional<std::uint64_t>(2));
   fs::remove_all(dir);
 }
 
