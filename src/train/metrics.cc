@@ -9,15 +9,45 @@
 
 namespace gradcomp::train {
 
+std::filesystem::path MetricsWriter::partial_file(const std::filesystem::path& file) {
+  std::filesystem::path p = file;
+  p += ".partial";
+  return p;
+}
+
 MetricsWriter::MetricsWriter(const std::filesystem::path& file, bool append)
-    : file_(file), out_(file, append ? std::ios::app : std::ios::trunc) {
-  if (!out_) throw InvalidArgument("metrics: cannot open " + file.string() + " for writing");
+    : file_(file), partial_(partial_file(file)) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file_, ec)) {
+    throw InvalidArgument("metrics: " + file_.string() + " is a directory");
+  }
+  if (append && !std::filesystem::exists(partial_, ec) && std::filesystem::exists(file_, ec)) {
+    std::filesystem::copy_file(file_, partial_, std::filesystem::copy_options::overwrite_existing,
+                               ec);
+    if (ec) {
+      throw InvalidArgument("metrics: cannot copy " + file_.string() + " to " + partial_.string() +
+                            ": " + ec.message());
+    }
+  }
+  out_.open(partial_, append ? std::ios::app : std::ios::trunc);
+  if (!out_) throw InvalidArgument("metrics: cannot open " + partial_.string() + " for writing");
 }
 
 void MetricsWriter::write(const JsonObject& line) {
   out_ << line.str() << '\n';
   out_.flush();
-  if (!out_) throw InvalidArgument("metrics: write to " + file_.string() + " failed");
+  if (!out_) throw InvalidArgument("metrics: write to " + partial_.string() + " failed");
+}
+
+void MetricsWriter::commit() {
+  out_.close();
+  if (out_.fail()) throw InvalidArgument("metrics: write to " + partial_.string() + " failed");
+  std::error_code ec;
+  std::filesystem::rename(partial_, file_, ec);
+  if (ec) {
+    throw InvalidArgument("metrics: cannot rename " + partial_.string() + " to " + file_.string() +
+                          ": " + ec.message());
+  }
 }
 
 double median(std::vector<double> values) {

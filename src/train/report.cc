@@ -280,4 +280,10 @@ void Report::parameter_server(const ParameterServerRecord& ps) {
   metrics_->write(j);
 }
 
+void Report::finish() {
+  if (!metrics_) return;
+  metrics_->commit();
+  metrics_.reset();
+}
+
 }  // namespace gradcomp::train

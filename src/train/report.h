@@ -145,6 +145,10 @@ class Report {
   // The summary line and the final table.
   void summary(const TrainSummary& s);
   void parameter_server(const ParameterServerRecord& ps);
+  // The run ended and everything is reported: the metrics file takes this run's lines
+  // (until then they are in FILE.partial; a run that fails never gets here and leaves the
+  // file as it was).
+  void finish();
 
  private:
   void lm_epoch_line(const EpochRecord& e);

@@ -112,6 +112,7 @@ int WorkerRank::run() {
                               .server_optimizer = dist::async_server_optimizer(*ps_),
                               .staleness = ps_worker->staleness()});
   }
+  report_.finish();
   return 0;
 }
 

@@ -24,6 +24,31 @@ else
   fail "3 workers, top-k"; cat err1.txt run1.txt
 fi
 
+# A failed run (the loss turns nan at --lr 1e30) must not destroy the metrics of the run
+# before it (it truncated the file to 0 bytes): the file stays as it was, and the failed
+# run's own lines are in FILE.partial.
+if [ -s m.jsonl ]; then
+  cp m.jsonl keepm.jsonl && cp m.jsonl keepm.before
+  "$GRADCOMP" train --dataset synthetic --synthetic-train 512 --mlp-hidden 32 --batch-size 16 \
+    --threads 1 --workers 2 --steps 20 --lr 1e30 --warmup-steps 0 --timeout-ms 8000 \
+    --metrics "$WORK/keepm.jsonl" > keepm.txt 2> keepm.err
+  rc=$?
+  if [ "$rc" -ne 0 ] && cmp -s keepm.jsonl keepm.before && [ -e keepm.jsonl.partial ]; then
+    pass "a failed run leaves the previous metrics file as it was (exit $rc)"
+  else
+    fail "a failed run and the previous metrics (exit $rc)"; ls -l keepm.*; cat keepm.err
+  fi
+  # The next run that finishes replaces both.
+  if "$GRADCOMP" train --dataset synthetic --synthetic-train 512 --mlp-hidden 32 --batch-size 16 \
+       --threads 1 --workers 2 --steps 3 --timeout-ms 8000 --metrics "$WORK/keepm.jsonl" \
+       > keepm.txt 2> keepm.err &&
+     [ "$(grep -c '"type":"summary"' keepm.jsonl)" -eq 1 ] && [ ! -e keepm.jsonl.partial ]; then
+    pass "a finished run writes its metrics over the file"
+  else
+    fail "metrics after a finished run"; ls -l keepm.*; cat keepm.err
+  fi
+fi
+
 # OpenBLAS's kernels: on a CPU with AVX2 the run never uses the generic Prescott ones
 # (Debian's OpenBLAS falls back to them on CPUs it does not know; gradcomp-torch then sets
 # OPENBLAS_CORETYPE, tools/gradcomp/blas_core.h), and a core the user names stands.

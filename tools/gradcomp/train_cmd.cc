@@ -187,7 +187,9 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_flag("--resume", j.train.resume,
                 "continue from --checkpoint-dir, at the newest step every worker holds "
                 "(ps-async: each worker at its own newest)");
-  cmd->add_option("--metrics", j.metrics_path, "JSON lines: one per epoch and a summary");
+  cmd->add_option("--metrics", j.metrics_path,
+                  "JSON lines: one per epoch and a summary, written to FILE.partial and "
+                  "renamed over FILE when the run ends (a failed run leaves FILE as it was)");
   cmd->add_option("--eval-every", j.train.eval_every,
                   "also evaluate the test set every N steps (reported with the training time "
                   "so far; 0: at epoch ends only)")
