@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -60,14 +61,19 @@ EncodeFileResult encode_file(const CodecRegistry& registry, const EncodeFileRequ
 
   std::vector<std::byte> msg(memory->max_encoded_bytes());
   result.message_bytes = memory->compress(grad, request.ctx, msg);
-  write_bytes_atomic(request.out, std::span<const std::byte>(msg.data(), result.message_bytes));
-
+  // The message and the residual belong together: both are written in full to their
+  // temporaries before either replaces its file, so that a residual that cannot be
+  // written leaves the old message (and residual) in place.
+  PendingFile message(request.out, std::span<const std::byte>(msg.data(), result.message_bytes));
+  std::optional<PendingFile> residual;
   if (!request.residual.empty()) {
     std::vector<float> saved;
     saved.reserve(state_elements(state));
     for (const auto& b : memory->state()) saved.insert(saved.end(), b.data.begin(), b.data.end());
-    write_floats_atomic(request.residual, saved);
+    residual.emplace(request.residual, std::as_bytes(std::span<const float>(saved)));
   }
+  message.commit();
+  if (residual) residual->commit();
   return result;
 }
 

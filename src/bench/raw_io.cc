@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "gradcomp/error.h"
 #include "gradcomp/wire.h"  // the little-endian host assertion: floats are written as-is
@@ -100,16 +101,20 @@ std::vector<float> read_floats(const std::string& path) {
   return data;
 }
 
-void write_bytes_atomic(const std::string& path, std::span<const std::byte> data) {
-  if (path.empty()) throw InvalidArgument("empty file name");
-  const std::string tmp = path + ".tmp";
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) fail_errno(path, "cannot create '" + tmp + "'", errno);
+PendingFile::PendingFile(std::string path, std::span<const std::byte> data)
+    : path_(std::move(path)), tmp_(path_ + ".tmp") {
+  if (path_.empty()) throw InvalidArgument("empty file name");
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    fail(path_, "is a directory, not a file");
+  }
+  Fd fd(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) fail_errno(path_, "cannot create '" + tmp_ + "'", errno);
   // On any failure below, remove the partial temporary; `path` is never touched.
   auto abandon = [&](const std::string& what, int err) {
     fd.close_checked();
-    ::unlink(tmp.c_str());
-    fail_errno(path, what, err);
+    ::unlink(tmp_.c_str());
+    fail_errno(path_, what, err);
   };
   std::size_t done = 0;
   while (done < data.size()) {
@@ -123,14 +128,25 @@ void write_bytes_atomic(const std::string& path, std::span<const std::byte> data
   if (::fsync(fd.get()) != 0) abandon("fsync failed", errno);
   if (fd.close_checked() != 0) {
     const int err = errno;
-    ::unlink(tmp.c_str());
-    fail_errno(path, "close failed", err);
+    ::unlink(tmp_.c_str());
+    fail_errno(path_, "close failed", err);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+}
+
+PendingFile::~PendingFile() {
+  if (pending_) ::unlink(tmp_.c_str());
+}
+
+void PendingFile::commit() {
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int err = errno;
-    ::unlink(tmp.c_str());
-    fail_errno(path, "cannot replace with '" + tmp + "'", err);
+    fail_errno(path_, "cannot replace with '" + tmp_ + "'", err);  // the destructor unlinks
   }
+  pending_ = false;
+}
+
+void write_bytes_atomic(const std::string& path, std::span<const std::byte> data) {
+  PendingFile(path, data).commit();
 }
 
 void write_floats_atomic(const std::string& path, std::span<const float> data) {

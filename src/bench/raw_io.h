@@ -20,6 +20,25 @@ std::vector<std::byte> read_bytes(const std::string& path);
 std::vector<float> read_floats(const std::string& path);
 
 void write_bytes_atomic(const std::string& path, std::span<const std::byte> data);
+
+// The first half of write_bytes_atomic, for outputs that must change together: the data
+// is written in full to PATH.tmp (and synced) by the constructor, which throws on any
+// failure; commit() renames it over PATH. One destroyed uncommitted removes PATH.tmp, so
+// writing every output's PendingFile before committing any leaves the old outputs in
+// place when one of the writes fails. A PATH that is a directory is refused up front.
+class PendingFile {
+ public:
+  PendingFile(std::string path, std::span<const std::byte> data);
+  ~PendingFile();
+  PendingFile(const PendingFile&) = delete;
+  PendingFile& operator=(const PendingFile&) = delete;
+  void commit();
+
+ private:
+  std::string path_;
+  std::string tmp_;
+  bool pending_ = true;
+};
 void write_floats_atomic(const std::string& path, std::span<const float> data);
 
 bool file_exists(const std::string& path);

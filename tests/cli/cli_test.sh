@@ -184,6 +184,15 @@ run_err "residual with a stateless spec" "keeps no memory" \
   "$GRADCOMP" codec encode --spec none --in g.f32 --out out.f32 --residual r.f32
 run_err "residual that is a directory" "directory" \
   "$GRADCOMP" codec encode --spec 'ef(none)' --in g.f32 --out out.f32 --residual "$WORK"
+# The message and the residual change together: a residual that cannot be written left
+# --out already replaced by the new message.
+cp keep.f32 old.msg
+run_err "residual in a missing directory" "/nonexistent/r\.f32.*cannot create" \
+  "$GRADCOMP" codec encode --in g.f32 --out old.msg --spec 'efm(topk:ratio=0.01)' \
+  --residual /nonexistent/r.f32
+cmp -s keep.f32 old.msg && [ ! -e old.msg.tmp ] \
+  && pass "--out untouched when the residual cannot be written" \
+  || fail "--out replaced although the residual could not be written"
 run_err "output in a missing directory" "cannot create" \
   "$GRADCOMP" codec encode --spec none --in g.f32 --out no/such/dir/m.bin
 
