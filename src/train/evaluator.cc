@@ -47,6 +47,12 @@ std::int64_t run_eval(const EvalOptions& o, std::ostream& out) {
   if (o.poll_ms < 1 || o.idle_seconds < 0 || o.eval_batch < 1) {
     throw InvalidArgument("eval: --poll-ms and --eval-batch must be >= 1, --idle-seconds >= 0");
   }
+  // One pass over a directory without a worker's checkpoint would print nothing and
+  // succeed, which reads as "evaluated"; say so instead (--follow waits for them).
+  if (!o.follow && checkpoints_in(o.checkpoint_dir).empty()) {
+    throw InvalidArgument("eval: no checkpoint to evaluate in " + o.checkpoint_dir.string() +
+                          " (no rank-*.ckpt file)");
+  }
   set_threads(o.threads);
   const data::Dataset test = load_dataset(o.data, data::Split::kTest, o.seed);
   ModelConfig mc = o.model;
@@ -70,10 +76,12 @@ std::int64_t run_eval(const EvalOptions& o, std::ostream& out) {
     bool found = false;
     for (const auto& f : checkpoints_in(o.checkpoint_dir)) {
       const std::optional<std::uint64_t> peeked = checkpoint_step(f);
-      if (!peeked) continue;
-      const std::uint64_t step = *peeked;
+      // Unreadable: with --follow perhaps still being replaced (tried again on the next
+      // pass); without, the load below throws the file's own error (train --resume
+      // refuses the same file).
+      if (!peeked && o.follow) continue;
       const auto it = done.find(f);
-      if (it != done.end() && it->second == step) continue;
+      if (peeked && it != done.end() && it->second == *peeked) continue;
       const auto t0 = Clock::now();
       CheckpointMeta meta;
       try {

@@ -32,7 +32,8 @@ struct EvalOptions {
 };
 
 // Returns the number of checkpoints evaluated. Throws InvalidArgument for a missing
-// directory (without follow) or a checkpoint of another architecture.
+// directory, one without a rank-*.ckpt or with one that cannot be read (without follow)
+// or a checkpoint of another architecture.
 std::int64_t run_eval(const EvalOptions& options, std::ostream& out);
 
 }  // namespace gradcomp::train

@@ -214,6 +214,13 @@ run_err "eval --idle-seconds -1" "^gradcomp: --idle-seconds: -1 is not a number 
   "$GRADCOMP" eval --checkpoint-dir "$WORK" --idle-seconds -1
 run_err "eval --seed -1" "^gradcomp: --seed: -1 is not an integer >= 0" \
   "$GRADCOMP" eval --checkpoint-dir "$WORK" --seed -1
+# eval without a readable worker checkpoint: it exited 0 and printed nothing.
+mkdir -p ev_empty ev_bad && printf 'not a checkpoint at all, not even close' > ev_bad/rank-0.ckpt
+eval_job=(--dataset synthetic --synthetic-train 64 --mlp-hidden 16)
+run_err "eval of an empty directory" "^gradcomp: eval: no checkpoint to evaluate in .*ev_empty" \
+  "$GRADCOMP" eval --checkpoint-dir ev_empty "${eval_job[@]}"
+run_err "eval of an unreadable rank-0.ckpt" "^gradcomp: checkpoint .*rank-0\.ckpt: bad magic" \
+  "$GRADCOMP" eval --checkpoint-dir ev_bad "${eval_job[@]}"
 # --threads is bounded: libgomp crashed (SIGSEGV in GOMP_parallel) at 100000 threads.
 run_err "bench codec --threads 100000" "^gradcomp: --threads: 100000 is not an integer in \\[1, 1024\\]" \
   "$GRADCOMP" bench codec --size 1048576 --repeats 1 --threads 100000
