@@ -659,6 +659,13 @@ def _invalid_settings(s: Dict[str, Any]) -> Optional[Exception]:
         for name in ("compressor", "reducer"):
             if not isinstance(s[name], str):
                 raise TypeError(f"{name} must be a str, got {s[name]!r}")
+        for name in ("min_elements", "dense_steps", "steps_per_epoch", "seed", "total_steps"):
+            v = s[name]
+            if (v is not None or name != "total_steps") and (
+                    isinstance(v, bool) or not hasattr(v, "__index__")):
+                raise TypeError(f"{name} must be an int, got {v!r}")
+        if isinstance(s["dense_share"], bool) or not isinstance(s["dense_share"], (int, float)):
+            raise TypeError(f"dense_share must be a number, got {s['dense_share']!r}")
         _C.validate_spec(s["compressor"])
         if not 0.0 <= s["dense_share"] <= 1.0:
             raise ValueError(f"dense_share must be in [0, 1], got {s['dense_share']}")

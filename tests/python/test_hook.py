@@ -99,6 +99,9 @@ def test_bad_spec_raises_value_error():
     (dict(compressor=5), "compressor must be a str, got 5"),
     (dict(compressor="fp16", reducer=None), "reducer must be a str, got None"),
     (dict(compressor="fp16", timeout=5), "timeout must be a datetime.timedelta, got 5"),
+    (dict(compressor="fp16", steps_per_epoch="x"), "steps_per_epoch must be an int, got 'x'"),
+    (dict(compressor="fp16", min_elements=1.5), "min_elements must be an int, got 1.5"),
+    (dict(compressor="fp16", dense_share="0.1"), "dense_share must be a number, got '0.1'"),
 ])
 def test_settings_of_the_wrong_type_raise_type_error(kwargs, message):
     with pytest.raises(TypeError) as raised:
