@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gradcomp/error.h"
+#include "gradcomp/json.h"
 
 namespace gradcomp {
 
@@ -42,9 +43,13 @@ std::vector<char> dense_tensors(std::span<const ParamInfo> params, const LayoutO
 
 std::vector<BucketPlan> plan_buckets(std::span<const ParamInfo> params,
                                      const LayoutOptions& options) {
-  if (!(options.bucket_mb >= 0.0) || options.min_elements < 0) {
-    throw InvalidArgument("layout: bucket_mb " + std::to_string(options.bucket_mb) +
-                          " and min_elements " + std::to_string(options.min_elements) +
+  // Each named alone: a front end that sets only one (DiLoCo's min_elements) would
+  // otherwise see the other's value in a message about its own.
+  if (!(options.bucket_mb >= 0.0)) {
+    throw InvalidArgument("layout: bucket_mb " + json_number(options.bucket_mb) + " must be >= 0");
+  }
+  if (options.min_elements < 0) {
+    throw InvalidArgument("layout: min_elements " + std::to_string(options.min_elements) +
                           " must be >= 0");
   }
   if (!(options.dense_share >= 0.0 && options.dense_share <= 1.0)) {

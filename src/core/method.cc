@@ -214,18 +214,19 @@ void Method::check_context() const {
       defs = memory_->params;
     }
     if (has_param(defs, "momentum") && !same_number(p->get_float("momentum"), *c.momentum)) {
-      throw InvalidArgument("--compressor " + spec_ + ": its momentum " +
-                            json_number(p->get_float("momentum")) +
-                            " differs from the optimizer's momentum " + json_number(*c.momentum) +
-                            " (--momentum); " + n.name +
-                            " applies momentum in place of the optimizer, so they must agree "
-                            "(write momentum=" +
-                            json_number(*c.momentum) + " in the spec)");
+      // Worded for every front end (the CLI's --momentum, gradcomp.torch.SGD, DiLoCo's
+      // outer loop, whose exchange has no momentum of its own).
+      throw InvalidArgument(
+          "spec '" + spec_ + "': its momentum " + json_number(p->get_float("momentum")) +
+          " differs from the optimizer's momentum " + json_number(*c.momentum) + "; " + n.name +
+          " applies momentum in place of the optimizer, so they must agree "
+          "(write momentum=" +
+          json_number(*c.momentum) + " in the spec)");
     }
     if (has_param(defs, "nesterov") && p->get_bool("nesterov") != c.nesterov) {
-      throw InvalidArgument("--compressor " + spec_ +
-                            ": nesterov=" + (p->get_bool("nesterov") ? "1" : "0") +
-                            " but the optimizer's Nesterov momentum (--nesterov) is " +
+      throw InvalidArgument("spec '" + spec_ +
+                            "': nesterov=" + (p->get_bool("nesterov") ? "1" : "0") +
+                            " but the optimizer's Nesterov momentum is " +
                             (c.nesterov ? "on" : "off") + "; they must agree");
     }
   }

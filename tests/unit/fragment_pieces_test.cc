@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "gradcomp/error.h"
@@ -176,6 +177,22 @@ TEST(FragmentPieces, EmptyAndDegeneratePlans) {
   for (const int f : {1, 2, 4}) expect_a_partition(zero, fragment_pieces(plan, f));
   EXPECT_THROW(fragment_pieces(plan, 0), InvalidArgument);
   EXPECT_THROW(fragment_pieces(plan, -2), InvalidArgument);
+}
+
+// Each bad layout option is named alone: DiLoCo sets only min_elements, and its message
+// spoke of a bucket_mb the caller never passed.
+TEST(PlanBuckets, ABadOptionIsNamedAlone) {
+  const std::vector<ParamInfo> params = {{"w", 12, 2, 3}};
+  const auto message = [&](const LayoutOptions& o) {
+    try {
+      plan_buckets(params, o);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(message({.min_elements = -1}), "layout: min_elements -1 must be >= 0");
+  EXPECT_EQ(message({.bucket_mb = -0.5}), "layout: bucket_mb -0.5 must be >= 0");
 }
 
 }  // namespace
