@@ -429,11 +429,13 @@ class CompressionState:
             )
         described = (f"param{i}", p.numel(), p.dim(), p.shape[0] if p.dim() >= 2 else 0)
         if i < len(self._params):
-            if self._params[i][1:] != described[1:]:
+            if tuple(self._params[i][1:]) != described[1:]:
+                saved = self._params[i]
                 raise ValueError(
-                    f"gradcomp: tensor {i} has {p.numel()} elements, shape {tuple(p.shape)}, "
-                    f"but the restored state was saved for {self._params[i][1]} elements: "
-                    "not the model (or the parameter order) it was saved with"
+                    f"gradcomp: tensor {i} has {p.numel()} elements in {p.dim()} dimensions "
+                    f"({described[3]} rows), shape {tuple(p.shape)}, but the restored state "
+                    f"was saved for {saved[1]} elements in {saved[2]} dimensions ({saved[3]} "
+                    "rows): not the model (or the parameter order) it was saved with"
                 )
         else:
             if self._dense is not None:

@@ -199,6 +199,16 @@ def test_a_malformed_state_is_a_value_error_naming_the_part():
         assert message.endswith("not a CompressionState.state_dict()"), message
 
 
+def test_a_state_for_another_shape_names_both_shapes():
+    # It compared rows too, but printed only the elements: "2048 elements ... saved for 2048".
+    ((kind, message), (_, numel, dims, rows)), = ddp_support.run(
+        workers.restored_with_other_rows, 1, timeout=60)
+    assert kind == "ValueError", message
+    assert (f"but the restored state was saved for {numel} elements in {dims} dimensions "
+            f"({rows} rows)") in message, message
+    assert f"has {numel} elements in {dims} dimensions ({rows // 2} rows)" in message, message
+
+
 def test_ranks_with_different_models_are_refused_on_every_rank():
     results = ddp_support.run(workers.mismatched_model, 2, timeout=60)
     expected = re.compile(r"gradcomp: ranks disagree on tensor \d+: rank 0 has \[256, 1152\] in "

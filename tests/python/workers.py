@@ -305,6 +305,24 @@ def malformed_states(rank, world):
     return out
 
 
+def restored_with_other_rows(rank, world):
+    """A state whose tensor 0 is recorded with other rows (the same elements): what the
+    first step of the run restored from it raises."""
+    model = ddp(small_model())
+    state = gc.CompressionState("none", dense_share=0.0)
+    model.register_comm_hook(state, gc.hook)
+    _run_steps(model, torch.optim.SGD(model.parameters(), lr=0.05), rank, 0, 1)
+    saved = state.state_dict()
+    name, numel, dims, rows = saved["params"][0]
+    saved["params"][0] = (name, numel, dims, rows * 2)
+    model = ddp(small_model())
+    state = gc.CompressionState("none", dense_share=0.0)
+    state.load_state_dict(saved)
+    model.register_comm_hook(state, gc.hook)
+    x, y = batch(rank, 1)
+    return raised(lambda: nn.functional.cross_entropy(model(x), y).backward()), saved["params"][0]
+
+
 def _train_with_torch_sgd(rank, spec, steps):
     """`steps` steps of DDP with the hook under torch.optim.SGD (not gradcomp's)."""
     model = ddp(small_model())
