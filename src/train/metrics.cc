@@ -48,6 +48,10 @@ void MetricsWriter::commit() {
     throw InvalidArgument("metrics: cannot rename " + partial_.string() + " to " + file_.string() +
                           ": " + ec.message());
   }
+  partial_ = file_;
+  out_.clear();
+  out_.open(file_, std::ios::app);
+  if (!out_) throw InvalidArgument("metrics: cannot open " + file_.string() + " for writing");
 }
 
 double median(std::vector<double> values) {

@@ -23,7 +23,8 @@ class MetricsWriter {
   // not finish and left one, else FILE. InvalidArgument if it cannot be written.
   explicit MetricsWriter(const std::filesystem::path& file, bool append = false);
   void write(const JsonObject& line);  // one line, flushed
-  // The run ended: FILE.partial replaces FILE. Nothing may be written after it.
+  // The run ended: FILE.partial replaces FILE; lines written after it (the parameter
+  // server's, which follow the summary) are appended to FILE itself.
   void commit();
 
   // Where the lines go until commit(): FILE.partial.

@@ -176,6 +176,7 @@ void Report::summary(const TrainSummary& s) {
         .add("world", s.world)
         .add("blas", s.blas);
     metrics_->write(j);
+    metrics_->commit();
   }
   if (out_ == nullptr) return;
   std::ostream& out = *out_;
@@ -278,12 +279,6 @@ void Report::parameter_server(const ParameterServerRecord& ps) {
            pushes > 0 ? static_cast<double>(sum) / static_cast<double>(pushes) : 0.0)
       .add("staleness_max", max);
   metrics_->write(j);
-}
-
-void Report::finish() {
-  if (!metrics_) return;
-  metrics_->commit();
-  metrics_.reset();
 }
 
 }  // namespace gradcomp::train

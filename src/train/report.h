@@ -142,13 +142,11 @@ class Report {
   void begin(const RunHeader& header, bool resumed);
   void epoch(const EpochRecord& e);
   void evaluation(const EvalRecord& e);
-  // The summary line and the final table.
+  // The summary line and the final table. The run has ended: the metrics file takes this
+  // run's lines (until then they are in FILE.partial, MetricsWriter::commit; a run that
+  // fails never gets here and leaves the file as it was).
   void summary(const TrainSummary& s);
   void parameter_server(const ParameterServerRecord& ps);
-  // The run ended and everything is reported: the metrics file takes this run's lines
-  // (until then they are in FILE.partial; a run that fails never gets here and leaves the
-  // file as it was).
-  void finish();
 
  private:
   void lm_epoch_line(const EpochRecord& e);

@@ -112,7 +112,6 @@ int WorkerRank::run() {
                               .server_optimizer = dist::async_server_optimizer(*ps_),
                               .staleness = ps_worker->staleness()});
   }
-  report_.finish();
   return 0;
 }
 
