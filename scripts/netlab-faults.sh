@@ -86,11 +86,16 @@ wait_rank() {
   wait "$pid"
   STATUS=$?
 }
+# last_step DIR: the last step rank 0 logged. A run writes its metrics to FILE.partial until
+# it ends (a failed or killed one leaves them there), so both are read.
+last_step() {
+  cat "$1/m-0.jsonl" "$1/m-0.jsonl.partial" 2>/dev/null | grep -oE '"step":[0-9]+' | tail -n 1 | cut -d: -f2
+}
 # wait_step DIR N: until rank 0 has logged step N (or 30 s).
 wait_step() {
   local i s
   for ((i = 0; i < 300; i++)); do
-    s=$(grep -oE '"step":[0-9]+' "$1/m-0.jsonl" 2>/dev/null | tail -n 1 | cut -d: -f2)
+    s=$(last_step "$1")
     [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0
     sleep 0.1
   done
@@ -203,7 +208,7 @@ else
   wait_rank 1 $((timeout_ms / 1000 + 15)); s1=$STATUS
   t1_ms=$((($(date +%s%N) - down_at) / 1000000))
   e0=$(last_error "$logs/linkdown/rank-0.log"); e1=$(last_error "$logs/linkdown/rank-1.log")
-  if [ "$s0" -eq 124 ] && [ "$s1" -eq 124 ] && [ -n "$(grep -oE '"step":[0-9]+' "$logs/linkdown/m-0.jsonl" | tail -n 1)" ]; then
+  if [ "$s0" -eq 124 ] && [ "$s1" -eq 124 ] && [ -n "$(last_step "$logs/linkdown")" ]; then
     report ok "(b) link down 5 s" "the run continued through the outage (still training $((t0_ms / 1000)) s later)"
   elif [ "$s0" -ne 0 ] && [ "$s0" -ne 124 ] && [ "$s1" -ne 0 ] && [ "$s1" -ne 124 ] &&
        [ "$t0_ms" -le $((timeout_ms + 5000 + 3000)) ] && [ "$t1_ms" -le $((timeout_ms + 5000 + 3000)) ] &&
