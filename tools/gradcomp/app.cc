@@ -5,6 +5,7 @@
 #include <exception>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -60,19 +61,28 @@ CLI::Validator non_negative_number() {
       "NUMBER>=0");
 }
 
+namespace {
+
+// The whole of `value` as an integer; nullopt for anything else (trailing text, overflow).
+std::optional<long long> whole_integer(const std::string& value) {
+  std::size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used == 0 || used != value.size()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
 CLI::Validator integer_at_least(long long min) {
   return CLI::Validator(
       [min](std::string& value) -> std::string {
-        long long v = 0;
-        std::size_t used = 0;
-        try {
-          v = std::stoll(value, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != value.size() || v < min) {
-          return value + " is not an integer >= " + std::to_string(min);
-        }
+        const std::optional<long long> v = whole_integer(value);
+        if (!v || *v < min) return value + " is not an integer >= " + std::to_string(min);
         return {};
       },
       "INT>=" + std::to_string(min));
@@ -82,16 +92,8 @@ CLI::Validator integer_in(long long min, long long max) {
   const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
   return CLI::Validator(
       [min, max, range](std::string& value) -> std::string {
-        long long v = 0;
-        std::size_t used = 0;
-        try {
-          v = std::stoll(value, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != value.size() || v < min || v > max) {
-          return value + " is not an integer in " + range;
-        }
+        const std::optional<long long> v = whole_integer(value);
+        if (!v || *v < min || *v > max) return value + " is not an integer in " + range;
         return {};
       },
       "INT in " + range);
