@@ -192,6 +192,14 @@ void Method::resolve_reducer() {
       }
       break;
     case ReducerKind::kDense:
+      // It sends every bucket as fp32: a compressor named with it would be reported as
+      // running while nothing is compressed.
+      if (!is_dense_codec(*codec_)) {
+        throw InvalidArgument("reducer: dense sends every bucket uncompressed; " + codec_->spec() +
+                              " compresses (use auto, allreduce or allgather, or the "
+                              "compressor none)");
+      }
+      break;
     case ReducerKind::kAllgather:
       break;
   }

@@ -58,7 +58,7 @@ TEST(Method, AutoPicksTheReducerFromTheCodec) {
   EXPECT_FALSE(topk.linear());
   // Named, allgather gathers whatever it costs.
   EXPECT_FALSE(Method::parse("topk", {.reducer = ReducerKind::kAllgather}).dense_fallback());
-  EXPECT_TRUE(Method::parse("topk", {.reducer = ReducerKind::kDense}).dense_only());
+  EXPECT_TRUE(Method::parse("ef(none)", {.reducer = ReducerKind::kDense}).dense_only());
   // A scheme runs its own exchange.
   const Method psgd = Method::parse("powersgd");
   EXPECT_TRUE(psgd.is_scheme());
@@ -70,6 +70,13 @@ TEST(Method, AutoPicksTheReducerFromTheCodec) {
 TEST(Method, RefusesAReducerThatCannotRunIt) {
   EXPECT_NE(refusal("topk", {.reducer = ReducerKind::kAllreduce}).find("needs a linear codec"),
             std::string::npos);
+  // Dense would send topk's buckets whole while the run reported topk.
+  for (const char* spec : {"topk", "efm(topk:ratio=0.01)", "fp16", "dgc"}) {
+    EXPECT_NE(refusal(spec, {.reducer = ReducerKind::kDense})
+                  .find("reducer: dense sends every bucket uncompressed; "),
+              std::string::npos)
+        << spec;
+  }
   for (ReducerKind k : {ReducerKind::kDense, ReducerKind::kAllreduce, ReducerKind::kAllgather}) {
     EXPECT_NE(refusal("powersgd", {.reducer = k}).find("is a reducer of its own"),
               std::string::npos)
@@ -85,9 +92,9 @@ TEST(Method, KnowsWhoKeepsTheMomentum) {
   EXPECT_TRUE(Method::parse("sketched-sgd", {.momentum = 0.9}).momentum_in_memory());
   EXPECT_TRUE(Method::parse("fetchsgd", {.momentum = 0.9}).momentum_in_memory());
   EXPECT_FALSE(Method::parse("powersgd", {.momentum = 0.9}).momentum_in_memory());
-  // A dense reducer keeps no memory.
-  EXPECT_FALSE(
-      Method::parse("dgc", {.reducer = ReducerKind::kDense, .momentum = 0.9}).momentum_in_memory());
+  // A dense reducer keeps no memory (and runs only none: dgc under it is refused).
+  EXPECT_FALSE(Method::parse("efm(none)", {.reducer = ReducerKind::kDense, .momentum = 0.9})
+                   .momentum_in_memory());
 }
 
 TEST(Method, AMemoryThatKeepsTheMomentumMustHaveTheOptimizers) {
