@@ -484,6 +484,16 @@ if [ "$(wc -l < ev.jsonl)" -eq 2 ] && awk -v a="$want" -v b="${got:-x}" 'BEGIN {
 else
   fail "eval (want $want)"; cat ev.err ev.jsonl
 fi
+# Another seed draws other synthetic data: refused, naming the run's (it evaluated the
+# model on other data and exited 0).
+"$GRADCOMP" eval --checkpoint-dir "$WORK/ck" --dataset synthetic --synthetic-train 2048 \
+  --mlp-hidden 128 --seed 8 > ev8.jsonl 2> ev8.err
+status=$?
+if [ "$status" -eq 1 ] && [ "$(wc -l < ev8.err)" -eq 1 ] && grep -q "^gradcomp: eval: rank-0.ckpt was trained with --seed 7; --seed 8 draws other synthetic data (give --seed 7)$" ev8.err; then
+  pass "eval --seed other than the run's: refused"
+else
+  fail "eval --seed 8 (status $status)"; cat ev8.err ev8.jsonl
+fi
 # --follow: picks up a checkpoint written while it waits, stops when idle.
 rm -rf "$WORK/ck2"; mkdir -p "$WORK/ck2"
 "$GRADCOMP" eval --checkpoint-dir "$WORK/ck2" --follow --idle-seconds 6 --poll-ms 200 \
