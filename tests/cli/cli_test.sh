@@ -214,6 +214,9 @@ run_err "eval --idle-seconds -1" "^gradcomp: --idle-seconds: -1 is not a number 
   "$GRADCOMP" eval --checkpoint-dir "$WORK" --idle-seconds -1
 run_err "eval --seed -1" "^gradcomp: --seed: -1 is not an integer >= 0" \
   "$GRADCOMP" eval --checkpoint-dir "$WORK" --seed -1
+# Past 2^64 - 1: CLI11 read it as 2^64 - 1, silently.
+run_err "eval --seed 2^64" "^gradcomp: --seed: 18446744073709551616 is larger than 18446744073709551615" \
+  "$GRADCOMP" eval --checkpoint-dir "$WORK" --seed 18446744073709551616
 # eval without a readable worker checkpoint: it exited 0 and printed nothing.
 mkdir -p ev_empty ev_bad && printf 'not a checkpoint at all, not even close' > ev_bad/rank-0.ckpt
 eval_job=(--dataset synthetic --synthetic-train 64 --mlp-hidden 16)

@@ -1,9 +1,12 @@
 // run_app(): what both CLI binaries do with their argv. Every error (a gradcomp::Error,
 // a flag CLI11 rejects, anything else thrown) ends the program with one line
 // "gradcomp: <message>" on stderr and exit status 1.
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <new>
 #include <optional>
 #include <sstream>
@@ -125,13 +128,20 @@ CLI::Validator number_in(double min, double max) {
 }
 
 CLI::Validator unsigned_integer() {
-  // Only the sign is judged here: CLI11's conversion still refuses what is not a number.
-  // No description, so that --help keeps showing the type alone (UINT).
+  // The sign and the range are judged here: CLI11's conversion still refuses what is not a
+  // number, but reads a number past 2^64 - 1 as 2^64 - 1, silently. No description, so
+  // that --help keeps showing the type alone (UINT).
   return CLI::Validator(
       [](std::string& value) -> std::string {
         const std::size_t first = value.find_first_not_of(" \t");
         if (first != std::string::npos && value[first] == '-') {
           return value + " is not an integer >= 0";
+        }
+        std::uint64_t v = 0;
+        const char* end = value.data() + value.size();
+        if (std::from_chars(value.data(), end, v).ec == std::errc::result_out_of_range) {
+          return value + " is larger than " +
+                 std::to_string(std::numeric_limits<std::uint64_t>::max());
         }
         return {};
       },
