@@ -23,4 +23,9 @@ int cpu_x86_64_level();
 // One line for a run header: "ISA: built for x86-64-v2; CPU offers x86-64-v3 (...)".
 std::string isa_summary();
 
+// The most threads a trainer, evaluator or benchmark runs (intra-op, OpenMP, BLAS): far
+// above any machine's cores (the largest hosts have a few hundred hardware threads), far
+// below what libgomp can start (100000 threads crash it inside GOMP_parallel).
+inline constexpr int kMaxThreads = 1024;
+
 }  // namespace gradcomp

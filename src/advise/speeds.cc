@@ -60,6 +60,12 @@ SpeedTable parse_bench_json(std::string_view text, std::string_view model) {
       throw InvalidArgument("codec speeds: line " + std::to_string(line_no) + " is a " +
                             std::string(kind) + " row without numeric n, encode_ms and decode_ms");
     }
+    // A negative time would be predicted as a step faster than dense, not refused.
+    if (enc < 0 || dec < 0) {
+      throw InvalidArgument("codec speeds: line " + std::to_string(line_no) + " (" +
+                            std::string(field(line, "spec")) +
+                            ") has a negative encode_ms or decode_ms");
+    }
     double bytes = 0;
     if (!number(field(line, "message_bytes"), bytes)) bytes = 0;
     CodecSpeed s{enc * 1e-3 / n, dec * 1e-3 / n, "file", n, bytes};

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gradcomp/cpu.h"
 #include "gradcomp/registry.h"
 
 namespace gradcomp::bench {
@@ -99,13 +100,8 @@ std::vector<float> bench_input(std::size_t n, std::uint64_t seed);
 // exact selection (the comparison against LibTorch's top-k).
 std::vector<std::string> default_bench_specs(const CodecRegistry& registry);
 
-// The most threads a benchmark runs: far above any machine's cores (the largest hosts
-// have a few hundred hardware threads), far below what libgomp can start (100000 threads
-// crash it inside GOMP_parallel). train::kMaxThreads is the same bound.
-inline constexpr int kMaxThreads = 1024;
-
 // Applies a thread count to OpenMP (when gradcomp is built with it); returns whether
-// OpenMP is present. InvalidArgument outside [1, kMaxThreads].
+// OpenMP is present. InvalidArgument outside [1, kMaxThreads] (gradcomp/cpu.h).
 bool set_threads(int threads);
 
 BenchRow bench_memcpy(std::span<const float> input, const BenchOptions& options);

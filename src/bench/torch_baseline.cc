@@ -12,6 +12,7 @@
 #include <string>
 
 #include "bench/timing.h"
+#include "gradcomp/cpu.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp::bench {

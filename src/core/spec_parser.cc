@@ -1,4 +1,5 @@
 // Recursive-descent parser for spec strings (grammar in registry.h).
+#include <algorithm>
 #include <string>
 
 #include "gradcomp/error.h"
@@ -41,12 +42,11 @@ class Parser {
 
   SpecNode parse_all() {
     if (text_.empty()) fail("empty spec");
-    for (; pos_ < text_.size(); ++pos_) {
-      if (!is_printable_ascii(text_[pos_])) {
-        fail("byte " + escaped(text_.substr(pos_, 1)) + " is not printable ASCII");
-      }
+    const auto bad = std::find_if_not(text_.begin(), text_.end(), is_printable_ascii);
+    if (bad != text_.end()) {
+      pos_ = static_cast<std::size_t>(bad - text_.begin());
+      fail("byte " + escaped(text_.substr(pos_, 1)) + " is not printable ASCII");
     }
-    pos_ = 0;
     SpecNode node = parse_node(0);
     if (pos_ != text_.size()) fail("unexpected '" + std::string(1, text_[pos_]) + "'");
     return node;

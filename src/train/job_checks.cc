@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "gradcomp/cpu.h"
 #include "gradcomp/data/dataset.h"
 #include "gradcomp/error.h"
 #include "gradcomp/json.h"

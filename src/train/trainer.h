@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "gradcomp/cpu.h"
 #include "gradcomp/data/dataset.h"
 #include "gradcomp/reducer.h"
 #include "train/checkpoint.h"
@@ -173,19 +174,14 @@ class Trainer {
 // (the model is put in eval mode and back into train mode).
 EvalResult evaluate_model(Model& model, const data::Dataset& test, std::int64_t eval_batch);
 
-// The most threads (intra-op and BLAS) a trainer or evaluator runs: far above any
-// machine's cores (the largest hosts have a few hundred hardware threads), far below what
-// libgomp can start (100000 threads crash it inside GOMP_parallel). bench::kMaxThreads is
-// the same bound.
-inline constexpr int kMaxThreads = 1024;
-
 // Sets LibTorch's intra-op threads and, when LibTorch runs on OpenBLAS, OpenBLAS's own
 // thread count (the pthread build ignores OpenMP's); blas_threads 0 means `threads`.
 // Measured here: with both pools at 2 threads, libgomp's spin-waiting workers starve
 // OpenBLAS's threads and a step of the default MLP takes ~5x longer, unless
 // OMP_WAIT_POLICY=passive is set before the process starts (libgomp reads it once) or
 // one of the pools has a single thread. run() prints a note when that applies.
-// InvalidArgument unless threads is in [1, kMaxThreads] and blas_threads in [0, kMaxThreads].
+// InvalidArgument unless threads is in [1, kMaxThreads] and blas_threads in [0, kMaxThreads]
+// (gradcomp/cpu.h).
 void set_threads(int threads, int blas_threads = 0);
 
 // Which BLAS this process runs matrix products on, found after a matmul from the

@@ -281,6 +281,10 @@ TEST(AdviseSpeeds, SchemesTimedThemselves) {
   EXPECT_EQ(speed_of(plan_method("powersgd", mlp), t).source, "lab constant");
   EXPECT_THROW(parse_bench_json("{\"kind\":\"scheme\",\"spec\":\"powersgd\",\"n\":5}"),
                InvalidArgument);
+  // A negative time would predict a step faster than dense.
+  EXPECT_THROW(parse_bench_json("{\"kind\":\"codec\",\"spec\":\"topk\",\"n\":5,"
+                                "\"encode_ms\":-1,\"decode_ms\":1}"),
+               InvalidArgument);
   // A timing of the MLP's buckets is not ResNet-50's; codec rows (no model) are anyone's.
   const std::string two_models =
       "{\"kind\":\"scheme\",\"spec\":\"sketched-sgd\",\"model\":\"mlp\",\"n\":1000,"

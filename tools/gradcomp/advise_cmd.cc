@@ -143,21 +143,6 @@ std::string exact(double v) {
 // Times the schemes the table lacks with `gradcomp bench scheme` in gradcomp-torch (the
 // reducers run over c10d, which this binary does not link), on the model's buckets. If
 // that cannot run, says so in one line and leaves them to their approximations.
-// A speeds file's rows that the methods will use must hold times >= 0: a negative
-// encode_ms or decode_ms would be predicted as a step faster than dense, not refused.
-void refuse_negative_speeds(const SpeedTable& table, const std::vector<MethodPlan>& plans,
-                            const char* flag, const std::string& file) {
-  for (const MethodPlan& m : plans) {
-    for (const std::string* spec : {&m.spec, &m.canonical, &m.speed_spec}) {
-      const CodecSpeed* sp = spec->empty() ? nullptr : table.find(*spec);
-      if (sp != nullptr && !(sp->encode >= 0.0 && sp->decode >= 0.0)) {
-        throw InvalidArgument(std::string(flag) + ": " + file + ": the row of " + *spec +
-                              " has a negative encode_ms or decode_ms");
-      }
-    }
-  }
-}
-
 void time_schemes(const AdviseFlags& f, const std::vector<MethodPlan>& plans, SpeedTable& speeds) {
   std::vector<std::string> args = {"bench", "scheme", "--json", "--steps", "3", "--warmup", "2"};
   if (f.sizes.empty()) {
@@ -276,14 +261,12 @@ void run_advise(const AdviseFlags& f) {
     if (!(f.device_memory_gbs > 0)) throw InvalidArgument("--device-memory-gbs: must be > 0");
     d.memory_bandwidth = f.device_memory_gbs * 1e9;
     d.speeds = parse_bench_json(read_text_file(f.device_speeds, "--device-speeds"));
-    refuse_negative_speeds(d.speeds, plans, "--device-speeds", f.device_speeds);
     s.device = std::move(d);
   }
 
   SpeedTable speeds;
   if (!f.codec_speeds.empty())
     speeds = parse_bench_json(read_text_file(f.codec_speeds, "--codec-speeds"), model.name);
-  refuse_negative_speeds(speeds, plans, "--codec-speeds", f.codec_speeds);
   // Measure what the file does not hold: the schemes themselves, then the codecs (and
   // the count sketch codec of a sketch scheme that could not be timed).
   time_schemes(f, plans, speeds);

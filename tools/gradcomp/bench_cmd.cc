@@ -41,7 +41,7 @@ void add_bench_command(CLI::App& app, TorchBaselines torch) {
       ->check(integer_at_least(1));
   codec->add_option("--threads", f->options.threads, "Threads (OpenMP and LibTorch)")
       ->capture_default_str()
-      ->check(integer_in(1, bench::kMaxThreads));
+      ->check(integer_in(1, kMaxThreads));
   codec->add_option("--repeats", f->options.repeats, "Timed calls per measurement (median)")
       ->capture_default_str()
       ->check(integer_at_least(1));

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "commands.h"
+#include "gradcomp/cpu.h"
 #include "train/evaluator.h"
-#include "train/trainer.h"
 
 namespace gradcomp::cli {
 
@@ -50,7 +50,7 @@ void add_eval_command(CLI::App& app) {
       ->check(integer_at_least(1));
   cmd->add_option("--threads", e.threads, "intra-op threads")
       ->capture_default_str()
-      ->check(integer_in(1, train::kMaxThreads));
+      ->check(integer_in(1, kMaxThreads));
   cmd->callback([flags] {
     train::EvalOptions o = flags->eval;
     o.model.name = flags->model;

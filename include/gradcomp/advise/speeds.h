@@ -43,7 +43,7 @@ class SpeedTable {
 // under its "spec" and its "memory" (codec) or "canonical" (scheme). A scheme row is a
 // timing of one model's buckets: with `model` given, rows of other models are skipped (a
 // file may hold several models' timings). InvalidArgument when a codec or scheme line
-// lacks those numbers, or when there is no such line at all.
+// lacks those numbers, has a negative time, or when there is no such line at all.
 SpeedTable parse_bench_json(std::string_view text, std::string_view model = {});
 
 // The speed of a plan: the table's entry for its spec (by spec, then canonical); for a
