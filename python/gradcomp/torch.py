@@ -170,6 +170,10 @@ class CompressionState:
         # The ranks' disagreement (or the failure to compare), once found: every later
         # bucket fails with it.
         self._refused: Optional[Exception] = None
+        # Set by a failed exchange's callback, on the exchange thread: a cell of its own,
+        # so that the callback holds no reference to the state (the last reference dropped
+        # there would destroy the exchanger on its own thread, which cannot join itself).
+        self._failed: List[Optional[Exception]] = [None]
         self._compressed_last_step = False
         # Host buffers and copy streams for device buckets, per device (_staging.py).
         self._staging: Dict[torch.device, "_staging.Staging"] = {}
@@ -200,8 +204,9 @@ class CompressionState:
         future: torch.futures.Future = (
             torch.futures.Future(devices=[buffer.device]) if cuda else torch.futures.Future()
         )
-        if self._refused is not None:
-            _C.fail_future(future, self._refused)
+        refused = self._refused or self._failed[0]
+        if refused is not None:
+            _C.fail_future(future, refused)
             return future
         # Where the bucket is exchanged. Compressors with a device implementation run on the
         # bucket's device from the second step on (the first is DDP's dense one): memories
@@ -230,7 +235,7 @@ class CompressionState:
             staging = self._staging_for(buffer.device)
             work, ready = staging.to_host(bucket.index(), buffer)
 
-        step = self.step
+        step, failed = self.step, self._failed
 
         def done(error: Optional[BaseException]) -> None:
             if error is not None:
@@ -240,8 +245,8 @@ class CompressionState:
                 # later exchange here would pair with the wrong step's on every other rank
                 # (a rank that caught the error and went on averaged its next step's
                 # gradients into the peers' current one). Every later bucket fails.
-                if self._refused is None:
-                    self._refused = RuntimeError(
+                if failed[0] is None:
+                    failed[0] = RuntimeError(
                         f"gradcomp: this rank's exchange failed at step {step} ({error}); its "
                         "exchanges are out of step with the other ranks', so every later one "
                         "fails: restart every rank from a checkpoint"
