@@ -52,6 +52,9 @@ struct ReduceStats {
   // gathered messages would have cost more bytes than the dense allreduce (Memory's
   // dense fallback).
   std::uint64_t dense_fallbacks = 0;
+  // Groups whose gradients held NaN or an infinity on some rank and became +inf on
+  // every rank, their memories untouched (dist::Exchanger::NonFinite::kSkipStep).
+  std::uint64_t non_finite_skips = 0;
 
   // Adds everything but `steps`, which callers count their own way (distinct steps).
   ReduceStats& add_costs(const ReduceStats& s) {
@@ -61,6 +64,7 @@ struct ReduceStats {
     comm_seconds += s.comm_seconds;
     decode_seconds += s.decode_seconds;
     dense_fallbacks += s.dense_fallbacks;
+    non_finite_skips += s.non_finite_skips;
     return *this;
   }
 };

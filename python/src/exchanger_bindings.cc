@@ -182,7 +182,8 @@ class PyExchanger {
         py::arg("bytes_sent") = s.bytes_sent, py::arg("bytes_received") = s.bytes_received,
         py::arg("encode_seconds") = s.encode_seconds, py::arg("comm_seconds") = s.comm_seconds,
         py::arg("decode_seconds") = s.decode_seconds, py::arg("steps") = s.steps,
-        py::arg("dense_fallbacks") = s.dense_fallbacks);
+        py::arg("dense_fallbacks") = s.dense_fallbacks,
+        py::arg("non_finite_skips") = s.non_finite_skips);
   }
 
   // Copies of the group's memory state, in the reducer's fixed order.
@@ -383,6 +384,18 @@ void bind_exchanger(py::module_& m) {
           },
           py::arg("momentum"), py::arg("nesterov") = false,
           "A bare biased codec gets efm(...) when momentum > 0 (before the first step).")
+      .def_property(
+          "skip_non_finite",
+          [](const PyExchanger& e) {
+            return e.exchanger().non_finite() == dist::Exchanger::NonFinite::kSkipStep;
+          },
+          [](PyExchanger& e, bool skip) {
+            e.exchanger().set_non_finite(skip ? dist::Exchanger::NonFinite::kSkipStep
+                                              : dist::Exchanger::NonFinite::kRaise);
+          },
+          "A compressed group holding NaN or an infinity on any rank becomes +inf on every "
+          "rank, memories untouched (dist::Exchanger::NonFinite::kSkipStep), rather than "
+          "failing. Before the first submission.")
       .def_property_readonly("compressor",
                              [](const PyExchanger& e) { return e.exchanger().compressor(); })
       .def_property_readonly("describe",

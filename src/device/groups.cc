@@ -1,7 +1,11 @@
 // The device groups of an exchange (gradcomp/device/groups.h).
 #include "gradcomp/device/groups.h"
 
+#include <ATen/ATen.h>
 #include <c10/core/StreamGuard.h>
+
+#include <algorithm>
+#include <limits>
 
 #include "gradcomp/error.h"
 
@@ -13,6 +17,15 @@ std::vector<BucketShape> shapes_of(std::span<const Groups::Slot> slots) {
   out.reserve(slots.size());
   for (const Groups::Slot& s : slots) out.push_back(s.shape);
   return out;
+}
+
+// Whether any view holds NaN or an infinity: one flag read back from the device.
+bool holds_non_finite(const std::vector<at::Tensor>& views) {
+  if (views.empty()) return false;
+  std::vector<at::Tensor> bad;
+  bad.reserve(views.size());
+  for (const at::Tensor& v : views) bad.push_back(v.isfinite().logical_not().any());
+  return at::stack(bad).any().item<bool>();
 }
 }  // namespace
 
@@ -56,11 +69,23 @@ void Groups::submit(std::uint64_t key, const at::Tensor& buffer, std::span<const
                                   static_cast<std::int64_t>(s.shape.numel)));
     compressed[i] = compress && s.shape.compressible;
   }
+  // Exchanger::NonFinite: only groups that reach a codec need the ranks' agreement.
+  const bool agree_finite =
+      exchanger_.non_finite() == dist::Exchanger::NonFinite::kSkipStep &&
+      std::any_of(compressed.get(), compressed.get() + slots.size(), [](bool c) { return c; });
   exchanger_.submit_task(
-      [reducer, views = std::move(views), compressed, ctx, hooks = std::move(hooks)] {
+      [this, reducer, views = std::move(views), compressed, ctx, hooks = std::move(hooks),
+       agree_finite] {
         std::optional<c10::StreamGuard> guard;
         if (hooks.stream) guard.emplace(*hooks.stream);
         if (hooks.before) hooks.before();
+        if (agree_finite && dist::any_rank_non_finite(comm_, holds_non_finite(views))) {
+          for (const at::Tensor& v : views) v.fill_(std::numeric_limits<float>::infinity());
+          if (hooks.after) hooks.after();
+          ReduceStats skipped;
+          skipped.non_finite_skips = 1;
+          return skipped;
+        }
         reducer->reduce(views, std::span<const bool>(compressed.get(), views.size()), ctx);
         if (hooks.after) hooks.after();
         return reducer->take_stats();

@@ -2,10 +2,13 @@
 // thread, and one Reducer per group key.
 #include "gradcomp/dist/exchanger.h"
 
+#include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "dense_packing.h"
 #include "gradcomp/error.h"
+#include "gradcomp/finite.h"
 #include "step_recorder.h"
 
 namespace gradcomp::dist {
@@ -33,7 +36,22 @@ std::string describe_shapes(std::span<const BucketShape> shapes) {
   return out + "]";
 }
 
+bool any_compressed(std::span<const BucketRef> refs) {
+  return std::any_of(refs.begin(), refs.end(), [](const BucketRef& r) { return r.compressed; });
+}
+
+bool holds_non_finite(std::span<const BucketRef> refs) {
+  return std::any_of(refs.begin(), refs.end(),
+                     [](const BucketRef& r) { return find_non_finite(r.grad) != r.grad.size(); });
+}
+
 }  // namespace
+
+bool any_rank_non_finite(Communicator& comm, bool mine) {
+  float flag = mine ? 1.0f : 0.0f;
+  comm.allreduce_sum(std::span<float>(&flag, 1));
+  return flag != 0.0f;
+}
 
 Exchanger::Exchanger(Communicator& comm, Method method) : comm_(comm), method_(std::move(method)) {
   thread_ = std::thread([this] { loop(); });
@@ -114,7 +132,17 @@ void Exchanger::submit(std::uint64_t key, std::span<const BucketShape> shapes,
   }
   Group& group = group_for(key, shapes);
   Reducer* reducer = group.reducer.get();
-  enqueue({[this, reducer, refs = std::move(refs), ctx] {
+  const bool agree_finite = non_finite_ == NonFinite::kSkipStep && any_compressed(refs);
+  enqueue({[this, reducer, refs = std::move(refs), ctx, agree_finite] {
+             if (agree_finite && any_rank_non_finite(comm_, holds_non_finite(refs))) {
+               for (const BucketRef& r : refs) {
+                 std::fill(r.grad.begin(), r.grad.end(), std::numeric_limits<float>::infinity());
+               }
+               ReduceStats skipped;
+               skipped.non_finite_skips = 1;
+               book(skipped, ctx.step);
+               return;
+             }
              reducer->reduce(refs, ctx);
              book(reducer->take_stats(), ctx.step);
            },

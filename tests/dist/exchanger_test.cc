@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <future>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -205,6 +207,67 @@ TEST(Exchanger, JobsRunInSubmissionOrderAndDrainWaitsForAll) {
     for (int j = 0; j < 20; ++j) EXPECT_EQ(order[static_cast<std::size_t>(j)], j);
     exchanger.drain();  // idle: returns at once
   });
+}
+
+// Exchanger::NonFinite::kSkipStep (loss scaling, the Python hook's grad_scaler): a NaN in
+// one rank's compressed group makes the group +inf on every rank and leaves its memories
+// as they were; the next steps run as if the skipped one had never been submitted. A
+// dense group needs no agreement (its allreduce carries the NaN to every rank).
+TEST(Exchanger, UnderSkipStepANonFiniteGroupOnOneRankIsSkippedOnEveryRank) {
+  const std::string spec = "efm(topk:ratio=0.1,select=exact)";
+  const std::vector<BucketShape>& shapes = kGroups[0];
+  std::vector<std::vector<std::vector<float>>> skipped(2), reference(2);
+  run_ranks(2, [&](Communicator& comm) {
+    const auto run = [&](bool with_skip) {
+      Exchanger ex(comm, spec);
+      ex.use_momentum(0.9);
+      ex.set_non_finite(Exchanger::NonFinite::kSkipStep);
+      const auto step = [&](int s, bool poison) {
+        auto data = gradients(comm.rank(), s)[0];
+        if (poison && comm.rank() == 1) data[2][5] = std::numeric_limits<float>::quiet_NaN();
+        StepContext ctx;
+        ctx.step = s;
+        ctx.lr = 0.1f;
+        ctx.momentum = 0.9f;
+        ex.submit(0, shapes, refs(shapes, data, true), ctx, {});
+        ex.drain();
+        return data;
+      };
+      auto out = step(0, false);
+      if (with_skip) {
+        std::vector<float> before;
+        for (const StateBuffer& b : ex.state(0))
+          before.insert(before.end(), b.data.begin(), b.data.end());
+        (void)ex.take_stats();
+        for (const auto& t : step(1, true)) {
+          for (float v : t) EXPECT_EQ(v, std::numeric_limits<float>::infinity());
+        }
+        std::vector<float> after;
+        for (const StateBuffer& b : ex.state(0))
+          after.insert(after.end(), b.data.begin(), b.data.end());
+        EXPECT_EQ(before, after) << "memories changed by a skipped step";
+        EXPECT_EQ(ex.take_stats().non_finite_skips, 1u);
+      }
+      for (const auto& t : step(2, false)) out.push_back(t);
+      return out;
+    };
+    skipped[static_cast<std::size_t>(comm.rank())] = run(true);
+    reference[static_cast<std::size_t>(comm.rank())] = run(false);
+
+    // A dense group: one collective, no agreement; the NaN reaches both ranks.
+    Exchanger dense(comm, spec);
+    dense.set_non_finite(Exchanger::NonFinite::kSkipStep);
+    std::vector<float> v(33, 1.0f);
+    if (comm.rank() == 0) v[3] = std::numeric_limits<float>::quiet_NaN();
+    const std::uint64_t ops = comm.counters().operations;
+    dense.submit(1, std::vector<BucketShape>{{9, 33, false, 0}}, {{9, v, false}}, StepContext{},
+                 {});
+    dense.drain();
+    EXPECT_EQ(comm.counters().operations - ops, 1u);
+    EXPECT_TRUE(std::isnan(v[3]));
+    EXPECT_EQ(v[4], 1.0f);
+  });
+  EXPECT_EQ(skipped, reference);
 }
 
 }  // namespace

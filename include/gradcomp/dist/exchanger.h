@@ -103,6 +103,22 @@ class Exchanger {
   // exchange); a no-op when it exists with these shapes.
   void prepare(std::uint64_t key, std::span<const BucketShape> shapes);
 
+  // What a group with compressed tensors does when a gradient in it holds NaN or an
+  // infinity:
+  //   kRaise     its codec refuses it (InvalidArgument, the job fails): training without
+  //              loss scaling, where a non-finite gradient is a divergence or a bug.
+  //   kSkipStep  the ranks first agree whether any of them holds one (one allreduce of
+  //              a flag per compressed group and step); if so, every rank's group
+  //              becomes +inf and no memory changes, as a dense allreduce would show it
+  //              to every rank: a loss scaler (torch's GradScaler) then skips the step
+  //              on every rank and lowers its scale. Dense groups need no agreement:
+  //              their sum carries a non-finite value to every rank by itself.
+  // Every rank must choose alike. Set it before the first submission or with no job in
+  // flight; a submission takes the policy of its time.
+  enum class NonFinite { kRaise, kSkipStep };
+  void set_non_finite(NonFinite policy) { non_finite_ = policy; }
+  NonFinite non_finite() const { return non_finite_; }
+
   // The method for an optimizer with this momentum (Method::with_momentum: a bare biased
   // codec gets efm(...) when momentum > 0; a memory that keeps the momentum must agree).
   // For callers that learn the optimizer after constructing the exchanger (the Python
@@ -141,6 +157,7 @@ class Exchanger {
 
   Communicator& comm_;
   Method method_;
+  NonFinite non_finite_ = NonFinite::kRaise;
 
   mutable std::mutex groups_mutex_;
   std::map<std::uint64_t, Group> groups_;  // node-stable: jobs hold references
@@ -159,5 +176,11 @@ class Exchanger {
 
   std::thread thread_;  // last: starts after everything above exists
 };
+
+// Under NonFinite::kSkipStep, on the exchange thread, before a group's reducer: whether
+// any rank's group holds NaN or an infinity (`mine`: this rank's), one allreduce of one
+// value. True on every rank alike; then every rank fills its group with +inf (the
+// caller does, for its kind of buffer) and books one non_finite_skips.
+bool any_rank_non_finite(Communicator& comm, bool mine);
 
 }  // namespace gradcomp::dist
