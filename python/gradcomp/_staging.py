@@ -79,14 +79,19 @@ class Staging:
             copied.record(self._stream)
         return host, copied.synchronize
 
-    def to_device(self, host: torch.Tensor, bucket: torch.Tensor,
-                  complete: Callable[[], None]) -> None:
-        """Copies the mean back into the bucket, then calls complete() (which completes the
+    def to_device(self, host: torch.Tensor, bucket: torch.Tensor, complete: Callable[[], None],
+                  scale: Optional[torch.Tensor] = None) -> None:
+        """Copies the mean back into the bucket (multiplied by a loss scaler's `scale`,
+        which lives on the bucket's device), then calls complete() (which completes the
         hook's future) with the copy ordered before any use of the bucket."""
         if not self._cuda:
             bucket.copy_(host)
+            if scale is not None:
+                bucket.mul_(scale)
             complete()
             return
         with torch.cuda.stream(self._stream):
             bucket.copy_(host, non_blocking=True)
+            if scale is not None:
+                bucket.mul_(scale)
             complete()

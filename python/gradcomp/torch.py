@@ -31,6 +31,10 @@ exchanges over a Gloo group of its own, created beside the default group whateve
 backend (``"nccl"``, ``"cpu:gloo,cuda:nccl"``, ``"gloo"``). Each bucket is copied to a pinned
 host buffer on a copy stream of its own while backward goes on, exchanged there, and copied
 back (gradcomp/_staging.py).
+
+fp16 autocast with loss scaling: pass the ``torch.amp.GradScaler`` as ``grad_scaler``;
+compressed tensors are then exchanged unscaled, and a step that overflows on any rank is
+skipped by every rank's scaler, no memory changed (see :class:`CompressionState`).
 """
 import datetime
 import functools
@@ -88,6 +92,16 @@ class CompressionState:
             schedules bounded by the run's length: DGC's warm-up is cut to 1/8 of the run
             when its ``warmup_epochs`` would take more. ``None`` if unknown (no cap).
         timeout: how long one exchange may wait for a peer before raising.
+        grad_scaler: the run's ``torch.amp.GradScaler`` (fp16 autocast with loss scaling),
+            so that the exchange works as DDP's allreduce does under it. Compressed
+            tensors are exchanged unscaled (divided by the scaler's scale, the mean
+            multiplied back), so that thresholds (2-bit's) and memories (error feedback,
+            momenta) stay in gradient units whatever the scale does. A step whose
+            gradients overflow on any rank is not exchanged: the ranks agree on it (one
+            small allreduce per compressed DDP bucket and step), every rank's bucket
+            comes back ``inf``, no memory changes, and the scaler skips the step on every
+            rank and lowers its scale. Without a scaler a non-finite gradient in a
+            compressed tensor raises ``ValueError``. Every rank passes one, or none.
     """
 
     def __init__(
@@ -103,11 +117,13 @@ class CompressionState:
         steps_per_epoch: int = 0,
         total_steps: Optional[int] = None,
         timeout: datetime.timedelta = datetime.timedelta(minutes=30),
+        grad_scaler: Optional[Any] = None,
     ) -> None:
         settings = dict(
             compressor=compressor, reducer=reducer, dense_share=dense_share,
             min_elements=min_elements, dense_steps=dense_steps, seed=seed,
             steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+            loss_scaling=_loss_scaling(grad_scaler),
         )
         # A bad setting is raised only once the ranks have agreed on their settings: a
         # rank that raised at once would leave the others waiting for it in a collective.
@@ -137,6 +153,10 @@ class CompressionState:
         )
         if invalid is not None:
             raise invalid
+        # Loss scaling: the scaler whose scale compressed tensors are divided by, and the
+        # exchanger's agreement on overflowing steps (dist::Exchanger::NonFinite).
+        self._scaler = grad_scaler if settings["loss_scaling"] == "on" else None
+        self._exchanger.skip_non_finite = self._scaler is not None
         # As given; the exchanger's spec (self.compressor) gains the default memory of a
         # bare biased codec when gradcomp.torch.SGD attaches (efm(...) under momentum).
         self._given_compressor = compressor
@@ -187,7 +207,7 @@ class CompressionState:
         self._threshold_grads: List[torch.Tensor] = []
         self._totals = dict(
             steps=0, bytes_sent=0, bytes_received=0, encode_seconds=0.0, comm_seconds=0.0,
-            decode_seconds=0.0, dense_fallbacks=0,
+            decode_seconds=0.0, dense_fallbacks=0, non_finite_skips=0,
         )
 
     # ---- what the hook does -------------------------------------------------------------
@@ -217,6 +237,11 @@ class CompressionState:
         # copy; each gets the mean back in its own dtype and place.
         on_device = ((cuda or self._force_device) and self._dense is not None
                      and self._exchanger.device_supported)
+        # Under loss scaling, groups (all steps but a fresh run's first, which is a plain
+        # dense average: linear, so the scale passes through it) are exchanged unscaled.
+        scale = self._loss_scale(buffer.device) if self._dense is not None else None
+        if self._dense is not None:
+            self._keep_threshold_grads(bucket, scale)
         staging = None
         ready = None
         stream = None
@@ -231,9 +256,17 @@ class CompressionState:
             side.wait_event(produced)
             work.record_stream(side)
             stream = (side.stream_id, side.device_index, side.device_type)
+            if scale is not None:
+                scale.record_stream(side)
+                with torch.cuda.stream(side):
+                    work.div_(scale)
         elif staged:
             staging = self._staging_for(buffer.device)
+            if scale is not None:
+                buffer.div_(scale)  # on the stream that produced it, before the copy out
             work, ready = staging.to_host(bucket.index(), buffer)
+        elif scale is not None:
+            work.div_(scale)
 
         step, failed = self.step, self._failed
 
@@ -254,7 +287,7 @@ class CompressionState:
                 _C.fail_future(future, error)
                 return
             if staging is not None:
-                staging.to_device(work, buffer, lambda: future.set_result(buffer))
+                staging.to_device(work, buffer, lambda: future.set_result(buffer), scale)
                 return
             if side is not None:
                 # Completed with the side stream current: DDP's use of the bucket waits
@@ -262,10 +295,14 @@ class CompressionState:
                 with torch.cuda.stream(side):
                     if work is not buffer:
                         buffer.copy_(work)
+                    if scale is not None:
+                        buffer.mul_(scale)
                     future.set_result(buffer)
                 return
             if work is not buffer:
                 buffer.copy_(work)
+            if scale is not None:
+                buffer.mul_(scale)
             future.set_result(buffer)
 
         submit, compressed = self._prepare(
@@ -280,6 +317,30 @@ class CompressionState:
                 return future
             self._end_step(compressed)
         return future
+
+    def _loss_scale(self, device: torch.device) -> Optional[torch.Tensor]:
+        """The scaler's scale on the bucket's device (no wait for the device), or None
+        without loss scaling."""
+        if self._scaler is None:
+            return None
+        scale = getattr(self._scaler, "_scale", None)
+        if not isinstance(scale, torch.Tensor):
+            # scaler.scale(loss) was not called this run: the gradients are not scaled
+            # (and scaler.step() will say so).
+            return None
+        return scale.to(device=device, dtype=torch.float32, non_blocking=True)
+
+    def _keep_threshold_grads(self, bucket: dist.GradBucket, scale: Optional[torch.Tensor]) -> None:
+        """Copies of the compressed gradients, unscaled, for the fixed 2-bit threshold
+        check (Method::threshold_warning), at the first compressed step from step 10 on;
+        taken before anything else touches the bucket."""
+        if not (self._threshold_check_due and self.step >= _THRESHOLD_CHECK_STEP
+                and self.step >= self.dense_steps):
+            return
+        for p, g in zip(bucket.parameters(), bucket.gradients()):
+            if not self._dense[self._index_of(p)]:
+                kept = g.detach().float().clone()
+                self._threshold_grads.append(kept if scale is None else kept.div_(scale))
 
     def _staging_for(self, device: torch.device) -> "_staging.Staging":
         staging = self._staging.get(device)
@@ -309,12 +370,6 @@ class CompressionState:
                 "state=state) so that it skips momentum on compressed tensors and the "
                 "exchange sees its learning rate and momentum"
             )
-        if compressed and self._threshold_check_due and self.step >= _THRESHOLD_CHECK_STEP:
-            self._threshold_grads += [
-                g.detach().clone()
-                for p, g in zip(params, bucket.gradients())
-                if not self._dense[self._index[id(p)]]
-            ]
         if on_device:
             submit = functools.partial(
                 self._exchanger.submit_device, key, work, slots, compressed, ctx, done, stream)
@@ -543,7 +598,9 @@ class CompressionState:
         ``encode_seconds_per_step``, ``comm_seconds_per_step``, ``decode_seconds_per_step``
         (time on the exchange thread; communication overlaps the backward pass);
         ``dense_fallbacks`` (tensor-steps sent in the dense allreduce because their gathered
-        messages would have cost more bytes, e.g. DGC's warm-up on many ranks).
+        messages would have cost more bytes, e.g. DGC's warm-up on many ranks);
+        ``non_finite_skips`` (bucket-steps not exchanged because a gradient overflowed on
+        some rank, under ``grad_scaler``).
         """
         self._exchanger.drain()
         for k, v in self._exchanger.take_stats().items():
@@ -564,6 +621,7 @@ class CompressionState:
             comm_seconds_per_step=t["comm_seconds"] / steps,
             decode_seconds_per_step=t["decode_seconds"] / steps,
             dense_fallbacks=t["dense_fallbacks"],
+            non_finite_skips=t["non_finite_skips"],
         )
 
     def state_dict(self) -> Dict[str, Any]:
@@ -651,7 +709,25 @@ _SETTINGS = (
     ("compressor", str), ("reducer", str), ("dense_share", float), ("min_elements", int),
     ("dense_steps", int), ("seed", int), ("steps_per_epoch", int),
     ("total_steps", lambda v: None if v is None else int(v)),
+    ("loss_scaling", str),
 )
+
+
+def _grad_scaler_types() -> Tuple[type, ...]:
+    """torch.amp.GradScaler (torch 2.3 on) and torch.cuda.amp.GradScaler, where they exist."""
+    owners = (getattr(torch, "amp", None), getattr(torch.cuda, "amp", None))
+    return tuple(t for t in (getattr(o, "GradScaler", None) for o in owners) if isinstance(t, type))
+
+
+def _loss_scaling(grad_scaler: Any) -> str:
+    """The grad_scaler setting as the ranks compare it: "on" for an enabled GradScaler,
+    "off" for None or a disabled one, else what was given (refused after the agreement)."""
+    if grad_scaler is None:
+        return "off"
+    if not isinstance(grad_scaler, _grad_scaler_types()):
+        return f"a {type(grad_scaler).__name__}"
+    return "on" if grad_scaler.is_enabled() else "off"
+
 
 
 def _settings_fields(settings: Dict[str, Any]) -> List[Tuple[str, str]]:
@@ -671,6 +747,9 @@ def _invalid_settings(s: Dict[str, Any]) -> Optional[Exception]:
             if (v is not None or name != "total_steps") and (
                     isinstance(v, bool) or not hasattr(v, "__index__")):
                 raise TypeError(f"{name} must be an int, got {v!r}")
+        if s["loss_scaling"] not in ("on", "off"):
+            raise TypeError(f"grad_scaler must be a torch.amp.GradScaler or None, got "
+                            f"{s['loss_scaling']}")
         if isinstance(s["dense_share"], bool) or not isinstance(s["dense_share"], (int, float)):
             raise TypeError(f"dense_share must be a number, got {s['dense_share']!r}")
         _C.validate_spec(s["compressor"])
@@ -693,7 +772,8 @@ def hook(state: "CompressionState", bucket: dist.GradBucket) -> torch.futures.Fu
     any model: the exchanges run one at a time, in bucket order, on every rank.
     A dead or stalled peer fails the future (and so ``loss.backward()``) with
     ``gradcomp.CommError`` within the state's timeout; any other error of the exchange
-    (``ValueError`` for a non-finite gradient) fails it as itself. Buckets may be
+    (``ValueError`` for a non-finite gradient, unless the state has a ``grad_scaler``)
+    fails it as itself. Buckets may be
     float32, bfloat16 or float16, on the CPU or a CUDA device (exchanged as fp32 in host
     memory).
     """

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import ddp_support
+import scaler_workers
 import workers
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -78,3 +79,20 @@ def test_an_nccl_only_job_exchanges_over_a_gloo_group_of_its_own():
     (losses, _, _, _), = ddp_support.run(
         workers.train_spec, 1, "efm(topk:ratio=0.01)", 4, "cuda", backend="nccl")
     assert all(loss == loss for loss in losses)
+
+
+# torch.amp.GradScaler("cuda") through the hook: on the device path (unscaled on the side
+# stream) and staged (fp16: unscaled before the copy to the host), against the same run
+# without a scaler; and an overflow on rank 1 skipped on both ranks
+# (tests/python/test_hook_loss_scaling.py runs the same on CPU buckets).
+@pytest.mark.parametrize("spec", ["efm(topk:ratio=0.05,select=exact)",
+                                  "ef(2bit:threshold=0.002)", "fp16"])
+def test_loss_scaling_on_cuda(spec):
+    for same_weights, same_memories, _, skips in ddp_support.run(
+            scaler_workers.scaled_equals_unscaled, 2, spec, 6, None, "cuda"):
+        assert same_weights and same_memories and skips == 0, (same_weights, same_memories)
+    results = ddp_support.run(scaler_workers.overflow_skips_the_step, 2, spec, 6, 3, None, "cuda")
+    for same_weights, same_memories, scales, skips, _ in results:
+        assert same_weights and same_memories, (same_weights, same_memories)
+        assert scales == [2.0**10] * 3 + [2.0**9] * 3 and skips >= 1, (scales, skips)
+    assert torch.equal(results[0][4], results[1][4]), "replicas diverged"
