@@ -13,13 +13,18 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <c10/util/Logging.h>
+
 #include <algorithm>
 #include <cctype>
 #include <csignal>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "c10d_compat.h"
 #include "gradcomp/dist/communicator.h"
@@ -106,6 +111,35 @@ auto comm_guard(const std::string& op, F&& f) -> decltype(f()) {
 
 constexpr std::chrono::milliseconds kWaitGrace{2000};
 
+// c10d logs each failed try to reach a TCPStore at ERROR, with a 22-frame stack trace,
+// before it throws (torch 2.x: 53 lines for an absent rank 0); gradcomp reports the
+// failure in one line (comm_guard). So c10's log is quiet while a store connects, unless
+// the user asked for it (TORCH_CPP_LOG_LEVEL). Only c10's own log (torch's pip wheels);
+// a torch built with glog (Debian's) keeps its threshold.
+class QuietC10Log {
+ public:
+  QuietC10Log() {
+#ifndef C10_USE_GLOG
+    if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) {
+      saved_ = FLAGS_caffe2_log_level;
+      FLAGS_caffe2_log_level = c10::GLOG_FATAL;
+      quiet_ = true;
+    }
+#endif
+  }
+  ~QuietC10Log() {
+#ifndef C10_USE_GLOG
+    if (quiet_) FLAGS_caffe2_log_level = saved_;
+#endif
+  }
+  QuietC10Log(const QuietC10Log&) = delete;
+  QuietC10Log& operator=(const QuietC10Log&) = delete;
+
+ private:
+  [[maybe_unused]] int saved_ = 0;
+  [[maybe_unused]] bool quiet_ = false;
+};
+
 bool is_loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1";
 }
@@ -148,6 +182,7 @@ Store Store::tcp_client(const std::string& host, std::uint16_t port,
     opts.isServer = false;
     opts.waitWorkers = false;
     opts.timeout = timeout;
+    const QuietC10Log quiet;
     auto store = c10::make_intrusive<c10d::TCPStore>(host, opts);
     return Store(std::make_shared<Impl>(Impl{std::move(store), port}));
   });
@@ -279,6 +314,26 @@ Communicator Communicator::connect(const RendezvousConfig& config) {
   return Communicator(store, config);
 }
 
+// Ranks started with different world sizes each fail in Gloo's connect, with a message
+// about keys or a timeout. So every rank publishes its world size first, and every rank
+// but 0 compares its own with rank 0's, naming both. (Rank 0 itself learns of it from
+// the failed connect, whose message asks.)
+namespace {
+void check_world_size(c10d::Store& store, const RendezvousConfig& config) {
+  const std::string mine = std::to_string(config.world_size);
+  store.set("gradcomp/world_size/" + std::to_string(config.rank),
+            std::vector<std::uint8_t>(mine.begin(), mine.end()));
+  if (config.rank == 0) return;
+  const std::vector<std::uint8_t> got = store.get("gradcomp/world_size/0");
+  const std::string theirs(got.begin(), got.end());
+  if (theirs != mine) {
+    throw InvalidArgument("rendezvous: rank 0 started a world of " + theirs + " ranks, rank " +
+                          std::to_string(config.rank) + " a world of " + mine +
+                          ": every rank needs the same world size");
+  }
+}
+}  // namespace
+
 Communicator::Communicator(const Store& store, const RendezvousConfig& config)
     : impl_(std::make_unique<Impl>()) {
   if (config.world_size < 1 || config.rank < 0 || config.rank >= config.world_size) {
@@ -295,7 +350,8 @@ Communicator::Communicator(const Store& store, const RendezvousConfig& config)
   impl_->timeout = config.timeout;
   const std::string op = "rendezvous: Gloo group of " + std::to_string(config.world_size) +
                          " as rank " + std::to_string(config.rank);
-  impl_->adopt(comm_guard(op, [&] {
+  const auto connect = [&] {
+    const QuietC10Log quiet;  // Gloo's connect failures log at ERROR before they throw
     auto options = c10d::ProcessGroupGloo::Options::create(config.timeout);
     if (!config.interface.empty()) {
       options->devices.push_back(
@@ -307,7 +363,21 @@ Communicator::Communicator(const Store& store, const RendezvousConfig& config)
     }
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store.impl()->store, config.rank,
                                                        config.world_size, options);
-  }));
+  };
+  if (config.world_size > 1) {
+    comm_guard("rendezvous: the world size", [&] {
+      check_world_size(*store.impl()->store, config);
+      return 0;
+    });
+  }
+  try {
+    impl_->adopt(comm_guard(op, connect));
+  } catch (const CommError& e) {
+    // What the ranks see differs with what went wrong (a timeout waiting for a rank's
+    // address, a connect timeout); the causes are few.
+    throw CommError(std::string(e.what()) +
+                    " (did every rank start within the timeout, with the same world size?)");
+  }
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -545,6 +545,36 @@ mismatch_case "different --min-group-mb" \
   '^gradcomp: ranks disagree on --min-group-mb: rank 0 has 25, rank 1 has 1$' \
   "--mlp-hidden 64" "--mlp-hidden 64 --min-group-mb 1"
 
+# Rendezvous failures are one line each, c10d's and Gloo's own logs (a stack trace per
+# failed connect try) kept quiet. A rank whose rank 0 never starts:
+port=$(free_port)
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  "$GRADCOMP" train "${mismatch[@]}" --timeout-ms 1500 > rz.txt 2> rz.err
+status=$?
+if [ $status -eq 1 ] && [ "$(wc -l < rz.err)" -eq 1 ] &&
+   grep -qE "^gradcomp: rendezvous: TCPStore at 127\.0\.0\.1:$port: " rz.err; then
+  pass "no rank 0: exit 1, one line: $(cat rz.err)"
+else
+  fail "no rank 0 (exit $status)"; cat rz.err
+fi
+# Ranks started with different world sizes: rank 1 names both, rank 0 asks.
+port=$(free_port)
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  "$GRADCOMP" train "${mismatch[@]}" --timeout-ms 3000 > ws0.txt 2> ws0.err &
+rank0=$!
+RANK=1 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  "$GRADCOMP" train "${mismatch[@]}" --timeout-ms 3000 > ws1.txt 2> ws1.err
+status1=$?
+wait $rank0; status0=$?
+if [ $status0 -eq 1 ] && [ $status1 -eq 1 ] && [ "$(wc -l < ws0.err)" -eq 1 ] &&
+   [ "$(wc -l < ws1.err)" -eq 1 ] &&
+   grep -qx "gradcomp: rendezvous: rank 0 started a world of 2 ranks, rank 1 a world of 3: every rank needs the same world size" ws1.err &&
+   grep -q "with the same world size?)$" ws0.err; then
+  pass "different world sizes: one line each: $(cat ws1.err)"
+else
+  fail "different world sizes (exit $status0 / $status1)"; cat ws0.err ws1.err
+fi
+
 # A parameter server takes part in the check: a server started with another compressor
 # than the workers stops them all before the first push.
 port=$(free_port)
