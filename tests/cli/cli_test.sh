@@ -217,6 +217,13 @@ run_err "eval --seed -1" "^gradcomp: --seed: -1 is not an integer >= 0" \
 # Past 2^64 - 1: CLI11 read it as 2^64 - 1, silently.
 run_err "eval --seed 2^64" "^gradcomp: --seed: 18446744073709551616 is larger than 18446744073709551615" \
   "$GRADCOMP" eval --checkpoint-dir "$WORK" --seed 18446744073709551616
+# An empty path switched the feature off as if the flag were absent.
+for flag in --metrics --checkpoint-dir --data-dir; do
+  run_err "train $flag ''" "^gradcomp: $flag: the path is empty" \
+    "$GRADCOMP" train --dataset synthetic --steps 1 "$flag" ""
+done
+run_err "eval --output ''" "^gradcomp: --output: the path is empty" \
+  "$GRADCOMP" eval --checkpoint-dir "$WORK" --output ""
 # eval without a readable worker checkpoint: it exited 0 and printed nothing.
 mkdir -p ev_empty ev_bad && printf 'not a checkpoint at all, not even close' > ev_bad/rank-0.ckpt
 eval_job=(--dataset synthetic --synthetic-train 64 --mlp-hidden 16)

@@ -127,6 +127,13 @@ CLI::Validator number_in(double min, double max) {
       "NUMBER in " + range);
 }
 
+CLI::Validator non_empty_path() {
+  // No description: --help keeps showing the type alone (TEXT).
+  return CLI::Validator(
+      [](std::string& value) -> std::string { return value.empty() ? "the path is empty" : ""; },
+      "");
+}
+
 CLI::Validator unsigned_integer() {
   // The sign and the range are judged here: CLI11's conversion still refuses what is not a
   // number, but reads a number past 2^64 - 1 as 2^64 - 1, silently. No description, so

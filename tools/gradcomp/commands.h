@@ -58,6 +58,9 @@ CLI::Validator number_in(double min, double max);
 // For unsigned flags: "--seed: -1 is not an integer >= 0". CLI11 2.1 reads "-1" into a
 // 64-bit unsigned as 2^64 - 1 without complaint (strtoull's wrap-around). app.cc.
 CLI::Validator unsigned_integer();
+// For paths: "--metrics: the path is empty". An empty value would otherwise switch the
+// feature off (or choose the default) as if the flag were absent. app.cc.
+CLI::Validator non_empty_path();
 
 // Parses argv into `app` (running the chosen command's callback) and turns every error
 // into one line "gradcomp: <message>" on stderr and exit status 1 (app.cc).

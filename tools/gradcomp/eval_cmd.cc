@@ -19,7 +19,9 @@ void add_eval_command(CLI::App& app) {
   train::EvalOptions& e = flags->eval;
   CLI::App* cmd = app.add_subcommand("eval", kEvalSummary);
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  cmd->add_option("--checkpoint-dir", e.checkpoint_dir, "the run's --checkpoint-dir")->required();
+  cmd->add_option("--checkpoint-dir", e.checkpoint_dir, "the run's --checkpoint-dir")
+      ->required()
+      ->check(non_empty_path());
   cmd->add_flag("--follow", e.follow, "keep waiting for new checkpoints");
   cmd->add_option("--idle-seconds", e.idle_seconds,
                   "--follow: stop after this long without a new checkpoint (0: never)")
@@ -28,7 +30,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--poll-ms", e.poll_ms, "--follow: directory polling interval")
       ->capture_default_str()
       ->check(integer_at_least(1));
-  cmd->add_option("--output", e.output, "append the JSON lines to this file (default: stdout)");
+  cmd->add_option("--output", e.output, "append the JSON lines to this file (default: stdout)")
+      ->check(non_empty_path());
   cmd->add_option("--model", flags->model,
                   "the trained model: mlp | lenet5 | resnet20 | transformer")
       ->capture_default_str();
@@ -39,7 +42,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--context", e.data.context, "text: the run's --context")
       ->capture_default_str()
       ->check(integer_at_least(1));
-  cmd->add_option("--data-dir", e.data.data_dir, "data directory (default: the dataset's own)");
+  cmd->add_option("--data-dir", e.data.data_dir, "data directory (default: the dataset's own)")
+      ->check(non_empty_path());
   cmd->add_option("--synthetic-train", e.data.synthetic_train,
                   "synthetic: train samples (as the run had them)");
   cmd->add_option("--seed", e.seed, "the run's seed (synthetic data)")

@@ -112,7 +112,8 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--context", j.data.context,
                   "text: bytes the model reads per window (windows of context + 1 bytes)")
       ->capture_default_str();
-  cmd->add_option("--data-dir", j.data.data_dir, "data directory (default: the dataset's own)");
+  cmd->add_option("--data-dir", j.data.data_dir, "data directory (default: the dataset's own)")
+      ->check(non_empty_path());
   cmd->add_option("--epochs", j.train.epochs, "epochs")->capture_default_str();
   cmd->add_option("--steps", j.train.max_steps, "stop after this many steps (then evaluate)");
   cmd->add_option("--batch-size", j.train.batch_size, "batch per worker")->capture_default_str();
@@ -183,13 +184,15 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
       ->check(unsigned_integer());
   cmd->add_option("--checkpoint-dir", j.train.checkpoint_dir,
                   "write a checkpoint per rank (and parameter server) each epoch and at the "
-                  "stop; the previous one is kept as .prev");
+                  "stop; the previous one is kept as .prev")
+      ->check(non_empty_path());
   cmd->add_flag("--resume", j.train.resume,
                 "continue from --checkpoint-dir, at the newest step every worker holds "
                 "(ps-async: each worker at its own newest)");
   cmd->add_option("--metrics", j.metrics_path,
                   "JSON lines: one per epoch and a summary, written to FILE.partial and "
-                  "renamed over FILE when the run ends (a failed run leaves FILE as it was)");
+                  "renamed over FILE when the run ends (a failed run leaves FILE as it was)")
+      ->check(non_empty_path());
   cmd->add_option("--eval-every", j.train.eval_every,
                   "also evaluate the test set every N steps (reported with the training time "
                   "so far; 0: at epoch ends only)")
