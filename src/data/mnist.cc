@@ -55,6 +55,12 @@ Dataset load_idx_pair(const std::filesystem::path& dir, Split split, const IdxSo
                                   labels_path.string() +
                                   format(" holds %zu labels", labels.size()));
   }
+  if (images.n == 0) {
+    // Readable, but nothing to train on or to measure accuracy with (an empty test set
+    // reported accuracy 0).
+    detail::fail(images_path,
+                 "holds no images: the " + std::string(to_string(split)) + " split is empty");
+  }
   Dataset d;
   d.name = std::string(src.name) + "/" + std::string(to_string(split));
   d.n = images.n;

@@ -311,6 +311,15 @@ TEST(DataIdx, RejectsMismatchedImageAndLabelCounts) {
                   (dir / "train-labels-idx1-ubyte.gz").string() + " holds 4 labels"});
 }
 
+TEST(DataIdx, RejectsAnEmptySplit) {
+  TempDir dir;
+  write_plain(dir / "t10k-images-idx3-ubyte", idx_images(0, kRows, kCols, {}));
+  write_plain(dir / "t10k-labels-idx1-ubyte", idx_labels({}));
+  expect_invalid(
+      [&] { load_mnist(dir.path(), Split::kTest); },
+      {(dir / "t10k-images-idx3-ubyte").string() + ": holds no images: the test split is empty"});
+}
+
 TEST(DataIdx, MissingDirectoryOrFileSaysHowToGetIt) {
   TempDir dir;
   const fs::path none = dir / "no-such-dir";
