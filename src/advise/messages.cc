@@ -310,7 +310,15 @@ MethodPlan plan_method(std::string_view method, std::span<const ParamInfo> param
     if (members.empty()) continue;
     const std::string tag = "fragment " + std::to_string(f) + " (" + describe(members) + "): ";
     const bool compressed = fp.compressed_elements > 0;
-    for (Round r : (compressed ? plan_of(members) : plan_dense(spec, members)).rounds) {
+    // Each fragment's job starts with the ranks' check that they took the same inner
+    // steps (dist::OuterLoop::check_round_agrees): one allgather of a config field of
+    // about 60 bytes, in two collectives (sizes, then the fields). Latency-bound.
+    std::vector<Round> rounds = {{"inner-step check: sizes", Collective::kAllgather, 8.0},
+                                 {"inner-step check", Collective::kAllgather, 64.0}};
+    for (Round& r : (compressed ? plan_of(members) : plan_dense(spec, members)).rounds) {
+      rounds.push_back(std::move(r));
+    }
+    for (Round& r : rounds) {
       r.what = tag + r.what;
       fp.rounds.push_back(r);
       m.rounds.push_back(std::move(r));

@@ -399,8 +399,17 @@ TEST(AdviseStepModel, OuterLoopsPayTheirExchangeOnceEveryHSteps) {
   ASSERT_EQ(plan.fragments.size(), 1u);
   const Prediction outer = predict(plan, s, speeds());
   EXPECT_EQ(outer.spec, "topk:ratio=0.01+--sync-every=30");
-  EXPECT_NEAR((outer.step_s - outer.compute_s) * 30, per_step.step_s - per_step.compute_s, 1e-9);
-  EXPECT_NEAR(outer.bytes_sent * 30, per_step.bytes_sent, 1e-6);
+  // ... and each round's check that the ranks took the same inner steps: two small
+  // allgathers (dist::OuterLoop::check_round_agrees).
+  const double check_s =
+      allgather_seconds(8.0, s.workers, s.link) + allgather_seconds(64.0, s.workers, s.link);
+  const double check_bytes = allgather_bytes(8.0, s.workers) + allgather_bytes(64.0, s.workers);
+  EXPECT_GT(check_s, 0.0);
+  EXPECT_NEAR((outer.step_s - outer.compute_s) * 30, per_step.step_s - per_step.compute_s + check_s,
+              1e-9);
+  EXPECT_NEAR(outer.bytes_sent * 30, per_step.bytes_sent + check_bytes, 1e-6);
+  ASSERT_GE(outer.rounds.size(), 2u);
+  EXPECT_NE(outer.rounds[1].what.find("inner-step check"), std::string::npos);
   // A delay longer than the exchange hides it all.
   const Prediction hidden =
       predict(plan_method("none+--sync-every=30+--delay=29", m.params), scenario(1e13), speeds());
@@ -411,7 +420,8 @@ TEST(AdviseStepModel, OuterLoopsPayTheirExchangeOnceEveryHSteps) {
   EXPECT_EQ(two.fragments.size(), 2u);
   const Prediction dense_outer =
       predict(plan_method("none+--sync-every=30", m.params), s, speeds());
-  EXPECT_NEAR(predict(two, s, speeds()).bytes_sent, dense_outer.bytes_sent, 1e-6);
+  EXPECT_NEAR(predict(two, s, speeds()).bytes_sent, dense_outer.bytes_sent + check_bytes / 30,
+              1e-6);
   Scenario ps = s;
   ps.topology = Topology::kPsSync;
   EXPECT_FALSE(predict(plan, ps, speeds()).available);
