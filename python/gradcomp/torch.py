@@ -237,9 +237,11 @@ class CompressionState:
         # copy; each gets the mean back in its own dtype and place.
         on_device = ((cuda or self._force_device) and self._dense is not None
                      and self._exchanger.device_supported)
-        # Under loss scaling, groups (all steps but a fresh run's first, which is a plain
-        # dense average: linear, so the scale passes through it) are exchanged unscaled.
-        scale = self._loss_scale(buffer.device) if self._dense is not None else None
+        # Under loss scaling, groups are exchanged unscaled: all steps but a fresh run's
+        # first, a plain dense average (linear: the scale passes through it), as every
+        # step of a dense method (none) is.
+        scale = (self._loss_scale(buffer.device)
+                 if self._dense is not None and not self._exchanger.dense_only else None)
         if self._dense is not None:
             self._keep_threshold_grads(bucket, scale)
         staging = None

@@ -396,6 +396,8 @@ void bind_exchanger(py::module_& m) {
           "A compressed group holding NaN or an infinity on any rank becomes +inf on every "
           "rank, memories untouched (dist::Exchanger::NonFinite::kSkipStep), rather than "
           "failing. Before the first submission.")
+      .def_property_readonly("dense_only",
+                             [](const PyExchanger& e) { return e.exchanger().dense_only(); })
       .def_property_readonly("compressor",
                              [](const PyExchanger& e) { return e.exchanger().compressor(); })
       .def_property_readonly("describe",

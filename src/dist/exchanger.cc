@@ -132,7 +132,10 @@ void Exchanger::submit(std::uint64_t key, std::span<const BucketShape> shapes,
   }
   Group& group = group_for(key, shapes);
   Reducer* reducer = group.reducer.get();
-  const bool agree_finite = non_finite_ == NonFinite::kSkipStep && any_compressed(refs);
+  // A dense method ("none", --reducer dense) sums every bucket: the sum carries a
+  // non-finite value to every rank by itself.
+  const bool agree_finite =
+      non_finite_ == NonFinite::kSkipStep && !method_.dense_only() && any_compressed(refs);
   enqueue({[this, reducer, refs = std::move(refs), ctx, agree_finite] {
              if (agree_finite && any_rank_non_finite(comm_, holds_non_finite(refs))) {
                for (const BucketRef& r : refs) {

@@ -266,6 +266,18 @@ TEST(Exchanger, UnderSkipStepANonFiniteGroupOnOneRankIsSkippedOnEveryRank) {
     EXPECT_EQ(comm.counters().operations - ops, 1u);
     EXPECT_TRUE(std::isnan(v[3]));
     EXPECT_EQ(v[4], 1.0f);
+    // A dense method's compressible tensor: the same.
+    Exchanger none(comm, "none");
+    none.set_non_finite(Exchanger::NonFinite::kSkipStep);
+    std::vector<float> w(1024, 1.0f);
+    if (comm.rank() == 1) w[3] = std::numeric_limits<float>::infinity();
+    const std::uint64_t before = comm.counters().operations;
+    none.submit(2, std::vector<BucketShape>{{10, 1024, true, 32}}, {{10, w, true}}, StepContext{},
+                {});
+    none.drain();
+    EXPECT_EQ(comm.counters().operations - before, 1u);
+    EXPECT_EQ(w[3], std::numeric_limits<float>::infinity());
+    EXPECT_EQ(w[4], 1.0f);
   });
   EXPECT_EQ(skipped, reference);
 }

@@ -111,8 +111,9 @@ class Exchanger {
   //              a flag per compressed group and step); if so, every rank's group
   //              becomes +inf and no memory changes, as a dense allreduce would show it
   //              to every rank: a loss scaler (torch's GradScaler) then skips the step
-  //              on every rank and lowers its scale. Dense groups need no agreement:
-  //              their sum carries a non-finite value to every rank by itself.
+  //              on every rank and lowers its scale. Dense groups (and every group
+  //              of a dense method: none) need no agreement: their sum carries a
+  //              non-finite value to every rank by itself.
   // Every rank must choose alike. Set it before the first submission or with no job in
   // flight; a submission takes the policy of its time.
   enum class NonFinite { kRaise, kSkipStep };
