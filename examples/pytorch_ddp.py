@@ -9,6 +9,8 @@ An ordinary DistributedDataParallel script; the gradcomp lines are marked "gradc
     PYTHONPATH=build/python /usr/bin/python3 examples/pytorch_ddp.py --compressor "efm(topk:ratio=0.01)"
     # the same under torchrun (or Slurm / mpirun setting RANK, WORLD_SIZE, MASTER_ADDR/PORT):
     PYTHONPATH=build/python torchrun --nproc_per_node 4 examples/pytorch_ddp.py --compressor powersgd:rank=2
+    # fp16 autocast with loss scaling (torch 2.3 or later: torch.amp.GradScaler for the CPU)
+    PYTHONPATH=build/python .venv-torch2/bin/python examples/pytorch_ddp.py --amp fp16
 
 The model (784-1536-1536-10, ReLU), data (each worker a shard of every epoch's shuffle,
 batch 64 per worker, pixels normalised), optimizer (SGD, momentum 0.9, cosine decay to 0)
@@ -85,11 +87,14 @@ def train(args) -> None:
     total_steps = steps_per_epoch * args.epochs
 
     model = DDP(mlp(), bucket_cap_mb=args.bucket_cap_mb)
+    amp = args.amp == "fp16"
+    # Loss scaling for fp16 autocast; None without it (torch 1.13 has no CPU scaler).
+    scaler = torch.amp.GradScaler("cpu", init_scale=args.init_scale) if amp else None
     state = None
     if args.compressor != "ddp":
         state = gc.CompressionState(  # gradcomp
             args.compressor, dense_share=args.dense_share, seed=args.seed,
-            steps_per_epoch=steps_per_epoch)
+            steps_per_epoch=steps_per_epoch, grad_scaler=scaler)
         model.register_comm_hook(state, gc.hook)  # gradcomp
         opt = gc.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, state=state)  # gradcomp
     else:
@@ -100,12 +105,14 @@ def train(args) -> None:
     if rank == 0:
         print(f"pytorch_ddp: {world} workers, mlp 784-1536-1536-10, fashion-mnist, "
               f"{args.epochs} epochs x {steps_per_epoch} steps, batch {args.batch_size}/worker, "
-              f"lr {args.lr} cosine, momentum {args.momentum}")
+              f"lr {args.lr} cosine, momentum {args.momentum}"
+              + (", fp16 autocast with loss scaling" if amp else ""))
         print(f"exchange: {state.describe if state else 'DDP allreduce (no hook)'}"
               + (f", dense_share {args.dense_share}" if state else ""), flush=True)
 
     start = time.monotonic()
     step_times = []
+    skipped = 0  # steps the loss scaler skipped (an overflow on some rank)
     for epoch in range(args.epochs):
         g = torch.Generator().manual_seed(args.seed * 1000 + epoch)
         order = torch.randperm(len(x_train), generator=g)
@@ -116,13 +123,24 @@ def train(args) -> None:
             idx = shard[s * args.batch_size:(s + 1) * args.batch_size]
             t0 = time.monotonic()
             opt.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(model(x_train[idx]), y_train[idx])
+            with torch.autocast("cpu", dtype=torch.float16, enabled=amp):
+                loss = nn.functional.cross_entropy(model(x_train[idx]), y_train[idx])
             if not torch.isfinite(loss):
                 raise SystemExit(f"rank {rank}: step {epoch * steps_per_epoch + s}: "
                                  f"the training loss is {loss.item()} (the run diverged)")
-            loss.backward()
-            opt.step()
-            schedule.step()
+            if scaler is None:
+                loss.backward()
+                opt.step()
+                schedule.step()
+            else:
+                scale = scaler.get_scale()
+                scaler.scale(loss).backward()
+                scaler.step(opt)  # skipped on every rank when a gradient overflowed on any
+                scaler.update()
+                if scaler.get_scale() < scale:
+                    skipped += 1  # the schedule counts the updates made
+                else:
+                    schedule.step()
             step_times.append(time.monotonic() - t0)
             losses.append(loss.item())
         accuracy = evaluate(model.module, x_test, y_test)
@@ -131,7 +149,8 @@ def train(args) -> None:
                   f"test accuracy {accuracy:.4f}  ({time.monotonic() - start:.0f} s)", flush=True)
 
     if rank == 0:
-        report(args, world, accuracy, state, step_times, time.monotonic() - start)
+        report(args, world, accuracy, state, step_times, time.monotonic() - start,
+               skipped if amp else None)
 
 
 @torch.no_grad()
@@ -142,11 +161,13 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return correct / len(x)
 
 
-def report(args, world, accuracy, state, step_times, wall) -> None:
+def report(args, world, accuracy, state, step_times, wall, skipped) -> None:
     median_ms = 1000 * float(np.median(step_times))
     rows = [("compressor", args.compressor), ("workers", str(world)),
             ("test accuracy", f"{accuracy:.4f}"), ("step time (median)", f"{median_ms:.1f} ms"),
             ("wall time", f"{wall:.0f} s")]
+    if skipped is not None:
+        rows.append(("steps skipped (overflow)", str(skipped)))
     if state is not None:
         st = state.stats()
         ratio = st["compression_ratio"]
@@ -202,6 +223,10 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
     p.add_argument("--timeout", type=float, default=300.0, help="collective timeout, seconds")
     p.add_argument("--data-dir", default=DATA_DIR)
+    p.add_argument("--amp", choices=("off", "fp16"), default="off",
+                   help="fp16 autocast with loss scaling (torch.amp.GradScaler, torch >= 2.3)")
+    p.add_argument("--init-scale", type=float, default=2.0**16,
+                   help="the loss scaler's first scale (--amp fp16; torch's default 65536)")
     args = p.parse_args()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         run(train, args)  # torchrun, Slurm or mpirun set the rendezvous

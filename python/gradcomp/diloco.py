@@ -22,6 +22,7 @@ Gloo group of its own. Constructing it is collective: the ranks compare their se
 parameter shapes (all raise the same ValueError if they differ), and rank 0's weights are
 broadcast to every rank, as DDP does.
 """
+import contextlib
 import datetime
 from typing import Any, Dict, Optional, Union
 
@@ -74,7 +75,12 @@ class DiLoCo:
             weights rounded back; the outer state is float32.
         inner_optimizer: when given (torch >= 2.0), a post-step hook on it calls
             :meth:`step` after each of its steps; otherwise call :meth:`step` yourself
-            after every optimizer step.
+            after every optimizer step. With fp16 autocast's ``GradScaler``, pass none and
+            call :meth:`step` after every ``scaler.update()``: the scaler skips the
+            optimizer's step after an overflow, on that rank only, so the hook would count
+            fewer steps there and the ranks would meet at different rounds. Counted by
+            iteration, every rank runs its rounds together; a skipped update is one inner
+            step fewer in that rank's pseudo-gradient.
         outer_optimizer: ``"nesterov:lr=0.7,momentum=0.9"`` (DiLoCo, the default),
             ``"average"`` (local SGD), ``"sgd:lr=L,momentum=M"``,
             ``"sparseloco:lr=1,decay=0.95"`` (SparseLoCo: each worker's error feedback
@@ -153,7 +159,8 @@ class DiLoCo:
     def step(self) -> bool:
         """After an inner optimizer step: runs the rounds due. True when the parameters
         were changed (a round merged). Raises gradcomp.CommError when a round failed."""
-        changed = self._loop.after_inner_step(self._steps + 1)
+        with self._hinted():
+            changed = self._loop.after_inner_step(self._steps + 1)
         self._steps += 1
         return changed
 
@@ -162,8 +169,22 @@ class DiLoCo:
         consensus (a last round of every fragment; the replicas set to its result).
         Collective: call it on every rank after the same inner step, before evaluating or
         saving the final model. Training may go on afterwards."""
-        with torch.no_grad():
+        with torch.no_grad(), self._hinted():
             self._loop.synchronize(self._steps)
+
+    @contextlib.contextmanager
+    def _hinted(self):
+        """The ranks' disagreement on their inner steps, with the likely cause when the
+        optimizer's hook counts them: a loss scaler skipped a step on some rank."""
+        try:
+            yield
+        except ValueError as e:
+            if self._hook is None or "ranks disagree on the inner steps" not in str(e):
+                raise
+            raise ValueError(
+                f"{e}; the inner optimizer's hook counts its steps, which a GradScaler skips "
+                "after an overflow on one rank only: with a scaler, pass no inner_optimizer "
+                "and call diloco.step() after every scaler.update()") from None
 
     @property
     def inner_steps(self) -> int:

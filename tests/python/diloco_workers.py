@@ -292,3 +292,34 @@ def over_nccl_alone(rank, world):
     stats = d.stats()
     d.close()
     return d.describe(), stats["rounds"]
+
+
+def with_a_grad_scaler(rank, world, counted_by):
+    """8 iterations of fp16-style loss scaling (GradScaler("cpu")) in rounds of 4; rank 1's
+    loss is inf at iteration 1, so its scaler skips that step and halves its scale.
+    counted_by "iteration": diloco.step() after every scaler.update(); "hook": the inner
+    optimizer's hook counts the steps. What was raised (None), the scales, and the
+    weights after synchronize()."""
+    model = small_model(seed=0)
+    inner = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1000)
+    d = gc.DiLoCo(model, inner if counted_by == "hook" else None, sync_every=4,
+                  timeout=__import__("datetime").timedelta(seconds=30))
+
+    def train():
+        for step in range(8):
+            x, y = batch(rank, step)
+            inner.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            if rank == 1 and step == 1:
+                loss = loss * float("inf")
+            scaler.scale(loss).backward()
+            scaler.step(inner)
+            scaler.update()
+            if counted_by == "iteration":
+                d.step()
+        d.synchronize()
+
+    error = raised(train)
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return error, scaler.get_scale(), d.inner_steps, flat

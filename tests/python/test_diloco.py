@@ -1,5 +1,6 @@
 """gradcomp.torch.DiLoCo (the outer loop) on real processes over Gloo (127.0.0.1)."""
 import pytest
+import torch
 
 import ddp_support
 import diloco_workers
@@ -126,3 +127,22 @@ def test_a_sixteen_bit_replica_trains_as_a_rounded_float32_one(dtype, spec, oute
             fragments, delay, mix):
         assert all(same), same
         assert merged_alike and kept
+
+
+# fp16 autocast's GradScaler skips a step after an overflow, on that rank only. Counted by
+# iteration (diloco.step() after scaler.update()), the ranks keep their rounds together;
+# counted by the optimizer's hook, they drift, and the round says why.
+@pytest.mark.skipif(not hasattr(torch, "amp") or not hasattr(torch.amp, "GradScaler"),
+                    reason="torch.amp.GradScaler (for the CPU) arrived in torch 2.3")
+def test_a_grad_scaler_that_skips_a_step_on_one_rank():
+    (e0, scale0, steps0, flat0), (e1, scale1, steps1, flat1) = ddp_support.run(
+        diloco_workers.with_a_grad_scaler, 2, "iteration", timeout=60)
+    assert e0 is None and e1 is None, (e0, e1)
+    assert (scale0, scale1) == (2.0**10, 2.0**9)
+    assert steps0 == steps1 == 8
+    assert torch.equal(flat0, flat1), "synchronize() left the replicas apart"
+    hooked = ddp_support.run(diloco_workers.with_a_grad_scaler, 2, "hook", timeout=60)
+    for error, _, _, _ in hooked:
+        assert error is not None and error[0] == "ValueError", error
+        assert error[1].startswith("outer loop: ranks disagree on the inner steps"), error
+        assert "call diloco.step() after every scaler.update()" in error[1], error
