@@ -139,6 +139,10 @@ struct GradientExchange::Impl {
 
   std::int64_t step = 0;
   float lr = 1.0f;
+  // ExchangeOptions::loss_scaling: the scale set for the coming backward, and the one
+  // this step's gradients carry (taken at its first gradient, used until finish()).
+  float loss_scale = 1.0f;
+  float step_scale = 1.0f;
   bool compressed_last = false;
   double exposed_seconds = 0;
   double backward_seconds = 0;
@@ -217,6 +221,7 @@ struct GradientExchange::Impl {
       }
     }
     exchanger = std::make_unique<dist::Exchanger>(*comm, std::move(method));
+    if (options.loss_scaling) exchanger->set_non_finite(dist::Exchanger::NonFinite::kSkipStep);
     form_groups();  // the default group size depends on whether the exchange is dense
     inv_world = 1.0f / static_cast<float>(comm->world_size());
     if (on_device) {
@@ -334,6 +339,7 @@ struct GradientExchange::Impl {
     if (!started) {
       started = true;
       backward_start = Clock::now();
+      step_scale = loss_scale;
     }
     last_hook = Clock::now();
     if (seen[i]) {
@@ -349,7 +355,11 @@ struct GradientExchange::Impl {
       // taken here, as the host path does (the same float products).
       at::Tensor slot = device_slot(i);
       slot.view(params[i].sizes()).copy_(grad);
-      if (dense_now(bucket_group[b])) slot.mul_(inv_world);
+      if (dense_now(bucket_group[b])) {
+        slot.mul_(inv_world);
+      } else if (unscale_now(bucket_group[b])) {
+        slot.div_(step_scale);
+      }
       side_waits_for_this_stream();
       seen[i] = 1;
       --missing[bucket_group[b]];
@@ -366,10 +376,14 @@ struct GradientExchange::Impl {
       // ranks is then the mean, with no pass over the bucket after the transfer.
       const float* src = g.data_ptr<float>();
       for (std::size_t k = 0; k < slot.size(); ++k) slot[k] = src[k] * inv_world;
+    } else if (unscale_now(bucket_group[b])) {
+      const float* src = g.data_ptr<float>();
+      const float scale = step_scale;
+      for (std::size_t k = 0; k < slot.size(); ++k) slot[k] = src[k] / scale;
     } else {
       std::memcpy(slot.data(), g.data_ptr<float>(), slot.size_bytes());
     }
-    if (options.check_finite) {
+    if (checks_finite()) {
       const std::size_t bad = find_non_finite(slot);
       if (bad < slot.size()) throw NonFiniteGradient(names[i], i, bad, slot[bad], step);
     }
@@ -389,6 +403,15 @@ struct GradientExchange::Impl {
   bool dense_now(std::size_t g) const {
     return exchanger->dense_only() || !groups[g].compressible || step < options.dense_steps;
   }
+
+  // Under loss scaling a group that goes through its reducer is exchanged unscaled (and
+  // its means scaled back in write_means); a dense one is a sum, which the scale passes
+  // through.
+  bool unscale_now(std::size_t g) const { return options.loss_scaling && !dense_now(g); }
+
+  // NonFiniteGradient is thrown only without loss scaling: with it an overflow is the
+  // scaler's to handle (dist::Exchanger::NonFinite::kSkipStep).
+  bool checks_finite() const { return options.check_finite && !options.loss_scaling; }
 
   void hand_over(std::size_t g) {
     StepContext ctx;
@@ -463,7 +486,7 @@ struct GradientExchange::Impl {
           live[k].second.copy_(mirrors[k].second);
         }
       }
-      if (options.check_finite) check_finite_device(g, data, step);
+      if (checks_finite()) check_finite_device(g, data, step);
     };
     if (side) hooks.after = [event = reduced[g], stream = *side] { event->record(stream); };
     device_groups->submit(g, data, group_slots[g], compress, ctx, std::move(complete),
@@ -481,7 +504,7 @@ struct GradientExchange::Impl {
       std::optional<c10::StreamGuard> guard;
       if (side) guard.emplace(*side);
       staged.copy_(data);  // waits for the side stream, so for the gradients' copies
-      if (!options.check_finite) return;
+      if (!checks_finite()) return;
       const std::span<const float> values(staged.data_ptr<float>(), groups[g].numel);
       const std::size_t bad = find_non_finite(values);
       if (bad < values.size()) throw non_finite_at(g, bad, values[bad], step);
@@ -559,6 +582,7 @@ struct GradientExchange::Impl {
             p.mutable_grad() = torch::empty_like(p);
           }
           p.mutable_grad().view({-1}).copy_(device_slot(s.param));
+          if (unscale_now(g)) p.mutable_grad().mul_(step_scale);
         }
       }
       return;
@@ -573,6 +597,7 @@ struct GradientExchange::Impl {
         p.mutable_grad().view({-1}).copy_(
             torch::from_blob(buffers[b].data() + s.offset, {static_cast<std::int64_t>(s.numel)},
                              torch::TensorOptions().dtype(torch::kFloat)));
+        if (unscale_now(g)) p.mutable_grad().mul_(step_scale);
       }
     }
   }
@@ -663,6 +688,20 @@ GradientExchange::~GradientExchange() {
 void GradientExchange::set_learning_rate(float lr) {
   std::lock_guard lock(impl_->mutex);
   impl_->lr = lr;
+}
+
+void GradientExchange::set_loss_scale(float scale) {
+  if (!impl_->options.loss_scaling) {
+    throw InvalidArgument(
+        "GradientExchange::set_loss_scale: the exchange was built without "
+        "ExchangeOptions::loss_scaling");
+  }
+  if (!(std::isfinite(scale) && scale > 0.0f)) {
+    throw InvalidArgument("GradientExchange::set_loss_scale: " + std::to_string(scale) +
+                          " is not a finite scale > 0");
+  }
+  std::lock_guard lock(impl_->mutex);
+  impl_->loss_scale = scale;
 }
 
 void GradientExchange::finish() { impl_->finish(); }

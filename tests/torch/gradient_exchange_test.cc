@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -658,6 +659,111 @@ TEST(GradientExchange, DevicePathWarnsOfAFixedThresholdAsTheHostPath) {
       const auto w = exchange.take_warnings();
       EXPECT_EQ(w.size(), step == 10 ? 1u : 0u) << step;
     }
+  });
+}
+
+// ExchangeOptions::loss_scaling, on the host path and the device path on CPU tensors:
+// a run whose loss is scaled by powers of two (changing every other step, as a loss
+// scaler's does) gives, once its gradients are divided by the scale, the unscaled run's
+// gradients and memories bit for bit; an overflow on one rank comes back as +inf on every
+// rank's compressed tensors, no memory changed, and the run goes on.
+class LossScaling : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+std::vector<float> memories_of(GradientExchange& exchange) {
+  std::vector<float> out;
+  for (const StateBuffer& b : exchange.state()) out.insert(out.end(), b.data.begin(), b.data.end());
+  return out;
+}
+
+TEST_P(LossScaling, AScaledRunEqualsTheUnscaledOne) {
+  const auto& [spec, device_path] = GetParam();
+  run_ranks(2, [&, spec = spec, device_path = device_path](Communicator& comm) {
+    OddNet scaled, plain;
+    ExchangeOptions o = odd_options(spec, 0.0, device_path);
+    GradientExchange plain_exchange(plain.named_parameters(), comm, o);
+    o.loss_scaling = true;
+    GradientExchange scaled_exchange(scaled.named_parameters(), comm, o);
+    for (int step = 0; step < 6; ++step) {
+      const float scale = std::ldexp(1.0f, 10 + step / 2);
+      plain.zero_grad();
+      loss_of(plain, comm.rank(), step).backward();
+      plain_exchange.finish();
+      scaled.zero_grad();
+      scaled_exchange.set_loss_scale(scale);
+      (loss_of(scaled, comm.rank(), step) * scale).backward();
+      scaled_exchange.finish();
+      const auto want = grads_of(plain);
+      auto got = grads_of(scaled);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        got[i].div_(scale);
+        ASSERT_TRUE(torch::equal(got[i], want[i])) << spec << " step " << step << " param " << i;
+      }
+      step_alike({&plain, &scaled}, want);
+    }
+    EXPECT_EQ(memories_of(scaled_exchange), memories_of(plain_exchange));
+    EXPECT_EQ(scaled_exchange.take_stats().reduce.non_finite_skips, 0u);
+  });
+}
+
+TEST_P(LossScaling, AnOverflowOnOneRankIsInfOnEveryRankAndChangesNoMemory) {
+  const auto& [spec, device_path] = GetParam();
+  run_ranks(2, [&, spec = spec, device_path = device_path](Communicator& comm) {
+    OddNet net;
+    ExchangeOptions o = odd_options(spec, 0.0, device_path);
+    o.loss_scaling = true;
+    GradientExchange exchange(net.named_parameters(), comm, o);
+    exchange.set_loss_scale(1024.0f);
+    for (int step = 0; step < 4; ++step) {
+      const bool overflow = step == 2;
+      const std::vector<float> before = memories_of(exchange);
+      (void)exchange.take_stats();
+      net.zero_grad();
+      torch::Tensor loss = loss_of(net, comm.rank(), step) * 1024.0f;
+      if (overflow && comm.rank() == 1) loss = loss * std::numeric_limits<float>::infinity();
+      loss.backward();
+      exchange.finish();
+      const auto grads = grads_of(net);
+      if (!overflow) {
+        for (const auto& g : grads) ASSERT_TRUE(torch::isfinite(g).all().item<bool>()) << step;
+        step_alike({&net}, grads);
+        continue;
+      }
+      // The compressed tensors (every one in a group of its own here) are +inf; the
+      // memories are as before; both ranks counted the skips.
+      std::size_t compressed = 0;
+      for (std::size_t i = 0; i < grads.size(); ++i) {
+        if (!exchange.compressed_this_step(i)) continue;
+        ++compressed;
+        EXPECT_TRUE(torch::all(grads[i] == std::numeric_limits<float>::infinity()).item<bool>())
+            << i;
+      }
+      EXPECT_GT(compressed, 0u);
+      EXPECT_EQ(memories_of(exchange), before);
+      EXPECT_GT(exchange.take_stats().reduce.non_finite_skips, 0u);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, LossScaling,
+                         ::testing::Values(std::make_tuple("efm(topk:ratio=0.1)", false),
+                                           std::make_tuple("efm(topk:ratio=0.1)", true),
+                                           std::make_tuple("ef(2bit:threshold=0.01)", false),
+                                           std::make_tuple("ef(2bit:threshold=0.01)", true),
+                                           std::make_tuple("powersgd:rank=2", false),
+                                           std::make_tuple("powersgd:rank=2", true)));
+
+TEST(GradientExchange, ALossScaleNeedsLossScalingAndIsFinitePositive) {
+  run_ranks(1, [](Communicator& comm) {
+    Net net;
+    GradientExchange plain(net.named_parameters(), comm, options_for("efm(topk:ratio=0.1)"));
+    EXPECT_THROW(plain.set_loss_scale(2.0f), InvalidArgument);
+    ExchangeOptions o = options_for("efm(topk:ratio=0.1)");
+    o.loss_scaling = true;
+    GradientExchange scaled(net.named_parameters(), comm, o);
+    for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+      EXPECT_THROW(scaled.set_loss_scale(bad), InvalidArgument) << bad;
+    }
+    scaled.set_loss_scale(65536.0f);
   });
 }
 

@@ -106,6 +106,17 @@ struct ExchangeOptions {
   // backward() before its bucket reaches a codec or another rank. On the device path,
   // once per group on the exchange thread, out of finish() (see NonFiniteGradient).
   bool check_finite = true;
+  // Loss scaling (fp16 autocast: the loss multiplied by a scale before backward, the
+  // gradients divided by it before the optimizer, the step skipped when they overflowed;
+  // set_loss_scale() before each backward). Groups that go through their reducer are
+  // exchanged unscaled and their means scaled back into .grad, so that thresholds and
+  // memories stay in gradient units whatever the scale does; dense groups (sums) carry
+  // the scale through. A group holding NaN or an infinity on any rank comes back +inf in
+  // .grad on every rank, no memory changed (dist::Exchanger::NonFinite::kSkipStep): every
+  // rank's check of the gradients sees the overflow and skips the step alike. No
+  // NonFiniteGradient is thrown then (check_finite is not applied). Every rank sets it
+  // alike.
+  bool loss_scaling = false;
   // A test switch: CPU parameters take the device path that CUDA parameters take (see
   // GradientExchange), its buffers and device reducers on CPU tensors, so that CI checks
   // it against the host path without a GPU. No use in training: on the CPU the host
@@ -168,6 +179,10 @@ class GradientExchange {
   // The learning rate of the coming step, for methods that work in parameter units
   // (FetchSGD's error, EF-signSGD): call before backward when it changes.
   void set_learning_rate(float lr);
+  // The scale the coming backward's loss was multiplied by (ExchangeOptions::
+  // loss_scaling; InvalidArgument without it, or for a scale that is not finite and > 0).
+  // Taken at the first gradient of a backward: call it before backward when it changes.
+  void set_loss_scale(float scale);
 
   // Waits for this step's exchanges and writes the mean gradients into .grad. Throws
   // gradcomp::CommError (a peer failed or timed out) or InvalidArgument (a codec could
