@@ -13,7 +13,9 @@ the codecs ran gradcomp's fused CUDA kernels or ATen operations (a spec ending i
 switches the kernels off: the same method both ways in one run; "@perbucket" runs the device
 reducer one bucket at a time, GRADCOMP_DEVICE_BATCH=0, against its batches; "@aten+perbucket"
 both; "@scatter" runs the scatter reducer, reducer="scatter": in a world of one every tensor
-is one slice, encoded and decoded twice, the codec's cost on the GPU). Variants: DDP alone,
+is one slice, encoded and decoded twice, the codec's cost on the GPU; "@amp" trains under
+fp16 autocast with a GradScaler, given to gradcomp's state: its rows compare with "ddp@amp",
+DDP alone under the same autocast). Variants: DDP alone,
 torch's PowerSGD hook, gradcomp's hook with each --specs entry. Synthetic ImageNet-sized
 batches; the median step of --steps after --warmup. Prints a Markdown table; --json writes
 the record. --profile FILE adds, for each gradcomp variant, torch.profiler's table of three
@@ -46,7 +48,9 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
     previous = None  # the kernel switch to restore, for gradcomp's variants
     model = getattr(torchvision.models, model_name)(weights=None).to(device)
     ddp = DDP(model, device_ids=[device.index or 0])
-    if hook == "ddp":
+    amp = hook.partition("@")[2].split("+").count("amp") > 0
+    scaler = torch.amp.GradScaler("cuda") if amp else None
+    if hook.partition("@")[0] == "ddp":
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     elif hook.startswith("torch-powersgd"):
         rank = int(hook.split("=")[1])
@@ -63,21 +67,34 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
         batch_switch = os.environ.get("GRADCOMP_DEVICE_BATCH")
         if "perbucket" in modes:
             os.environ["GRADCOMP_DEVICE_BATCH"] = "0"
-        state = gc.CompressionState(spec, reducer="scatter" if "scatter" in modes else "auto")
+        state = gc.CompressionState(spec, reducer="scatter" if "scatter" in modes else "auto",
+                                    grad_scaler=scaler)
         ddp.register_comm_hook(state, gc.hook)
         opt = gc.SGD(ddp.parameters(), lr=0.01, momentum=0.9, state=state)
         path = ("device, " + ("kernels" if kernels else "aten")
                 + (", one bucket at a time" if "perbucket" in modes else "")
                 + (", scatter" if "scatter" in modes else "")) if state.on_device else "staged"
+        path += ", fp16 amp" if amp else ""
     x = torch.randn(batch, 3, 224, 224, device=device)
     y = torch.randint(0, 1000, (batch,), device=device)
     times = []
+
+    def train_step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+            loss = nn.functional.cross_entropy(ddp(x), y)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+
     for i in range(warmup + steps):
         torch.cuda.synchronize(device)
         t = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(ddp(x), y).backward()
-        opt.step()
+        train_step()
         torch.cuda.synchronize(device)
         if i >= warmup:
             times.append(time.perf_counter() - t)
@@ -85,9 +102,7 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
         from torch.profiler import ProfilerActivity
         with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
-                opt.zero_grad(set_to_none=True)
-                nn.functional.cross_entropy(ddp(x), y).backward()
-                opt.step()
+                train_step()
             torch.cuda.synchronize(device)
         table = prof.key_averages()
         profile.write(f"\n## {model_name} batch {batch} {hook} ({path}), 3 steps\n")
@@ -111,7 +126,8 @@ def main():
     ap.add_argument("--specs", default="powersgd:rank=2;efm(topk:ratio=0.01);"
                     "efm(topk:ratio=0.01)@perbucket;efm(topk:ratio=0.01)@aten;"
                     "2bit;2bit@perbucket;2bit@aten;efsign;"
-                    "dgc:density=0.001;dgc:density=0.001@perbucket;int@scatter",
+                    "dgc:density=0.001;dgc:density=0.001@perbucket;int@scatter;"
+                    "efm(topk:ratio=0.01)@amp;powersgd:rank=2@amp",
                     help="gradcomp compressors, ';'-separated")
     ap.add_argument("--torch-powersgd-rank", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
@@ -125,7 +141,8 @@ def main():
                             timeout=datetime.timedelta(minutes=5))
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
-    variants = ["ddp", f"torch-powersgd:rank={args.torch_powersgd_rank}"] + args.specs.split(";")
+    variants = (["ddp", "ddp@amp", f"torch-powersgd:rank={args.torch_powersgd_rank}"]
+                + args.specs.split(";"))
     record = dict(device=torch.cuda.get_device_name(device), torch=torch.__version__,
                   steps=args.steps, warmup=args.warmup, results=[])
     print(f"# {record['device']}, torch {torch.__version__}, world of one over "
@@ -133,16 +150,17 @@ def main():
     profile = open(args.profile, "w") if args.profile else None
     for entry in args.models.split(","):
         name, batch = entry.split(":")
-        base = None
+        bases = {}  # DDP alone's step, without and with fp16 autocast
         for v in variants:
             t, path = step_times(name, int(batch), v, args.steps, args.warmup, device, profile)
-            base = base or t
+            amp = "amp" in v.partition("@")[2].split("+")
+            base = bases.setdefault(amp, t)
             record["results"].append(dict(model=name, batch=int(batch), variant=v, path=path,
                                           step_seconds=t, vs_ddp=t / base))
             print(f"{name} batch {batch} {v} ({path}): {t * 1e3:.1f} ms ({t / base:.2f}x DDP)",
                   flush=True)
     print()
-    print("| model | batch | variant | path | step (ms) | vs DDP alone |")
+    print("| model | batch | variant | path | step (ms) | vs DDP alone (@amp: ddp@amp) |")
     print("|---|---|---|---|---|---|")
     for r in record["results"]:
         print(f"| {r['model']} | {r['batch']} | {r['variant']} | {r['path']} | "

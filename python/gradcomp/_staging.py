@@ -93,5 +93,6 @@ class Staging:
         with torch.cuda.stream(self._stream):
             bucket.copy_(host, non_blocking=True)
             if scale is not None:
+                scale.record_stream(self._stream)
                 bucket.mul_(scale)
             complete()
