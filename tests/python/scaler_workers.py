@@ -19,7 +19,7 @@ def _scaler(growth_interval: int = 2, device: str = "cpu") -> torch.amp.GradScal
 
 def _train(rank: int, spec: str, steps: int, scaler: Optional[torch.amp.GradScaler],
            overflow_at: Optional[int] = None, skip: Optional[int] = None,
-           switch: Optional[str] = None, device: str = "cpu"):
+           switch: Optional[str] = None, device: str = "cpu", reducer: str = "auto"):
     """`steps` steps of SGD with momentum; with a scaler, rank 1's loss is inf at step
     `overflow_at`; step `skip` is left out. Returns the weights, the state, the stats and
     the scale after each step."""
@@ -27,7 +27,8 @@ def _train(rank: int, spec: str, steps: int, scaler: Optional[torch.amp.GradScal
         os.environ[switch] = "1"
     try:
         model = ddp(small_model().to(device))
-        state = gc.CompressionState(spec, dense_share=0.0, seed=7, grad_scaler=scaler)
+        state = gc.CompressionState(spec, dense_share=0.0, seed=7, grad_scaler=scaler,
+                                    reducer=reducer)
     finally:
         if switch is not None:
             os.environ.pop(switch)
@@ -70,14 +71,15 @@ def scaled_equals_unscaled(rank, world, spec, steps, switch, device="cpu"):
             stats_s["non_finite_skips"])
 
 
-def overflow_skips_the_step(rank, world, spec, steps, overflow_at, switch, device="cpu"):
+def overflow_skips_the_step(rank, world, spec, steps, overflow_at, switch, device="cpu",
+                            reducer="auto"):
     """Rank 1's loss is inf at one step: every rank skips it (its scaler halves), and the
     run ends where a run without that step ends, memories included."""
     scaled, state_s, stats_s, scales = _train(
         rank, spec, steps, _scaler(growth_interval=1000, device=device), overflow_at=overflow_at,
-        switch=switch, device=device)
+        switch=switch, device=device, reducer=reducer)
     plain, state_p, _, _ = _train(rank, spec, steps, None, skip=overflow_at, switch=switch,
-                                  device=device)
+                                  device=device, reducer=reducer)
     return (torch.equal(scaled, plain), _same_memories(state_s, state_p), scales,
             stats_s["non_finite_skips"], scaled)
 

@@ -48,6 +48,17 @@ def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(spec, switch):
     assert torch.equal(results[0][4], results[1][4]), "replicas diverged"
 
 
+@pytest.mark.parametrize("switch", [None, "GRADCOMP_FORCE_DEVICE"])
+def test_an_overflow_under_the_scatter_reducer(switch):
+    # Each rank averages 1/W of every tensor from the others' slices: the agreement comes
+    # before the first of its two phases.
+    results = ddp_support.run(scaler_workers.overflow_skips_the_step, 2,
+                              "efm(int:bits=2,block=7)", 6, 3, switch, "cpu", "scatter")
+    for same_weights, same_memories, scales, skips, _ in results:
+        assert same_weights and same_memories, (same_weights, same_memories)
+        assert scales == [2.0**10] * 3 + [2.0**9] * 3 and skips >= 1, (scales, skips)
+
+
 def test_a_scaler_on_one_rank_only_is_refused_on_every_rank():
     for error in ddp_support.run(scaler_workers.scaler_on_one_rank, 2):
         assert error is not None and error[0] == "ValueError", error
