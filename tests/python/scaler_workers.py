@@ -97,3 +97,24 @@ def disabled_scaler(rank, world):
     state = gc.CompressionState(
         "ef(topk:ratio=0.05)", grad_scaler=torch.amp.GradScaler("cpu", enabled=False))
     return state._exchanger.skip_non_finite
+
+
+def threshold_warning(rank, world, spec, steps):
+    """The start-of-run warnings under a scaler at 2^20 (the fixed 2-bit threshold check
+    must judge the unscaled gradients)."""
+    import warnings
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20, growth_interval=1000)
+    model = ddp(small_model())
+    state = gc.CompressionState(spec, dense_share=0.0, seed=7, grad_scaler=scaler)
+    model.register_comm_hook(state, gc.hook)
+    opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(steps):
+            x, y = batch(rank, step)
+            opt.zero_grad()
+            scaler.scale(nn.functional.cross_entropy(model(x), y)).backward()
+            scaler.step(opt)
+            scaler.update()
+    return [str(w.message) for w in caught if "gradcomp:" in str(w.message)]

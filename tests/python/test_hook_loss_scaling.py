@@ -73,3 +73,10 @@ def test_a_scaler_of_the_wrong_type_is_a_type_error():
 
 def test_a_disabled_scaler_is_no_scaler():
     assert ddp_support.run(scaler_workers.disabled_scaler, 2) == [False, False]
+
+
+def test_the_fixed_threshold_check_judges_the_unscaled_gradients():
+    # Scaled by 2^20 the gradients are near threshold=50; unscaled they are far below it.
+    w0, w1 = ddp_support.run(scaler_workers.threshold_warning, 2, "2bit:threshold=50", 12)
+    assert len(w0) == 1 and "2bit: threshold=50 is" in w0[0] and "at step 10" in w0[0], w0
+    assert w1 == []
