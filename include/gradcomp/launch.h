@@ -1,9 +1,10 @@
 // Starting a run's local worker processes: what `gradcomp train --workers N` does when
 // no rendezvous is given. The launcher starts every rank as a child process, lets rank
-// 0 print (the others' stdout is discarded; every rank's stderr passes through), waits,
-// and, as soon as one rank fails, stops the others (SIGTERM, then SIGKILL after a
-// grace period) so that no process is left behind. Its exit status is non-zero when
-// any rank failed, with a message naming the first one.
+// 0 print (the others' stdout is discarded; every rank's stderr is relayed, line by
+// line, see LaunchOptions::consequence), waits, and, as soon as one rank fails, stops
+// the others (SIGTERM, then SIGKILL after a grace period) so that no process is left
+// behind. Its exit status is non-zero when any rank failed, with a message naming the
+// first one.
 //
 // Torch-free: the caller decides each rank's argv and environment (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT ...).
@@ -32,6 +33,15 @@ struct LaunchOptions {
   // Then how long they get to exit on SIGTERM.
   std::chrono::milliseconds kill_grace{3000};
   bool quiet_other_ranks = true;  // discard stdout of ranks > 0
+  // Every rank's stderr is relayed whole lines at a time, each line once: a line that
+  // another rank printed already is not printed again (an error the ranks agreed on,
+  // which every rank prints). Lines `consequence` matches (a rank saying it lost a peer)
+  // are held back, and printed at the end only when the rank that failed first printed
+  // no other line (it was killed, say): otherwise they repeat its failure from the
+  // peers' side. None: every line is printed as it comes.
+  std::function<bool(const std::string& line)> consequence;
+  // Where relayed lines go (each without its newline); default: the launcher's stderr.
+  std::function<void(const std::string& line)> print_line;
 };
 
 struct LaunchResult {
@@ -42,6 +52,9 @@ struct LaunchResult {
   // "rank 2 (stopped) was still running" or "ranks 0, 2 were still running 2.0 s later"; empty when
   // there were none.
   std::string unsettled;
+  // Whether the first failed rank printed a line of its own (not a consequence): its
+  // error, which then says more than `message`.
+  bool failed_rank_spoke = false;
 };
 
 // Starts the workers and waits for all of them. SIGINT/SIGTERM sent to the launcher

@@ -2,6 +2,7 @@
 // launcher may hold threads (LibTorch's pools, a TCPStore server), and fork() in a
 // threaded process may only call async-signal-safe functions before exec.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -13,8 +14,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "gradcomp/error.h"
 #include "gradcomp/launch.h"
@@ -86,6 +91,107 @@ std::string describe_status(int status) {
 struct Child {
   pid_t pid = -1;
   bool running = false;
+  int stderr_fd = -1;  // the read end of the pipe its stderr goes into (the relay's)
+};
+
+// The ranks' stderr, relayed (LaunchOptions::consequence): one thread polls every
+// rank's pipe, prints each whole line once, and holds back the consequences.
+class StderrRelay {
+ public:
+  StderrRelay(const LaunchOptions& options, std::size_t ranks)
+      : consequence_(options.consequence),
+        print_(options.print_line ? options.print_line : print_to_stderr),
+        partial_(ranks),
+        spoke_(ranks, false) {}
+
+  // Reads every fd until all are at end of file (their processes and any children of
+  // theirs have exited), then returns.
+  void run(const std::vector<int>& fds) {
+    std::vector<pollfd> polled;
+    std::vector<std::size_t> rank_of_poll;
+    for (std::size_t r = 0; r < fds.size(); ++r) {
+      if (fds[r] < 0) continue;
+      polled.push_back({fds[r], POLLIN, 0});
+      rank_of_poll.push_back(r);
+    }
+    std::size_t open = polled.size();
+    char buf[4096];
+    while (open > 0) {
+      if (::poll(polled.data(), polled.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      for (std::size_t i = 0; i < polled.size(); ++i) {
+        if (polled[i].fd < 0 || polled[i].revents == 0) continue;
+        const ssize_t n = ::read(polled[i].fd, buf, sizeof buf);
+        if (n > 0) {
+          take(rank_of_poll[i], std::string_view(buf, static_cast<std::size_t>(n)));
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        const std::size_t r = rank_of_poll[i];
+        if (!partial_[r].empty()) line(r, std::exchange(partial_[r], {}));  // no final newline
+        polled[i].fd = -1;  // poll ignores negative fds
+        --open;
+      }
+    }
+  }
+
+  // After run(): the held lines, printed when `failed` (the first failed rank, or -1)
+  // printed no line of its own; whether it did.
+  bool finish(int failed) {
+    const bool spoke = failed >= 0 && spoke_[static_cast<std::size_t>(failed)];
+    if (!spoke) {
+      for (auto& [rank, text] : held_) print_once(rank, text);
+    }
+    return spoke;
+  }
+
+ private:
+  static void print_to_stderr(const std::string& text) {
+    const std::string out = text + "\n";
+    std::fwrite(out.data(), 1, out.size(), stderr);
+    std::fflush(stderr);
+  }
+
+  void take(std::size_t rank, std::string_view bytes) {
+    std::string& pending = partial_[rank];
+    pending.append(bytes);
+    std::size_t start = 0;
+    for (std::size_t nl = pending.find('\n'); nl != std::string::npos;
+         nl = pending.find('\n', start)) {
+      line(rank, pending.substr(start, nl - start));
+      start = nl + 1;
+    }
+    pending.erase(0, start);
+  }
+
+  void line(std::size_t rank, std::string text) {
+    if (consequence_ && consequence_(text)) {
+      held_.emplace_back(rank, std::move(text));
+      return;
+    }
+    spoke_[rank] = true;
+    print_once(rank, text);
+  }
+
+  // Printed unless another rank printed the same line first (a rank repeating itself is
+  // printed again: a warning each epoch).
+  void print_once(std::size_t rank, const std::string& text) {
+    if (!consequence_) {
+      print_(text);
+      return;
+    }
+    const auto [it, first] = first_printer_.emplace(text, rank);
+    if (first || it->second == rank) print_(text);
+  }
+
+  std::function<bool(const std::string&)> consequence_;
+  std::function<void(const std::string&)> print_;
+  std::vector<std::string> partial_;
+  std::vector<bool> spoke_;
+  std::vector<std::pair<std::size_t, std::string>> held_;
+  std::map<std::string, std::size_t> first_printer_;
 };
 
 // Each worker leads its own process group, so a signal reaches whatever the worker
@@ -198,7 +304,8 @@ void stop_the_rest(std::vector<Child>& children, std::chrono::milliseconds grace
   }
 }
 
-pid_t spawn_worker(int rank, const WorkerCommand& cmd, bool quiet) {
+// Starts one worker; its stderr goes into a new pipe whose read end is *stderr_fd.
+pid_t spawn_worker(int rank, const WorkerCommand& cmd, bool quiet, int* stderr_fd) {
   if (cmd.argv.empty()) {
     throw InvalidArgument("launch: rank " + std::to_string(rank) + " has an empty command");
   }
@@ -209,11 +316,18 @@ pid_t spawn_worker(int rank, const WorkerCommand& cmd, bool quiet) {
   auto c_argv = c_strings(argv);
   auto c_env = c_strings(env);
 
+  int pipe_fds[2] = {-1, -1};
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    throw Error("launch: cannot start rank " + std::to_string(rank) +
+                ": pipe: " + std::strerror(errno));
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (quiet) {
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   }
+  // The copy dup2 makes is not close-on-exec; both pipe ends are.
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDERR_FILENO);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
@@ -222,10 +336,13 @@ pid_t spawn_worker(int rank, const WorkerCommand& cmd, bool quiet) {
   const int rc = posix_spawnp(&pid, c_argv[0], &actions, &attr, c_argv.data(), c_env.data());
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
   if (rc != 0) {
+    ::close(pipe_fds[0]);
     throw Error("launch: cannot start rank " + std::to_string(rank) + " ('" + argv[0] +
                 "'): " + std::strerror(rc));
   }
+  *stderr_fd = pipe_fds[0];
   return pid;
 }
 
@@ -239,16 +356,33 @@ LaunchResult run_local_workers(const LaunchOptions& options) {
 
   SignalForwarding forwarding;
   std::vector<Child> children(static_cast<std::size_t>(options.workers));
+  StderrRelay relay(options, children.size());
+  std::thread relaying;
+  // The relay ends when every pipe is at end of file: after the workers (and anything
+  // in their process groups, which stop_the_rest kills) have exited.
+  const auto end_relay = [&] {
+    if (relaying.joinable()) relaying.join();
+    for (Child& c : children) {
+      if (c.stderr_fd >= 0) ::close(std::exchange(c.stderr_fd, -1));
+    }
+  };
   for (int r = 0; r < options.workers; ++r) {
+    Child& c = children[static_cast<std::size_t>(r)];
     try {
       const WorkerCommand cmd = options.command(r);
-      children[static_cast<std::size_t>(r)] = {
-          spawn_worker(r, cmd, options.quiet_other_ranks && r > 0), true};
+      c.pid = spawn_worker(r, cmd, options.quiet_other_ranks && r > 0, &c.stderr_fd);
+      c.running = true;
     } catch (...) {
       stop_the_rest(children, options.kill_grace);
+      for (Child& d : children) {
+        if (d.stderr_fd >= 0) ::close(std::exchange(d.stderr_fd, -1));
+      }
       throw;
     }
   }
+  std::vector<int> fds;
+  for (const Child& c : children) fds.push_back(c.stderr_fd);
+  relaying = std::thread([&relay, fds] { relay.run(fds); });
 
   LaunchResult result;
   int rank = 0, status = 0;
@@ -262,6 +396,8 @@ LaunchResult run_local_workers(const LaunchOptions& options) {
       stop_the_rest(children, options.kill_grace);
     }
   }
+  end_relay();
+  result.failed_rank_spoke = relay.finish(result.failed_rank);
   return result;
 }
 

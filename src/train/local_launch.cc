@@ -45,8 +45,16 @@ int LocalLaunch::run() {
     if (std::getenv("OMP_WAIT_POLICY") == nullptr) cmd.env.push_back("OMP_WAIT_POLICY=passive");
     return cmd;
   };
+  // A rank's "lost rank N" (dist/communicator.cc) repeats a failure from the peers'
+  // side: shown only when the rank that failed first said nothing itself.
+  lo.consequence = [](const std::string& line) {
+    return line.find("lost rank ") != std::string::npos;
+  };
   const launch::LaunchResult res = launch::run_local_workers(lo);
   if (res.exit_code == 0) return 0;
+  // The failed rank's own line says what failed (the others' agreed line, printed once,
+  // or its own error); the launcher's adds only which rank, unless ranks hung.
+  if (res.failed_rank_spoke && res.unsettled.empty()) return res.exit_code;
   std::string role;
   if (ps && res.failed_rank >= 0) {
     role = res.failed_rank >= workers_

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "gradcomp/error.h"
 #include "gradcomp/launch.h"
@@ -93,6 +95,59 @@ TEST_F(Launch, FirstFailureStopsTheOthersAndIsNamed) {
     const pid_t pid = std::stoi(read(dir_ / ("pid" + std::to_string(r))));
     EXPECT_FALSE(running(pid)) << "rank " << r << " still alive";
   }
+}
+
+// The ranks' stderr, relayed: each line whole and once (an agreed error every rank
+// prints), a rank's own repeats kept; the peers' "lost rank" lines held back when the rank
+// that failed first said what failed, printed when it said nothing (killed).
+class Relay : public Launch {
+ protected:
+  LaunchResult run(const std::vector<std::string>& scripts) {
+    LaunchOptions o;
+    o.workers = static_cast<int>(scripts.size());
+    o.kill_grace = std::chrono::milliseconds(2000);
+    o.settle = std::chrono::milliseconds(3000);
+    o.command = [&](int r) { return sh(scripts[static_cast<std::size_t>(r)], r); };
+    o.consequence = [](const std::string& line) {
+      return line.find("lost rank ") != std::string::npos;
+    };
+    o.print_line = [this](const std::string& line) { printed.push_back(line); };
+    return run_local_workers(o);
+  }
+  std::vector<std::string> printed;
+};
+
+TEST_F(Relay, AnAgreedErrorIsPrintedOnce) {
+  const std::string agreed = "echo 'gradcomp: ranks disagree on x: rank 0 has 1, rank 1 has 2' >&2";
+  const LaunchResult res = run({agreed + "; exit 1", agreed + "; exit 1", agreed + "; exit 1"});
+  EXPECT_NE(res.exit_code, 0);
+  EXPECT_TRUE(res.failed_rank_spoke);
+  EXPECT_EQ(printed,
+            std::vector<std::string>{"gradcomp: ranks disagree on x: rank 0 has 1, rank 1 has 2"});
+}
+
+TEST_F(Relay, ARanksOwnRepeatsAndPartialLinesArePrinted) {
+  const LaunchResult res =
+      run({"echo 'warning: a' >&2; echo 'warning: a' >&2; printf 'no newline' >&2", "true"});
+  EXPECT_EQ(res.exit_code, 0);
+  EXPECT_EQ(printed, (std::vector<std::string>{"warning: a", "warning: a", "no newline"}));
+}
+
+TEST_F(Relay, APeersLostRankLineIsHeldWhenTheFailedRankSaidWhy) {
+  const LaunchResult res =
+      run({"sleep 0.5; echo 'gradcomp: allgather: lost rank 1: reset' >&2; exit 1",
+           "echo 'gradcomp: checkpoint rank-1.ckpt: bad magic' >&2; exit 1"});
+  EXPECT_EQ(res.failed_rank, 1);
+  EXPECT_TRUE(res.failed_rank_spoke);
+  EXPECT_EQ(printed, std::vector<std::string>{"gradcomp: checkpoint rank-1.ckpt: bad magic"});
+}
+
+TEST_F(Relay, APeersLostRankLineIsPrintedWhenTheFailedRankWasKilled) {
+  const LaunchResult res =
+      run({"sleep 0.5; echo 'gradcomp: allgather: lost rank 1: reset' >&2; exit 1", "kill -9 $$"});
+  EXPECT_EQ(res.failed_rank, 1);
+  EXPECT_FALSE(res.failed_rank_spoke);
+  EXPECT_EQ(printed, std::vector<std::string>{"gradcomp: allgather: lost rank 1: reset"});
 }
 
 TEST_F(Launch, AStoppedRankIsNamedAndKilled) {
