@@ -9,12 +9,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -105,7 +108,8 @@ class StderrRelay {
         spoke_(ranks, false) {}
 
   // Reads every fd until all are at end of file (their processes and any children of
-  // theirs have exited), then returns.
+  // theirs have exited), or until 2 s after workers_gone(): a process a worker left
+  // behind (outside its process group, which stop_the_rest kills) may hold a pipe open.
   void run(const std::vector<int>& fds) {
     std::vector<pollfd> polled;
     std::vector<std::size_t> rank_of_poll;
@@ -116,11 +120,13 @@ class StderrRelay {
     }
     std::size_t open = polled.size();
     char buf[4096];
+    std::optional<std::chrono::steady_clock::time_point> deadline;
     while (open > 0) {
-      if (::poll(polled.data(), polled.size(), -1) < 0) {
-        if (errno == EINTR) continue;
-        break;
-      }
+      if (!deadline && gone_.load()) deadline = std::chrono::steady_clock::now() + kLinger;
+      if (deadline && std::chrono::steady_clock::now() >= *deadline) break;
+      const int ready = ::poll(polled.data(), polled.size(), 100);
+      if (ready < 0 && errno != EINTR) break;
+      if (ready <= 0) continue;
       for (std::size_t i = 0; i < polled.size(); ++i) {
         if (polled[i].fd < 0 || polled[i].revents == 0) continue;
         const ssize_t n = ::read(polled[i].fd, buf, sizeof buf);
@@ -135,7 +141,13 @@ class StderrRelay {
         --open;
       }
     }
+    for (std::size_t r = 0; r < partial_.size(); ++r) {
+      if (!partial_[r].empty()) line(r, std::exchange(partial_[r], {}));
+    }
   }
+
+  // Every worker has been reaped: run() ends once the pipes are drained.
+  void workers_gone() { gone_.store(true); }
 
   // After run(): the held lines, printed when `failed` (the first failed rank, or -1)
   // printed no line of its own; whether it did.
@@ -186,6 +198,9 @@ class StderrRelay {
     if (first || it->second == rank) print_(text);
   }
 
+  static constexpr std::chrono::seconds kLinger{2};
+
+  std::atomic<bool> gone_{false};
   std::function<bool(const std::string&)> consequence_;
   std::function<void(const std::string&)> print_;
   std::vector<std::string> partial_;
@@ -361,6 +376,7 @@ LaunchResult run_local_workers(const LaunchOptions& options) {
   // The relay ends when every pipe is at end of file: after the workers (and anything
   // in their process groups, which stop_the_rest kills) have exited.
   const auto end_relay = [&] {
+    relay.workers_gone();
     if (relaying.joinable()) relaying.join();
     for (Child& c : children) {
       if (c.stderr_fd >= 0) ::close(std::exchange(c.stderr_fd, -1));

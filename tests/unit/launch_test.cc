@@ -150,6 +150,19 @@ TEST_F(Relay, APeersLostRankLineIsPrintedWhenTheFailedRankWasKilled) {
   EXPECT_EQ(printed, std::vector<std::string>{"gradcomp: allgather: lost rank 1: reset"});
 }
 
+// A process a worker left behind in a session of its own holds the worker's stderr open:
+// the launcher still returns, about 2 s after the last worker exits.
+TEST_F(Relay, AProcessLeftHoldingStderrDoesNotHoldTheLauncher) {
+  const fs::path pid_file = dir_ / "left";
+  const auto t0 = std::chrono::steady_clock::now();
+  const LaunchResult res =
+      run({"setsid sleep 30 & echo $! > " + pid_file.string() + "; echo 'bye' >&2"});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_EQ(res.exit_code, 0);
+  EXPECT_EQ(printed, std::vector<std::string>{"bye"});
+  kill(std::stoi(read(pid_file)), SIGKILL);
+}
+
 TEST_F(Launch, AStoppedRankIsNamedAndKilled) {
   LaunchOptions o;
   o.workers = 3;
