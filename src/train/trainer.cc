@@ -110,10 +110,12 @@ std::string describe_blas() {
 Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
                  const SyncFactory& make_sync)
     : config_(std::move(config)), train_(std::move(train)), test_(std::move(test)) {
-  if (config_.batch_size < 1 || config_.batch_size > train_.n) {
+  const std::int64_t shard_samples =
+      config_.smallest_shard > 0 ? std::min(config_.smallest_shard, train_.n) : train_.n;
+  if (config_.batch_size < 1 || config_.batch_size > shard_samples) {
     throw InvalidArgument("trainer: batch size " + std::to_string(config_.batch_size) +
-                          " must be in [1, " + std::to_string(train_.n) +
-                          "] (samples in this shard)");
+                          " must be in [1, " + std::to_string(shard_samples) +
+                          "] (samples in the smallest shard)");
   }
   if (config_.epochs < 1) throw InvalidArgument("trainer: epochs must be >= 1");
   if (config_.max_steps < 0 || config_.dense_steps < 0 || config_.eval_batch < 1) {
@@ -134,7 +136,7 @@ Trainer::Trainer(TrainConfig config, data::Dataset train, data::Dataset test,
   params_ = model_->parameters();
   optimizer_ = make_optimizer(config_.optimizer, params_, config_.sgd, config_.adamw);
 
-  steps_per_epoch_ = train_.n / config_.batch_size;
+  steps_per_epoch_ = shard_samples / config_.batch_size;
   LrScheduleOptions lr;
   lr.base_lr = config_.lr;
   // A warm-up longer than the run (tiny test runs with the default warm-up) is cut to

@@ -63,6 +63,11 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   int rank = 0;
   int world = 1;
+  // The smallest shard's size over the ranks: data::shard gives some ranks one sample
+  // more, and every rank must take the same steps (their exchanges pair step by step).
+  // Each epoch is steps_per_epoch = smallest_shard / batch_size steps on every rank (a
+  // shard's extra sample is drawn in some epochs). 0: this shard's own size.
+  std::int64_t smallest_shard = 0;
   std::filesystem::path checkpoint_dir;  // empty: no checkpoints
   bool resume = false;                   // load checkpoint_dir/rank-R.ckpt if it exists
   // With resume: load this file instead (the one every rank agreed on:

@@ -58,6 +58,7 @@ int WorkerRank::run() {
          .unigram_nats = all_train.text ? data::unigram_cross_entropy(all_train, test_set) : 0.0});
   }
   data::Dataset train_set = data::shard(all_train, rank, workers_);
+  cfg.smallest_shard = all_train.n / workers_;  // every rank takes the same steps
   all_train = {};
 
   // The fields of the start-up check need the model's shapes and buckets before the
@@ -73,7 +74,7 @@ int WorkerRank::run() {
   // from the gradient sync, printed by the trainer.
   RunShape shape;
   shape.steps_per_epoch =
-      cfg.batch_size > 0 ? static_cast<std::uint64_t>(train_set.n / cfg.batch_size) : 0;
+      cfg.batch_size > 0 ? static_cast<std::uint64_t>(cfg.smallest_shard / cfg.batch_size) : 0;
   shape.total_steps =
       static_cast<std::uint64_t>(std::max<std::int64_t>(cfg.epochs, 0)) * shape.steps_per_epoch;
   if (const std::string schedule = method_.schedule(shape); !schedule.empty()) {

@@ -268,6 +268,15 @@ if grep -q "^  sent per worker per step *nothing (a single worker has no peers)"
    grep -q "^  compression ratio *- (nothing is sent)" w1.txt && ! grep -q "0\.0x" w1.txt; then
   pass "--workers 1: the report says nothing is sent"; else fail "--workers 1 report"; cat w1.txt; fi
 
+# Shards of 501 and 500 samples in batches of 167: counted per rank, 3 and 2 steps an
+# epoch, and the run failed at the first epoch's end ("lost rank" from the rank left
+# waiting). Every rank takes the smallest shard's steps.
+if "$GRADCOMP" train --workers 2 --dataset synthetic --synthetic-train 1001 --batch-size 167 \
+     --mlp-hidden 32 --epochs 2 --threads 1 > us.txt 2> e.txt &&
+   grep -qE "^  steps \(epochs\) +4 \(2\)" us.txt; then
+  pass "unequal shards: every rank takes the smallest shard's steps"; else
+  fail "unequal shards"; cat e.txt; tail -5 us.txt; fi
+
 # Bad input: one line, exit 1, before any worker starts.
 "$GRADCOMP" train --workers 2 --compressor 'topk:ratio=7' "${small[@]}" > /dev/null 2> e.txt
 status=$?
