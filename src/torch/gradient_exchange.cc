@@ -19,6 +19,8 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <utility>
 
 #include <c10/core/Event.h>
@@ -27,9 +29,11 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "gradcomp/config_agreement.h"
 #include "gradcomp/device/groups.h"
 #include "gradcomp/device/reducer.h"
 #include "gradcomp/dist/communicator.h"
+#include "gradcomp/dist/config_check.h"
 #include "gradcomp/dist/exchanger.h"
 #include "gradcomp/dist/process_group.h"
 #include "gradcomp/dist/reducers.h"
@@ -164,7 +168,56 @@ struct GradientExchange::Impl {
     return r;
   }
 
+  // What every rank must hold alike, as given: the options that decide the collectives
+  // (and the memories' behaviour), then each exchanged parameter. Compared before any of
+  // it is validated, so that a rank whose own check would fail does not leave the others
+  // waiting in a collective it never joins: ranks that differ all throw the same line.
+  ConfigFields config_fields(const NamedParameters& named) const {
+    const auto number = [](double v) {
+      std::ostringstream o;
+      o.precision(17);
+      o << v;
+      return o.str();
+    };
+    const ExchangeOptions& o = options;
+    ConfigFields f = {
+        {"compressor", o.compressor},
+        {"reducer", to_string(o.reducer)},
+        {"bucket_mb", number(o.layout.bucket_mb)},
+        {"min_elements", std::to_string(o.layout.min_elements)},
+        {"dense_share", number(o.layout.dense_share)},
+        {"min_group_mb", o.min_group_mb ? number(*o.min_group_mb) : "default"},
+        {"dense_steps", std::to_string(o.dense_steps)},
+        {"seed", std::to_string(o.seed)},
+        {"steps_per_epoch", std::to_string(o.steps_per_epoch)},
+        {"total_steps", std::to_string(o.total_steps)},
+        {"momentum", number(o.momentum)},
+        {"nesterov", o.nesterov ? "true" : "false"},
+        {"check_finite", o.check_finite ? "true" : "false"},
+        {"loss_scaling", o.loss_scaling ? "true" : "false"},
+    };
+    std::size_t exchanged = 0;
+    for (const auto& item : named) exchanged += item.value().requires_grad() ? 1 : 0;
+    f.push_back({"parameters that require grad", std::to_string(exchanged)});
+    std::size_t i = 0;
+    for (const auto& item : named) {
+      const torch::Tensor& p = item.value();
+      if (!p.requires_grad()) continue;
+      std::ostringstream shape;
+      shape << p.scalar_type() << " " << p.sizes() << " on " << p.device().type();
+      f.push_back({"parameter " + std::to_string(i++) + " (" + item.key() + ")", shape.str()});
+    }
+    return f;
+  }
+
   void build(const NamedParameters& named) {
+    if (options.compare_ranks) {
+      try {
+        dist::check_ranks_agree(*comm, config_fields(named));
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(std::string("GradientExchange: ") + e.what());
+      }
+    }
     std::vector<ParamInfo> infos;
     for (const auto& item : named) {
       const torch::Tensor& p = item.value();

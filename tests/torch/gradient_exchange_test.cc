@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -751,6 +752,62 @@ INSTANTIATE_TEST_SUITE_P(Paths, LossScaling,
                                            std::make_tuple("ef(2bit:threshold=0.01)", true),
                                            std::make_tuple("powersgd:rank=2", false),
                                            std::make_tuple("powersgd:rank=2", true)));
+
+// Ranks configured differently would issue different collectives (Gloo aborts, or pairs
+// them wrongly): constructing the exchange compares the options and the parameters first,
+// and every rank throws the same line. A bad spec on one rank is refused on both.
+TEST(GradientExchange, RanksConfiguredDifferentlyAllThrowTheSameLine) {
+  struct Case {
+    std::string name;
+    std::function<void(ExchangeOptions&, int rank)> change;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"compressor",
+       [](ExchangeOptions& o, int r) {
+         o.compressor = r == 0 ? "efm(topk:ratio=0.1)" : "powersgd";
+       },
+       "GradientExchange: ranks disagree on compressor: rank 0 has efm(topk:ratio=0.1), rank 1 "
+       "has powersgd"},
+      {"a bad spec on one rank",
+       [](ExchangeOptions& o, int r) { o.compressor = r == 0 ? "topk" : "topkk"; },
+       "GradientExchange: ranks disagree on compressor: rank 0 has topk, rank 1 has topkk"},
+      {"loss scaling", [](ExchangeOptions& o, int r) { o.loss_scaling = r == 1; },
+       "GradientExchange: ranks disagree on loss_scaling: rank 0 has false, rank 1 has true"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::array<std::string, 2> got;
+    run_ranks(2, [&](Communicator& comm) {
+      Net net;
+      ExchangeOptions o = options_for("efm(topk:ratio=0.1)");
+      c.change(o, comm.rank());
+      try {
+        GradientExchange exchange(net.named_parameters(), comm, o);
+      } catch (const InvalidArgument& e) {
+        got[static_cast<std::size_t>(comm.rank())] = e.what();
+      }
+    });
+    EXPECT_EQ(got[0], c.want);
+    EXPECT_EQ(got[1], c.want);
+  }
+  // Another model: the first parameter that differs, named, with both shapes.
+  std::array<std::string, 2> got;
+  run_ranks(2, [&](Communicator& comm) {
+    NetShape shape = kNetShape;
+    if (comm.rank() == 1) shape.hidden = 32;
+    Net net(shape);
+    try {
+      GradientExchange exchange(net.named_parameters(), comm, options_for("efm(topk:ratio=0.1)"));
+    } catch (const InvalidArgument& e) {
+      got[static_cast<std::size_t>(comm.rank())] = e.what();
+    }
+  });
+  EXPECT_EQ(got[0], got[1]);
+  EXPECT_EQ(got[0],
+            "GradientExchange: ranks disagree on parameter 1 (fc1.weight): rank 0 has Float "
+            "[64, 40] on cpu, rank 1 has Float [32, 40] on cpu");
+}
 
 TEST(GradientExchange, ALossScaleNeedsLossScalingAndIsFinitePositive) {
   run_ranks(1, [](Communicator& comm) {

@@ -117,6 +117,13 @@ struct ExchangeOptions {
   // NonFiniteGradient is thrown then (check_finite is not applied). Every rank sets it
   // alike.
   bool loss_scaling = false;
+  // Construction compares these options (as given) and the exchanged parameters' types
+  // and shapes across the ranks, one allgather: ranks that differ all throw the same
+  // InvalidArgument naming the first difference, where they would have issued different
+  // collectives. It is collective then: every rank constructs the exchange at the same
+  // point. false: the caller compared them already (gradcomp train compares its whole
+  // job before it builds its trainer).
+  bool compare_ranks = true;
   // A test switch: CPU parameters take the device path that CUDA parameters take (see
   // GradientExchange), its buffers and device reducers on CPU tensors, so that CI checks
   // it against the host path without a GPU. No use in training: on the CPU the host
