@@ -161,6 +161,7 @@ TEST(IntCorrupt, PaddingAndLengthAreChecked) {
   auto c = int_codec(4, 64);
   IntMessage m(*c, 4, 64, test::random_gradient(9, 5));  // 36 bits: 28 bits of padding
   std::vector<std::byte> bad = m.msg;
+  ASSERT_FALSE(bad.empty());  // (and GCC 12 then knows back() is in bounds)
   bad.back() |= std::byte{0x80};
   expect_rejected(*c, bad, m.n, "nonzero padding");
   std::vector<std::byte> shorter(m.msg.begin(), m.msg.end() - 4);
