@@ -39,6 +39,7 @@
 #include "gradcomp/dist/reducers.h"
 #include "gradcomp/error.h"
 #include "gradcomp/finite.h"
+#include "gradcomp/json.h"
 
 namespace gradcomp {
 
@@ -173,12 +174,7 @@ struct GradientExchange::Impl {
   // it is validated, so that a rank whose own check would fail does not leave the others
   // waiting in a collective it never joins: ranks that differ all throw the same line.
   ConfigFields config_fields(const NamedParameters& named) const {
-    const auto number = [](double v) {
-      std::ostringstream o;
-      o.precision(17);
-      o << v;
-      return o.str();
-    };
+    const auto number = [](double v) { return json_number(v); };  // exact, shortest
     const ExchangeOptions& o = options;
     ConfigFields f = {
         {"compressor", o.compressor},

@@ -254,30 +254,27 @@ TEST(Exchanger, UnderSkipStepANonFiniteGroupOnOneRankIsSkippedOnEveryRank) {
     skipped[static_cast<std::size_t>(comm.rank())] = run(true);
     reference[static_cast<std::size_t>(comm.rank())] = run(false);
 
-    // A dense group: one collective, no agreement; the NaN reaches both ranks.
-    Exchanger dense(comm, spec);
-    dense.set_non_finite(Exchanger::NonFinite::kSkipStep);
-    std::vector<float> v(33, 1.0f);
-    if (comm.rank() == 0) v[3] = std::numeric_limits<float>::quiet_NaN();
-    const std::uint64_t ops = comm.counters().operations;
-    dense.submit(1, std::vector<BucketShape>{{9, 33, false, 0}}, {{9, v, false}}, StepContext{},
-                 {});
-    dense.drain();
-    EXPECT_EQ(comm.counters().operations - ops, 1u);
-    EXPECT_TRUE(std::isnan(v[3]));
-    EXPECT_EQ(v[4], 1.0f);
-    // A dense method's compressible tensor: the same.
-    Exchanger none(comm, "none");
-    none.set_non_finite(Exchanger::NonFinite::kSkipStep);
-    std::vector<float> w(1024, 1.0f);
-    if (comm.rank() == 1) w[3] = std::numeric_limits<float>::infinity();
-    const std::uint64_t before = comm.counters().operations;
-    none.submit(2, std::vector<BucketShape>{{10, 1024, true, 32}}, {{10, w, true}}, StepContext{},
-                {});
-    none.drain();
-    EXPECT_EQ(comm.counters().operations - before, 1u);
-    EXPECT_EQ(w[3], std::numeric_limits<float>::infinity());
-    EXPECT_EQ(w[4], 1.0f);
+    // A dense group, and a dense method's compressible tensor: one collective, no
+    // agreement; the bad value reaches both ranks through the sum.
+    const auto one_collective = [&](const std::string& method, bool compressible, int bad_rank,
+                                    float bad) {
+      Exchanger ex(comm, method);
+      ex.set_non_finite(Exchanger::NonFinite::kSkipStep);
+      std::vector<float> v(1024, 1.0f);
+      if (comm.rank() == bad_rank) v[3] = bad;
+      const std::uint64_t ops = comm.counters().operations;
+      ex.submit(1, std::vector<BucketShape>{{9, 1024, compressible, 32}}, {{9, v, compressible}},
+                StepContext{}, {});
+      ex.drain();
+      EXPECT_EQ(comm.counters().operations - ops, 1u) << method;
+      EXPECT_EQ(std::isnan(v[3]), std::isnan(bad)) << method;
+      if (!std::isnan(bad)) {
+        EXPECT_EQ(v[3], bad) << method;
+      }
+      EXPECT_EQ(v[4], 1.0f) << method;
+    };
+    one_collective(spec, false, 0, std::numeric_limits<float>::quiet_NaN());
+    one_collective("none", true, 1, std::numeric_limits<float>::infinity());
   });
   EXPECT_EQ(skipped, reference);
 }
