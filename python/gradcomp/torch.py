@@ -241,7 +241,8 @@ class CompressionState:
         # first, a plain dense average (linear: the scale passes through it), as every
         # step of a dense method (none) is.
         scale = (self._loss_scale(buffer.device)
-                 if self._dense is not None and not self._exchanger.dense_only else None)
+                 if self._scaler is not None and self._dense is not None
+                 and not self._exchanger.dense_only else None)
         if self._dense is not None:
             self._keep_threshold_grads(bucket, scale)
         staging = None
@@ -322,9 +323,7 @@ class CompressionState:
 
     def _loss_scale(self, device: torch.device) -> Optional[torch.Tensor]:
         """The scaler's scale on the bucket's device (no wait for the device), or None
-        without loss scaling."""
-        if self._scaler is None:
-            return None
+        before the scaler's first scale()."""
         scale = getattr(self._scaler, "_scale", None)
         if not isinstance(scale, torch.Tensor):
             # scaler.scale(loss) was not called this run: the gradients are not scaled
