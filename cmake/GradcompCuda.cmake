@@ -1,5 +1,6 @@
 # The fused CUDA kernels of the device codecs (src/device/cuda/). GRADCOMP_CUDA_KERNELS:
-#   AUTO (default)  where torch is a CUDA build and CMake finds a CUDA compiler;
+#   AUTO (default)  where torch is a CUDA build and CMake finds a CUDA toolkit of torch's
+#                   major version (cmake/GradcompTorchCuda.cmake);
 #   ON              wherever a CUDA compiler is (CI compiles and links them against a CPU
 #                   torch with the machine's nvcc; nothing runs them without a GPU);
 #   OFF             never: the device codecs run their ATen operations on CUDA too.
@@ -8,12 +9,16 @@
 set(GRADCOMP_CUDA_KERNELS AUTO CACHE STRING "Build the device codecs' CUDA kernels: AUTO, ON or OFF")
 set_property(CACHE GRADCOMP_CUDA_KERNELS PROPERTY STRINGS AUTO ON OFF)
 set(GRADCOMP_CUDA_KERNELS_BUILT OFF)
-if(GRADCOMP_CUDA_KERNELS STREQUAL "ON" OR (GRADCOMP_CUDA_KERNELS STREQUAL "AUTO" AND TORCH_CUDA_LIBRARIES))
+if(GRADCOMP_CUDA_KERNELS STREQUAL "ON" OR (GRADCOMP_CUDA_KERNELS STREQUAL "AUTO" AND GRADCOMP_TORCH_CUDA_TOOLKIT))
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
-      set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
+    if(NOT CMAKE_CUDA_ARCHITECTURES)  # undefined, or cleared by torch's package
+      if(DEFINED ENV{CUDAARCHS})
+        set(CMAKE_CUDA_ARCHITECTURES $ENV{CUDAARCHS})
+      else()
+        set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
+      endif()
     endif()
     if(CCACHE_PROGRAM)
       set(CMAKE_CUDA_COMPILER_LAUNCHER ${CMAKE_CXX_COMPILER_LAUNCHER})

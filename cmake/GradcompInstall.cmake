@@ -46,4 +46,5 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/gradcompConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/gradcompConfig.cmake
               ${CMAKE_BINARY_DIR}/gradcompConfigVersion.cmake
+              ${CMAKE_CURRENT_LIST_DIR}/GradcompTorchCuda.cmake
         DESTINATION ${gradcomp_cmake_dir})

@@ -46,7 +46,12 @@ if(Torch_DIR)
     set(gradcomp_torch_lib_dir "")
   endif()
 endif()
+# A CUDA build of torch: which CUDA toolkit its package gets, if any (GradcompTorchCuda.cmake).
+include(GradcompTorchCuda)
+gradcomp_prepare_cuda_torch("${Torch_DIR}")
 find_package(Torch REQUIRED CONFIG)
+gradcomp_finish_cuda_torch()
+gradcomp_find_kernel_toolkit()
 message(STATUS "gradcomp: torch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}")
 if(c10_LIBRARY AND EXISTS "${TORCH_INSTALL_PREFIX}/lib/libc10.so"
    AND NOT c10_LIBRARY STREQUAL "${TORCH_INSTALL_PREFIX}/lib/libc10.so")

@@ -46,23 +46,17 @@ for l in liblapack.so:liblapack.so.3 libblas.so:libblas.so.3 libz.so:libz.so.1; 
 done
 export LD_LIBRARY_PATH=$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
-# torch's CMake package (a CUDA build) finds the toolkit through FindCUDA, which wants its
-# root, and probes the GPU's architecture with a CUDA test program unless told it.
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
-  CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
-  export CUDA_HOME
-fi
-export CUDA_PATH=${CUDA_PATH:-${CUDA_HOME:-}}  # FindCUDA's hint for projects built later
-# gradcomp's own CUDA kernels (GRADCOMP_CUDA_KERNELS=AUTO: on with a CUDA torch), for this GPU.
-if command -v nvcc >/dev/null; then export CUDACXX=${CUDACXX:-$(command -v nvcc)}; fi
+# What a user's `pip install .` does with a CUDA torch: torch's CMake package gets no CUDA
+# toolkit, gradcomp's kernels get the machine's nvcc (cmake/GradcompTorchCuda.cmake; AUTO:
+# on where nvcc's CUDA major version is torch's), compiled for this GPU only.
 export CUDAARCHS=${CUDAARCHS:-90}
 # The machine's own packages first where it has them; the carried prefix otherwise.
-export SKBUILD_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$carry;-DCMAKE_LIBRARY_PATH=$carry/lib;-DCMAKE_INCLUDE_PATH=$carry/include;-DCUDA_TOOLKIT_ROOT_DIR=${CUDA_HOME:-}"
-if timeout 270 "$py" -m pip install --no-build-isolation --no-deps --no-index -q \
+export SKBUILD_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$carry;-DCMAKE_LIBRARY_PATH=$carry/lib;-DCMAKE_INCLUDE_PATH=$carry/include"
+if timeout 270 "$py" -m pip install --no-build-isolation --no-deps --no-index -v \
      --config-settings=build-dir=build-gpu . > "$out/build.log" 2>&1; then
+  sed -n 's/.*-- \(gradcomp: .*\)/\1/p' "$out/build.log" | sort -u  # CMake's choices
   (cd /tmp && "$py" -c "import gradcomp, gradcomp.torch; print('built:', gradcomp.__file__, 'device codecs:', gradcomp.device_codec_names(), 'CUDA kernels:', gradcomp.cuda_kernels_built())")
-elif grep -q -E "\.cu|nvcc|CUDA" "$out/build.log"; then
+elif grep -q -E "FAILED: .*\.cu\.o|CMake Error.*(CUDA|nvcc)|nvcc (error|fatal)" "$out/build.log"; then
   # The kernels did not build here: say so, and check the rest on the ATen path.
   tail -30 "$out/build.log"; fail "build with the CUDA kernels"
   SKBUILD_CMAKE_ARGS="$SKBUILD_CMAKE_ARGS;-DGRADCOMP_CUDA_KERNELS=OFF" timeout 270 "$py" -m pip install \

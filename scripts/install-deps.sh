@@ -18,6 +18,11 @@
 #                                      and what the torch 2.x test lane installs with
 #                                      (scikit-build-core) and tests with (pytest, numpy),
 #                                      all from PyPI
+#   scripts/install-deps.sh --cuda-torch
+#                                      also .venv-torch2-cuda/: the same with a CUDA build
+#                                      of torch (GRADCOMP_CUDA_TORCH_VERSION, default 2.14.1:
+#                                      on disk here; its CUDA libraries, ~3 GB, from PyPI),
+#                                      what most users have (scripts/test-cuda-torch.sh)
 # What CI runs (scripts/test.sh) is `--torch2`: Debian's torch is not part of it, and its
 # packages pull 400-odd others (OpenCV, GDAL, ...: 75 s of a fresh machine's apt-get).
 set -euo pipefail
@@ -25,13 +30,15 @@ cd "$(dirname "$0")/.."
 
 netlab=0
 torch2=0
+cuda_torch=0
 debian_torch=0
 for arg in "$@"; do
   case $arg in
     --netlab) netlab=1 ;;
     --torch2) torch2=1 ;;
+    --cuda-torch) cuda_torch=1 ;;
     --debian-torch) debian_torch=1 ;;
-    *) echo "install-deps: unknown option '$arg' (known: --netlab, --torch2, --debian-torch)" >&2
+    *) echo "install-deps: unknown option '$arg' (known: --netlab, --torch2, --cuda-torch, --debian-torch)" >&2
        exit 2 ;;
   esac
 done
@@ -89,10 +96,10 @@ else
   echo "install-deps: done"
 fi
 
-if [ "$torch2" = 1 ]; then
-  # Not /usr/bin/python3 (Debian's, with its torch 1.13): the python3 on PATH, as a user's.
-  version=${GRADCOMP_TORCH2_VERSION:-2.13.0}
-  venv=.venv-torch2
+# A venv of the python3 on PATH (not /usr/bin/python3, Debian's, with its torch 1.13), as a
+# user's, with this torch and what the tests need.
+torch_venv() {
+  local venv=$1 version=$2
   if ! "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core, sys; \
 sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
     echo "install-deps: $venv with torch $version (pip)"
@@ -105,4 +112,6 @@ sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
     }
   fi
   echo "install-deps: $venv: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
-fi
+}
+if [ "$torch2" = 1 ]; then torch_venv .venv-torch2 "${GRADCOMP_TORCH2_VERSION:-2.13.0}"; fi
+if [ "$cuda_torch" = 1 ]; then torch_venv .venv-torch2-cuda "${GRADCOMP_CUDA_TORCH_VERSION:-2.14.1}"; fi

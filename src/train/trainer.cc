@@ -81,6 +81,8 @@ std::string describe_blas() {
     if (slash == std::string::npos) continue;
     const std::string path = line.substr(slash);
     const std::string base = path.substr(path.rfind('/') + 1);
+    // A CUDA build of torch maps cuBLAS too: the GPU's BLAS, not the CPU's.
+    if (base.starts_with("libcublas")) continue;
     for (const char* key : {"blas", "mkl", "blis", "atlas"}) {
       if (base.find(key) != std::string::npos) libs.insert(path);
     }
