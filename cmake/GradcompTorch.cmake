@@ -11,12 +11,39 @@ set(GRADCOMP_TORCH_PYTHON "" CACHE FILEPATH
 if(SKBUILD AND NOT GRADCOMP_TORCH_PYTHON)
   set(GRADCOMP_TORCH_PYTHON ${Python_EXECUTABLE})  # the Python running `pip install`
 endif()
+# How to run that Python so that it sees its torch (every probe of torch's below, and
+# python/CMakeLists.txt's).
+set(GRADCOMP_TORCH_PYTHON_RUN ${GRADCOMP_TORCH_PYTHON})
 if(GRADCOMP_TORCH_PYTHON)
-  execute_process(
-    COMMAND ${GRADCOMP_TORCH_PYTHON} -c
-            "import torch, torch.utils; print(torch.utils.cmake_prefix_path, end='')"
-    OUTPUT_VARIABLE gradcomp_torch_prefix RESULT_VARIABLE gradcomp_torch_rc ERROR_VARIABLE gradcomp_torch_err)
+  set(gradcomp_torch_probe "import torch, torch.utils; print(torch.utils.cmake_prefix_path, end='')")
+  execute_process(COMMAND ${GRADCOMP_TORCH_PYTHON} -c "${gradcomp_torch_probe}"
+                  OUTPUT_VARIABLE gradcomp_torch_prefix RESULT_VARIABLE gradcomp_torch_rc
+                  ERROR_VARIABLE gradcomp_torch_err)
+  if(NOT gradcomp_torch_rc EQUAL 0 AND SKBUILD AND DEFINED ENV{PYTHONPATH})
+    # A plain `pip install .` builds in an isolated environment: pip runs the same Python
+    # with PYTHONPATH pointing at the build requirements and a sitecustomize that hides the
+    # environment's own packages, torch among them. gradcomp must be built against that
+    # torch (an extension is built per torch release), so it asks the same Python without
+    # pip's additions.
+    set(gradcomp_outside_pip ${CMAKE_COMMAND} -E env --unset=PYTHONPATH --unset=PYTHONNOUSERSITE
+                             ${GRADCOMP_TORCH_PYTHON})
+    execute_process(COMMAND ${gradcomp_outside_pip} -c "${gradcomp_torch_probe}"
+                    OUTPUT_VARIABLE gradcomp_torch_prefix RESULT_VARIABLE gradcomp_torch_rc
+                    ERROR_QUIET)
+    if(gradcomp_torch_rc EQUAL 0)
+      set(GRADCOMP_TORCH_PYTHON_RUN ${gradcomp_outside_pip})
+      message(STATUS "gradcomp: pip builds in an isolated environment; building against "
+                     "the torch of ${GRADCOMP_TORCH_PYTHON} outside it")
+    endif()
+  endif()
   if(NOT gradcomp_torch_rc EQUAL 0)
+    string(STRIP "${gradcomp_torch_err}" gradcomp_torch_err)
+    string(REGEX REPLACE ".*\n" "" gradcomp_torch_err "${gradcomp_torch_err}")  # the last line
+    if(SKBUILD)
+      message(FATAL_ERROR "gradcomp builds against the torch of the Python that runs pip "
+                          "(${GRADCOMP_TORCH_PYTHON}), which cannot import it (${gradcomp_torch_err}): "
+                          "install torch into that environment first")
+    endif()
     message(FATAL_ERROR "GRADCOMP_TORCH_PYTHON=${GRADCOMP_TORCH_PYTHON} cannot import torch: ${gradcomp_torch_err}")
   endif()
   # FORCE: packages cached by an earlier configure (another torch) would win otherwise.
@@ -80,7 +107,7 @@ set(gradcomp_cxx11_abi "")
 if(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=([01])")
   set(gradcomp_cxx11_abi ${CMAKE_MATCH_1})
 elseif(GRADCOMP_TORCH_PYTHON)
-  execute_process(COMMAND ${GRADCOMP_TORCH_PYTHON} -c
+  execute_process(COMMAND ${GRADCOMP_TORCH_PYTHON_RUN} -c
                           "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI), end='')"
                   OUTPUT_VARIABLE gradcomp_cxx11_abi ERROR_QUIET)
 endif()

@@ -3,7 +3,7 @@
 # torch` on Linux), on a machine without a GPU: .venv-torch2-cuda/ (torch 2.14.1+cu130 here,
 # scripts/install-deps.sh --cuda-torch). Not part of the test command: the venv is 5.5 GB,
 # ~3 GB of it CUDA's libraries from PyPI.
-#   1. `pip install --no-build-isolation .` as a user does, with gradcomp's CUDA kernels
+#   1. `pip install .` as a user does (pip's isolated build), with gradcomp's CUDA kernels
 #      where nvcc of torch's CUDA major version is (cmake/GradcompTorchCuda.cmake), and every
 #      Python test against the installed package (the CUDA ones skip: no GPU);
 #   2. the C++ package built against the same torch, installed, and examples/cpp built
@@ -29,9 +29,9 @@ choices() { sed -n 's/.*-- \(gradcomp: .*\)/\1/p' "$1" | sort -u; }
 logs=build-cuda-torch-logs
 mkdir -p "$logs"
 
-echo "== torch $version: pip install --no-build-isolation . (build-cuda-torch/) (at ${SECONDS} s)"
+echo "== torch $version: pip install . (build-cuda-torch/) (at ${SECONDS} s)"
 log=$logs/pip.log
-if ! "$py" -m pip install -v --disable-pip-version-check --no-build-isolation --no-deps \
+if ! "$py" -m pip install -v --disable-pip-version-check --no-deps \
      --config-settings=build-dir=build-cuda-torch . >"$log" 2>&1; then
   grep -v "^WARNING: Location" "$log" | tail -40 >&2
   echo "test-cuda-torch: pip install failed (whole log: $log)" >&2

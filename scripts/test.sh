@@ -10,9 +10,8 @@
 #   3. runs every ctest but the Python one: core, CLI end to end, trainer, exchange and
 #      communicator, device codecs on CPU tensors, the installed C++ package with
 #      examples/cpp on 2 ranks, the network lab;
-#   4. `pip install --no-build-isolation .` into the venv, as a user with their own torch
-#      does (reusing build/, so nothing compiles twice), and every Python test against the
-#      installed package;
+#   4. `pip install .` into the venv, as a user with their own torch does (reusing build/,
+#      so nothing compiles twice), and every Python test against the installed package;
 #   5. builds the core with clang, AddressSanitizer and UndefinedBehaviorSanitizer
 #      (build-sanitize/), runs the core tests under them and runs every fuzz target for a
 #      short while (libFuzzer).
@@ -54,17 +53,19 @@ echo "== tests (Release) (at ${SECONDS} s)"
 # The Python tests run once, below, against the installed package.
 ctest --test-dir build --output-on-failure -j "$jobs" -LE python
 
-echo "== pip install --no-build-isolation . into .venv-torch2 (at ${SECONDS} s)"
-# build/ as pip's build folder, configured as build.sh configured it (pyproject.toml's
-# defaults would drop the tests and the CLI from it): pip compiles nothing, and installs
-# what was just tested. build.sh clears pip's SKBUILD markers on its next configure.
-"$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+echo "== pip install . into .venv-torch2 (at ${SECONDS} s)"
+# As a user installs it: pip's isolated build (scikit-build-core from PyPI), against the
+# venv's torch (cmake/GradcompTorch.cmake looks past the isolation). build/ as pip's build
+# folder, configured as build.sh configured it (pyproject.toml's defaults would drop the
+# tests and the CLI from it): pip compiles nothing, and installs what was just tested.
+# build.sh clears pip's SKBUILD markers on its next configure.
+"$py" -m pip install -q --disable-pip-version-check --no-deps \
   --config-settings=build-dir=build \
   --config-settings=cmake.define.GRADCOMP_BUILD_TESTS=ON \
   --config-settings=cmake.define.GRADCOMP_BUILD_TOOLS=ON \
   --config-settings=cmake.define.GRADCOMP_BUILD_BENCH=ON \
   --config-settings=cmake.define.GRADCOMP_CUDA_KERNELS="$cuda_kernels" \
-  . 2>&1 | grep -v "^WARNING: Location" || true
+  . 2>&1 | { grep -v "^WARNING: Location" || true; }
 # Imported from the venv's site-packages, not from a build tree.
 (cd /tmp && "$py" -c "import gradcomp.torch, gradcomp, sys; \
 assert 'site-packages' in gradcomp.__file__, gradcomp.__file__; print('installed:', gradcomp.__file__)")
