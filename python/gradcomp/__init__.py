@@ -14,7 +14,15 @@ messages; ``gradcomp.device_codec_names()`` lists those that have one. On CUDA t
 ``gradcomp.list_codecs()`` lists every codec, memory and scheme with its defaults.
 To compress a DistributedDataParallel model's gradients, see ``gradcomp.torch``.
 """
-import torch as _torch  # noqa: F401  (loads LibTorch before the extension links to it)
+import torch as _torch  # loads LibTorch before the extension links to it
+
+from ._build import TORCH_VERSION as _BUILT_FOR_TORCH
+
+if _torch.__version__ != _BUILT_FOR_TORCH:
+    raise ImportError(
+        f"gradcomp was built against torch {_BUILT_FOR_TORCH}, and this is torch "
+        f"{_torch.__version__}: rebuild it for this torch (pip install . from a gradcomp "
+        "checkout, in this environment)")
 
 from ._C import (Codec, CommError, DeviceCodec, cuda_kernels_built, device_codec_names,
                  list_codecs, set_cuda_kernels)

@@ -90,3 +90,24 @@ def test_inputs_must_be_float32_cpu():
         codec.encode(torch.randn(10, dtype=torch.float64))
     with pytest.raises(ValueError, match="uint8"):
         codec.decode(torch.zeros(30))
+
+
+def _import_gradcomp_under(version):
+    """Imports gradcomp in a fresh interpreter whose torch says it is `version`."""
+    import subprocess
+    import sys
+    code = ("import torch; torch.__version__ = %r\n"
+            "try:\n    import gradcomp\nexcept ImportError as e:\n    print('ImportError:', e)\n"
+            "else:\n    print('imported')" % version)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120).stdout.strip()
+
+
+def test_another_torch_release_is_refused_in_one_line():
+    """An extension built for one torch release meets another after an upgrade: it would
+    fail with an undefined symbol, or run with another c10d ABI. The import says what to do."""
+    assert _import_gradcomp_under(torch.__version__) == "imported"
+    out = _import_gradcomp_under("0.0.1+other")
+    assert out == (f"ImportError: gradcomp was built against torch {torch.__version__}, and this "
+                   "is torch 0.0.1+other: rebuild it for this torch (pip install . from a "
+                   "gradcomp checkout, in this environment)"), out
