@@ -159,16 +159,22 @@ def main():
                                           step_seconds=t, vs_ddp=t / base))
             print(f"{name} batch {batch} {v} ({path}): {t * 1e3:.1f} ms ({t / base:.2f}x DDP)",
                   flush=True)
+            if args.json:  # after every variant: a run stopped by gpu-check's timeout keeps them
+                write_json(args.json, record)
     print()
     print("| model | batch | variant | path | step (ms) | vs DDP alone (@amp: ddp@amp) |")
     print("|---|---|---|---|---|---|")
     for r in record["results"]:
         print(f"| {r['model']} | {r['batch']} | {r['variant']} | {r['path']} | "
               f"{r['step_seconds'] * 1e3:.1f} | {r['vs_ddp']:.2f}x |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=1)
     dist.destroy_process_group()
+
+
+def write_json(path, record):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
