@@ -32,6 +32,13 @@ if(GRADCOMP_SANITIZE)
 endif()
 
 find_package(OpenMP COMPONENTS CXX)
+# GCC links OpenMP's runtime itself with -fopenmp; FindOpenMP names libgomp's path instead,
+# and next to a pip wheel of torch (whose lib/ bundles a libgomp.so.1) CMake then warns for
+# every executable that torch's folder in the run path may hide it. The loader takes one
+# libgomp.so.1 either way: the first in the run path, torch's.
+if(OpenMP_CXX_FOUND AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  set_property(TARGET OpenMP::OpenMP_CXX PROPERTY INTERFACE_LINK_LIBRARIES -fopenmp)
+endif()
 
 # gradcomp_unity_build(TARGET ...): compile each target's sources in batches of 8 (CMake's
 # unity build) when GRADCOMP_UNITY_BUILD is ON. For the targets built on LibTorch's headers:

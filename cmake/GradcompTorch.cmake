@@ -69,6 +69,11 @@ if(Torch_DIR)
     foreach(lib TORCH c10 kineto torch_cpu torch_python)
       unset(${lib}_LIBRARY CACHE)
     endforeach()
+    # The package looks for a kineto library of its own and warns "library kineto not
+    # found" where there is none: pip wheels link kineto into libtorch_cpu, which answers.
+    if(NOT EXISTS "${gradcomp_torch_lib_dir}/libkineto.a" AND EXISTS "${gradcomp_torch_lib_dir}/libtorch_cpu.so")
+      set(kineto_LIBRARY "${gradcomp_torch_lib_dir}/libtorch_cpu.so")
+    endif()
   else()
     set(gradcomp_torch_lib_dir "")
   endif()
