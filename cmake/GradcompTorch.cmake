@@ -40,9 +40,11 @@ if(GRADCOMP_TORCH_PYTHON)
     string(STRIP "${gradcomp_torch_err}" gradcomp_torch_err)
     string(REGEX REPLACE ".*\n" "" gradcomp_torch_err "${gradcomp_torch_err}")  # the last line
     if(SKBUILD)
-      message(FATAL_ERROR "gradcomp builds against the torch of the Python that runs pip "
+      message(FATAL_ERROR "gradcomp builds against the torch of the Python that runs the build "
                           "(${GRADCOMP_TORCH_PYTHON}), which cannot import it (${gradcomp_torch_err}): "
-                          "install torch into that environment first")
+                          "install torch into that environment first; if it is there and the "
+                          "installer builds in a fresh environment (uv, python -m build), build "
+                          "with --no-build-isolation")
     endif()
     message(FATAL_ERROR "GRADCOMP_TORCH_PYTHON=${GRADCOMP_TORCH_PYTHON} cannot import torch: ${gradcomp_torch_err}")
   endif()
