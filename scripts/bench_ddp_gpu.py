@@ -47,9 +47,9 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
     path = "-"
     previous = None  # the kernel switch to restore, for gradcomp's variants
     model = getattr(torchvision.models, model_name)(weights=None).to(device)
-    ddp = DDP(model, device_ids=[device.index or 0])
+    ddp = DDP(model, device_ids=[device.index or 0] if device.type == "cuda" else None)
     amp = hook.partition("@")[2].split("+").count("amp") > 0
-    scaler = torch.amp.GradScaler("cuda") if amp else None
+    scaler = torch.amp.GradScaler(device.type) if amp else None
     if hook.partition("@")[0] == "ddp":
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     elif hook.startswith("torch-powersgd"):
@@ -81,7 +81,7 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
 
     def train_step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+        with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
             loss = nn.functional.cross_entropy(ddp(x), y)
         if scaler is None:
             loss.backward()
@@ -91,22 +91,28 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
             scaler.step(opt)
             scaler.update()
 
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     for i in range(warmup + steps):
-        torch.cuda.synchronize(device)
+        sync()
         t = time.perf_counter()
         train_step()
-        torch.cuda.synchronize(device)
+        sync()
         if i >= warmup:
             times.append(time.perf_counter() - t)
     if profile is not None and path != "-":
         from torch.profiler import ProfilerActivity
-        with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with torch.profiler.profile(activities=activities) as prof:
             for _ in range(3):
                 train_step()
-            torch.cuda.synchronize(device)
+            sync()
         table = prof.key_averages()
         profile.write(f"\n## {model_name} batch {batch} {hook} ({path}), 3 steps\n")
-        profile.write(table.table(sort_by="cuda_time_total", row_limit=20) + "\n")
+        if device.type == "cuda":
+            profile.write(table.table(sort_by="cuda_time_total", row_limit=20) + "\n")
         profile.write(table.table(sort_by="cpu_time_total", row_limit=20) + "\n")
         profile.flush()
     if previous is not None:
@@ -116,7 +122,8 @@ def step_times(model_name, batch, hook, steps, warmup, device, profile=None):
         else:
             os.environ["GRADCOMP_DEVICE_BATCH"] = batch_switch
     del ddp, model, opt
-    torch.cuda.empty_cache()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     return statistics.median(times), path
 
 
@@ -134,19 +141,24 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json")
     ap.add_argument("--profile", help="write torch.profiler tables of each gradcomp variant here")
+    ap.add_argument("--device", default="cuda",
+                    help="cuda, or cpu: every variant on the CPU over Gloo (a check of this "
+                         "script where no GPU is; its times say nothing about a GPU's)")
     args = ap.parse_args()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
-    dist.init_process_group("cpu:gloo,cuda:nccl", rank=0, world_size=1,
-                            timeout=datetime.timedelta(minutes=5))
-    device = torch.device("cuda", 0)
-    torch.cuda.set_device(device)
+    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
+    dist.init_process_group("cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo", rank=0,
+                            world_size=1, timeout=datetime.timedelta(minutes=5))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     variants = (["ddp", "ddp@amp", f"torch-powersgd:rank={args.torch_powersgd_rank}"]
                 + args.specs.split(";"))
-    record = dict(device=torch.cuda.get_device_name(device), torch=torch.__version__,
+    record = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                  torch=torch.__version__, variants=variants,
                   steps=args.steps, warmup=args.warmup, results=[])
     print(f"# {record['device']}, torch {torch.__version__}, world of one over "
-          "cpu:gloo,cuda:nccl", flush=True)
+          f"{dist.get_backend()}", flush=True)
     profile = open(args.profile, "w") if args.profile else None
     for entry in args.models.split(","):
         name, batch = entry.split(":")

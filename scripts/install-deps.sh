@@ -20,8 +20,9 @@
 #                                      all from PyPI
 #   scripts/install-deps.sh --cuda-torch
 #                                      also .venv-torch2-cuda/: the same with a CUDA build
-#                                      of torch (GRADCOMP_CUDA_TORCH_VERSION, default 2.14.1:
-#                                      on disk here; its CUDA libraries, ~3 GB, from PyPI),
+#                                      of torch (GRADCOMP_CUDA_TORCH_VERSION, default 2.14.1,
+#                                      and torchvision 0.29.1: on disk here; its CUDA
+#                                      libraries, ~3 GB, from PyPI),
 #                                      what most users have (scripts/test-cuda-torch.sh)
 # What CI runs (scripts/test.sh) is `--torch2`: Debian's torch is not part of it, and its
 # packages pull 400-odd others (OpenCV, GDAL, ...: 75 s of a fresh machine's apt-get).
@@ -98,20 +99,24 @@ fi
 
 # A venv of the python3 on PATH (not /usr/bin/python3, Debian's, with its torch 1.13), as a
 # user's, with this torch and what the tests need.
-torch_venv() {
-  local venv=$1 version=$2
+torch_venv() {  # torch_venv DIR TORCH_VERSION [PACKAGE==VERSION MODULE]
+  local venv=$1 version=$2 extra=${3:-} extra_module=${4:-}
   if ! "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core, sys; \
-sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
-    echo "install-deps: $venv with torch $version (pip)"
+${extra_module:+import $extra_module;} sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
+    echo "install-deps: $venv with torch $version ${extra:+and $extra }(pip)"
     python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch==$version" \
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch==$version" $extra \
       numpy pytest 'scikit-build-core>=0.10' 2>&1 | grep -v "^WARNING: Location" || true
-    "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core" || {
-      echo "install-deps: $venv: torch $version, numpy, pytest or scikit-build-core did not install" >&2
+    "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core ${extra_module:+, $extra_module}" || {
+      echo "install-deps: $venv: torch $version, $extra numpy, pytest or scikit-build-core did not install" >&2
       exit 1
     }
   fi
   echo "install-deps: $venv: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
 }
 if [ "$torch2" = 1 ]; then torch_venv .venv-torch2 "${GRADCOMP_TORCH2_VERSION:-2.13.0}"; fi
-if [ "$cuda_torch" = 1 ]; then torch_venv .venv-torch2-cuda "${GRADCOMP_CUDA_TORCH_VERSION:-2.14.1}"; fi
+# torchvision: scripts/bench_ddp_gpu.py's models (test-cuda-torch.sh runs it on the CPU).
+if [ "$cuda_torch" = 1 ]; then
+  torch_venv .venv-torch2-cuda "${GRADCOMP_CUDA_TORCH_VERSION:-2.14.1}" \
+    "torchvision==${GRADCOMP_CUDA_TORCHVISION_VERSION:-0.29.1}" torchvision
+fi

@@ -6,9 +6,11 @@
 #   1. `pip install .` as a user does (pip's isolated build), with gradcomp's CUDA kernels
 #      where nvcc of torch's CUDA major version is (cmake/GradcompTorchCuda.cmake), and every
 #      Python test against the installed package (the CUDA ones skip: no GPU);
-#   2. the C++ package built against the same torch, installed, and examples/cpp built
+#   2. scripts/gpu-check.sh's benchmarks (bench_ddp_gpu.py, every variant; bench_device_codecs.py)
+#      on the CPU: a script error found here does not cost a GPU session;
+#   3. the C++ package built against the same torch, installed, and examples/cpp built
 #      against it and run on 2 ranks (tests/cli/install_test.sh);
-#   3. a configure as on a machine without a CUDA toolkit (CMake told not to find one):
+#   4. a configure as on a machine without a CUDA toolkit (CMake told not to find one):
 #      torch's CMake package must accept it, and gradcomp must build no kernels.
 #   usage: scripts/test-cuda-torch.sh     env: GRADCOMP_JOBS (default 2)
 set -euo pipefail
@@ -44,6 +46,19 @@ print('installed:', gradcomp.__file__, 'CUDA kernels:', gradcomp.cuda_kernels_bu
 
 echo "== torch $version: Python tests against the installed package (at ${SECONDS} s)"
 GRADCOMP_EXPECT_CUDA_KERNELS=$expect_kernels "$py" -m pytest -q -p no:cacheprovider tests/python
+
+echo "== torch $version: gpu-check.sh's benchmarks, every variant, on the CPU (at ${SECONDS} s)"
+# A script error found here does not cost a GPU session: the DDP variants (hooks, batches,
+# amp, scatter, the profiler) on ResNet-18 for one step, and the codecs on a small bucket.
+"$py" scripts/bench_ddp_gpu.py --device cpu --models resnet18:2 --steps 1 --warmup 1 \
+  --json "$logs/ddp-smoke.json" --profile "$logs/ddp-smoke-profile.txt" >"$logs/ddp-smoke.log" 2>&1 \
+  || { tail -30 "$logs/ddp-smoke.log" >&2; echo "test-cuda-torch: bench_ddp_gpu.py failed" >&2; exit 1; }
+"$py" -c "import json, sys; rec = json.load(open(sys.argv[1])); r = rec['results']; \
+assert len(r) == len(rec['variants']) and all(x['step_seconds'] > 0 for x in r), r; \
+print(len(r), 'DDP variants ran')" "$logs/ddp-smoke.json"
+"$py" scripts/bench_device_codecs.py --device cpu --elements 100003 --reps 2 \
+  --json "$logs/codecs-smoke.json" >"$logs/codecs-smoke.log" 2>&1 \
+  || { tail -30 "$logs/codecs-smoke.log" >&2; echo "test-cuda-torch: bench_device_codecs.py failed" >&2; exit 1; }
 
 echo "== torch $version: the C++ package and examples/cpp (build-cuda-torch-pkg/) (at ${SECONDS} s)"
 cmake -S . -B build-cuda-torch-pkg -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADCOMP_TORCH_PYTHON="$py" \
