@@ -34,6 +34,8 @@ if(GRADCOMP_CUDA_KERNELS STREQUAL "ON" OR (GRADCOMP_CUDA_KERNELS STREQUAL "AUTO"
   elseif(GRADCOMP_CUDA_KERNELS STREQUAL "ON")
     message(FATAL_ERROR "GRADCOMP_CUDA_KERNELS=ON, but CMake finds no CUDA compiler (set CUDACXX to nvcc)")
   else()
-    message(STATUS "gradcomp: no CUDA compiler; the device codecs run ATen operations on CUDA")
+    message(STATUS "gradcomp: CMake's CUDA language does not work with that toolkit's nvcc "
+                   "(CUDACXX, CUDAARCHS?): no gradcomp CUDA kernels (the device codecs run ATen "
+                   "operations on CUDA tensors)")
   endif()
 endif()
