@@ -4,14 +4,10 @@
 #   ON              wherever a CUDA compiler is (CI compiles and links them against a CPU
 #                   torch with the machine's nvcc; nothing runs them without a GPU);
 #   OFF             never: the device codecs run their ATen operations on CUDA too.
-# Architectures: CMAKE_CUDA_ARCHITECTURES (or CUDAARCHS) where set, else sm_80 and sm_90
-# machine code with compute_90 PTX for later GPUs.
-set(GRADCOMP_CUDA_KERNELS AUTO CACHE STRING "Build the device codecs' CUDA kernels: AUTO, ON or OFF")
-set_property(CACHE GRADCOMP_CUDA_KERNELS PROPERTY STRINGS AUTO ON OFF)
-string(TOUPPER "${GRADCOMP_CUDA_KERNELS}" GRADCOMP_CUDA_KERNELS)  # -D...=on works too
-if(NOT GRADCOMP_CUDA_KERNELS MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "GRADCOMP_CUDA_KERNELS=${GRADCOMP_CUDA_KERNELS}: AUTO, ON or OFF")
-endif()
+# Architectures: CMAKE_CUDA_ARCHITECTURES (or CUDAARCHS) where set, else
+# GRADCOMP_DEFAULT_CUDA_ARCHITECTURES (cmake/GradcompTorchCuda.cmake): sm_80 and sm_90 machine
+# code with compute_90 PTX for later GPUs.
+# (The option itself is defined, in any case, in the top-level CMakeLists.txt.)
 set(GRADCOMP_CUDA_KERNELS_BUILT OFF)
 if(GRADCOMP_CUDA_KERNELS STREQUAL "ON" OR (GRADCOMP_CUDA_KERNELS STREQUAL "AUTO" AND GRADCOMP_TORCH_CUDA_TOOLKIT))
   include(CheckLanguage)
@@ -21,7 +17,7 @@ if(GRADCOMP_CUDA_KERNELS STREQUAL "ON" OR (GRADCOMP_CUDA_KERNELS STREQUAL "AUTO"
       if(DEFINED ENV{CUDAARCHS})
         set(CMAKE_CUDA_ARCHITECTURES $ENV{CUDAARCHS})
       else()
-        set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
+        set(CMAKE_CUDA_ARCHITECTURES ${GRADCOMP_DEFAULT_CUDA_ARCHITECTURES})
       endif()
     endif()
     if(CCACHE_PROGRAM)

@@ -25,6 +25,10 @@
 # GRADCOMP_TORCH_CUDA_TOOLKIT (ON where a CUDA toolkit of torch's major version is there for
 # gradcomp's kernels: GRADCOMP_CUDA_KERNELS=AUTO builds them then) and says what it found.
 
+# gradcomp's CUDA architectures where neither CMAKE_CUDA_ARCHITECTURES nor CUDAARCHS says:
+# sm_80 and sm_90 machine code, compute_90 PTX for later GPUs (cmake/GradcompCuda.cmake).
+set(GRADCOMP_DEFAULT_CUDA_ARCHITECTURES 80-real 90)
+
 # `torch_dir`: torch's CMake package (Torch_DIR), or empty: found here as find_package finds it.
 macro(gradcomp_prepare_cuda_torch torch_dir)
   set(GRADCOMP_TORCH_CUDA "")
@@ -96,8 +100,7 @@ endmacro()
 
 macro(_gradcomp_find_matching_toolkit)
   set(gradcomp_no_toolkit_reason "")
-  string(TOUPPER "${GRADCOMP_CUDA_KERNELS}" gradcomp_kernels_mode)
-  if(gradcomp_kernels_mode STREQUAL "OFF")
+  if(GRADCOMP_CUDA_KERNELS STREQUAL "OFF")
     set(gradcomp_no_toolkit_reason "GRADCOMP_CUDA_KERNELS=OFF")
   else()
     find_package(CUDAToolkit QUIET)
@@ -126,7 +129,7 @@ macro(_gradcomp_torch_cuda_package_settings)
       set(gradcomp_archs "$ENV{CUDAARCHS}")
     endif()
     if(gradcomp_archs STREQUAL "")
-      set(gradcomp_archs "80;90")
+      set(gradcomp_archs ${GRADCOMP_DEFAULT_CUDA_ARCHITECTURES})
     endif()
     set(TORCH_CUDA_ARCH_LIST "")
     foreach(arch IN LISTS gradcomp_archs)
