@@ -79,12 +79,27 @@ void Exchanger::use_momentum(double momentum, bool nesterov) {
 std::string Exchanger::describe() const { return describe_reducer(method_); }
 
 Exchanger::~Exchanger() {
-  {
-    std::lock_guard lock(queue_mutex_);
-    stopping_ = true;
+  std::unique_lock lock(queue_mutex_);
+  stopping_ = true;
+  if (std::this_thread::get_id() != thread_.get_id()) {
+    lock.unlock();
+    queue_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    return;
   }
-  queue_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  // Destroyed by a job's caller code on the exchange thread itself (a Python completion
+  // holding the last reference to its exchanger): the thread cannot join itself. The jobs
+  // still queued run here, in order, as the loop would have run them; then the thread is
+  // told to return without touching this object again, and is detached.
+  while (!queue_.empty()) {
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    run_job(job);
+    lock.lock();
+  }
+  *loop_exit_ = true;
+  thread_.detach();
 }
 
 Exchanger::Group& Exchanger::group_for(std::uint64_t key, std::span<const BucketShape> shapes) {
@@ -184,8 +199,32 @@ void Exchanger::enqueue(Job job) {
   queue_cv_.notify_one();
 }
 
+void Exchanger::run_job(Job& job) {
+  std::exception_ptr error;
+  try {
+    if (job.ready) job.ready();
+    job.run();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  // The completion is the caller's code: whatever it throws must not end the thread
+  // (an exception escaping a thread is std::terminate).
+  try {
+    if (job.done) job.done(error);
+  } catch (...) {
+  }
+  // Destroy the job, and the caller's completion with it, before the caller takes the
+  // lock again: a Python completion takes the GIL when it dies, and the thread holding
+  // the GIL may be waiting for this lock in submit() (a deadlock seen in the network lab).
+  job = Job{};
+}
+
 void Exchanger::loop() {
+  // Set by the destructor when the caller's code in a job destroyed the Exchanger on this
+  // thread: from then on `this` is gone, and nothing here may touch it.
+  bool exit_now = false;
   std::unique_lock lock(queue_mutex_);
+  loop_exit_ = &exit_now;
   for (;;) {
     queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything submitted has run
@@ -193,23 +232,8 @@ void Exchanger::loop() {
     queue_.pop_front();
     busy_ = true;
     lock.unlock();
-    std::exception_ptr error;
-    try {
-      if (job.ready) job.ready();
-      job.run();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    // The completion is the caller's code: whatever it throws must not end the thread
-    // (an exception escaping a thread is std::terminate).
-    try {
-      if (job.done) job.done(error);
-    } catch (...) {
-    }
-    // Destroy the job, and the caller's completion with it, before taking the lock
-    // again: a Python completion takes the GIL when it dies, and the thread holding the
-    // GIL may be waiting for this lock in submit() (a deadlock seen in the network lab).
-    job = Job{};
+    run_job(job);
+    if (exit_now) return;
     lock.lock();
     busy_ = false;
     if (queue_.empty()) idle_cv_.notify_all();
@@ -217,6 +241,10 @@ void Exchanger::loop() {
 }
 
 void Exchanger::drain() {
+  if (std::this_thread::get_id() == thread_.get_id()) {
+    throw InvalidArgument("exchanger: drain() called by a job on the exchange thread would wait "
+                          "for that job itself");
+  }
   std::unique_lock lock(queue_mutex_);
   idle_cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
 }

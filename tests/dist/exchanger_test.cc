@@ -171,6 +171,56 @@ TEST(Exchanger, ACompletionIsDestroyedOutsideTheQueueLock) {
   });
 }
 
+// The last owner of an Exchanger may be a job's completion (a Python hook's future
+// callback holding its state): then the Exchanger dies on its own exchange thread, which
+// cannot join itself (std::terminate before). The jobs queued behind that one still run,
+// in order, on that thread; and drain() from a completion is refused, not a hang.
+TEST(Exchanger, DestroyedByItsOwnCompletionRunsWhatIsQueuedAndEnds) {
+  run_ranks(1, [&](Communicator& comm) {
+    auto owned =
+        std::make_shared<std::unique_ptr<Exchanger>>(std::make_unique<Exchanger>(comm, "none"));
+    Exchanger& ex = **owned;
+    std::vector<std::vector<float>> data(4, std::vector<float>(8, 1.0f));
+    std::vector<int> order;
+    std::promise<void> go;
+    std::shared_future<void> go_now = go.get_future().share();
+    std::promise<std::string> drain_refused;
+    // Job 0 waits until the others are queued; its completion tries drain().
+    ex.submit_dense(data[0], {}, [&, go_now](std::exception_ptr) {
+      go_now.wait();
+      order.push_back(0);
+      try {
+        ex.drain();
+        drain_refused.set_value("");
+      } catch (const InvalidArgument& e) {
+        drain_refused.set_value(e.what());
+      }
+    });
+    // Job 1's completion destroys the Exchanger; jobs 2 and 3 are still queued.
+    ex.submit_dense(data[1], {}, [&, owned](std::exception_ptr) {
+      order.push_back(1);
+      owned->reset();
+    });
+    std::promise<void> last;
+    ex.submit_dense(data[2], {}, [&](std::exception_ptr e) {
+      EXPECT_FALSE(e);
+      order.push_back(2);
+    });
+    ex.submit_dense(data[3], {}, [&](std::exception_ptr e) {
+      EXPECT_FALSE(e);
+      order.push_back(3);
+      last.set_value();
+    });
+    owned.reset();  // the completion of job 1 now holds the only reference
+    go.set_value();
+    ASSERT_EQ(last.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_NE(drain_refused.get_future().get().find("would wait for that job itself"),
+              std::string::npos);
+    for (const auto& d : data) EXPECT_EQ(d, std::vector<float>(8, 1.0f));  // a mean of one
+  });
+}
+
 TEST(Exchanger, AGroupResubmittedWithOtherShapesIsRefused) {
   run_ranks(1, [](Communicator& comm) {
     Exchanger exchanger(comm, "ef(topk:ratio=0.1)");

@@ -256,6 +256,17 @@ def test_a_failed_future_raises_the_error_itself():
         future.wait()
 
 
+def test_an_exchanger_dropped_by_its_own_completion_runs_what_is_queued():
+    # Destroyed on its own exchange thread, the exchanger used to join itself:
+    # std::terminate ("Resource deadlock avoided"), which killed the process.
+    results = ddp_support.run(workers.exchanger_dropped_by_its_completion, 2, timeout=60)
+    for rank, (order, errors, buffers) in enumerate(results):
+        assert order == [0, 1, 2], (rank, order)
+        assert errors == [None, None, None], (rank, errors)
+        # fp16's dense path: the mean of rank + j over ranks 0 and 1.
+        assert buffers == [[0.5 + j] * 5 for j in range(3)], (rank, buffers)
+
+
 def test_a_float64_bucket_is_refused():
     for kind, message in ddp_support.run(workers.float64_bucket, 2, timeout=60):
         assert ("gradcomp hook: bucket 0 holds torch.float64 on cpu; gradcomp exchanges "

@@ -480,6 +480,40 @@ def catch_and_carry_on(rank, world):
     return out
 
 
+def exchanger_dropped_by_its_completion(rank, world):
+    """An exchanger whose only reference is held by a job's completion: it dies on its own
+    exchange thread when that completion is released. The order in which the jobs' completions
+    ran, and each job's bucket afterwards (the mean over ranks)."""
+    import threading
+    ex = gc._C.Exchanger(dist.group.WORLD, "fp16", "auto", 30.0, [])
+    buffers = [torch.full((5,), float(rank + j)) for j in range(3)]
+    order = []
+    finished = threading.Event()
+    owner = [ex]
+
+    def first(error):
+        order.append((0, error))
+        owner.clear()  # the closure's reference goes when the job is released
+
+    def later(j):
+        def done(error):
+            order.append((j, error))
+            if j == 2:
+                finished.set()
+        return done
+
+    # The first completion must be the last owner: keep the thread busy on it until the
+    # others are queued (the exchange runs them in submission order).
+    ready_gate = threading.Event()
+    ex.submit_dense(buffers[0], gc._C.StepContext(), first, ready_gate.wait)
+    for j in (1, 2):
+        ex.submit_dense(buffers[j], gc._C.StepContext(), later(j), None)
+    del ex
+    ready_gate.set()
+    assert finished.wait(30), "the queued jobs never ran"
+    return [j for j, _ in order], [e for _, e in order], [b.tolist() for b in buffers]
+
+
 def float64_bucket(rank, world):
     model = ddp(small_model().double())
     model.register_comm_hook(gc.CompressionState("none"), gc.hook)

@@ -55,7 +55,9 @@ class Exchanger {
   Exchanger(Communicator& comm, const std::string& compressor_spec,
             ReducerKind kind = ReducerKind::kAuto,
             const CodecRegistry& registry = builtin_registry());
-  // Waits for the submitted jobs, then stops the thread.
+  // Waits for the submitted jobs, then stops the thread. Destroyed by a job's own code on
+  // the exchange thread (its completion dropping the last reference), it runs the jobs
+  // still queued there, in order, and lets the thread end by itself.
   ~Exchanger();
   Exchanger(const Exchanger&) = delete;
   Exchanger& operator=(const Exchanger&) = delete;
@@ -83,7 +85,8 @@ class Exchanger {
   // statistics of ctx.step.
   void submit_task(std::function<ReduceStats()> run, const StepContext& ctx, Done done,
                    Ready ready = {});
-  // Blocks until every job submitted so far has finished.
+  // Blocks until every job submitted so far has finished. InvalidArgument on the exchange
+  // thread (from a completion), where it would wait for itself.
   void drain();
 
   // Statistics of the jobs finished since the last call, summed over groups; steps
@@ -154,6 +157,7 @@ class Exchanger {
   Group& group_for(std::uint64_t key, std::span<const BucketShape> shapes);
   void enqueue(Job job);
   void loop();
+  void run_job(Job& job);
   void book(const ReduceStats& s, std::uint64_t step);
 
   Communicator& comm_;
@@ -169,6 +173,7 @@ class Exchanger {
   std::deque<Job> queue_;
   bool busy_ = false;
   bool stopping_ = false;
+  bool* loop_exit_ = nullptr;  // the loop's own flag (see loop()); set before any job runs
 
   std::mutex stats_mutex_;
   ReduceStats stats_;
