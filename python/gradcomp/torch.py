@@ -809,6 +809,9 @@ class SGD(torch.optim.Optimizer):
             raise ValueError(f"SGD: lr {lr} must be > 0, momentum and weight_decay >= 0")
         if nesterov and momentum == 0.0:
             raise ValueError("SGD: nesterov needs momentum > 0")
+        if not isinstance(state, CompressionState):
+            raise TypeError(f"SGD: state must be the gradcomp.torch.CompressionState whose hook "
+                            f"the model runs, got {type(state).__name__}")
         super().__init__(
             params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
         )

@@ -121,6 +121,22 @@ def a_peer_that_leaves(rank, world):
     return error, unchanged
 
 
+def parameters_replaced_after_construction(rank, world):
+    """model.half() and a .data assignment after DiLoCo(model): what step() and
+    synchronize() raised, and whether the outer loop's copy took any round meanwhile."""
+    out = []
+    for replace, call in ((lambda m: m.half(), "step"),
+                          (lambda m: m.half(), "synchronize"),
+                          (lambda m: setattr(m[0].weight, "data", m[0].weight.detach() * 1),
+                           "step")):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+        d = gc.DiLoCo(model, None, sync_every=1)
+        replace(model)
+        out.append(raised(getattr(d, call)))
+        d.close()
+    return out
+
+
 def ranks_whose_steps_drifted(rank, world):
     """Rank 1 calls step() twice more than rank 0 (a skipped batch on rank 0, say), with
     fragments: until synchronize() the rounds pair by their step counts; there rank 0's

@@ -47,6 +47,16 @@ def test_bad_settings_are_refused_before_any_collective():
     assert "scatter runs a codec under ef, efm, noef or bare" in results[4][1]
 
 
+def test_a_parameter_replaced_after_construction_is_refused():
+    # Before: the outer loop merged its stale copy of the old tensors and the model never
+    # saw a round.
+    (results,) = ddp_support.run(diloco_workers.parameters_replaced_after_construction, 1)
+    for (kind, message), dtype in zip(results, ("float16", "float16", "float32")):
+        assert kind == "ValueError", message
+        assert "parameter 0.weight is no longer the tensor DiLoCo was built on" in message
+        assert f"now torch.{dtype} on cpu" in message, message
+
+
 @pytest.mark.parametrize("name, value", [("sync_every", 2.7), ("fragments", 2.0),
                                          ("delay", True), ("min_elements", 1.5)])
 def test_a_whole_number_setting_given_otherwise_is_a_type_error(name, value):

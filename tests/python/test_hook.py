@@ -109,6 +109,14 @@ def test_settings_of_the_wrong_type_raise_type_error(kwargs, message):
     assert str(raised.value) == message
 
 
+def test_sgd_without_a_compression_state_is_a_type_error():
+    # Before: AttributeError: 'str' object has no attribute '_attach_optimizer'.
+    with pytest.raises(TypeError) as raised:
+        gc.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, state="efm(topk)")
+    assert str(raised.value) == ("SGD: state must be the gradcomp.torch.CompressionState whose "
+                                 "hook the model runs, got str")
+
+
 def test_momentum_in_memory_without_gradcomp_sgd_is_refused():
     results = ddp_support.run(workers.momentum_without_optimizer, 2, allow_errors=True)
     for r in results:
