@@ -137,11 +137,9 @@ class DiLoCo:
         options.min_elements = _whole("min_elements", min_elements)
         options.dense_share = float(dense_share)
         _C.check_outer_loop(compressor, reducer, options)  # before any collective
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        params = [(n, p.detach()) for n, p in named]
-        # The outer loop holds these tensors: a parameter whose tensor is replaced later
-        # (model.to(), .half(), a .data assignment) would leave it merging a stale copy.
-        self._watched = [(n, p, p.data_ptr()) for n, p in named]
+        # The parameters themselves, not detached copies: the outer loop refuses one whose
+        # memory a later model.to(), .half() or .data assignment swapped.
+        params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if process_group is not None:
             group = process_group
         else:  # a Gloo group of the rounds' own (see the class docs)
@@ -166,7 +164,6 @@ class DiLoCo:
     def step(self) -> bool:
         """After an inner optimizer step: runs the rounds due. True when the parameters
         were changed (a round merged). Raises gradcomp.CommError when a round failed."""
-        self._check_parameters()
         with self._hinted():
             changed = self._loop.after_inner_step(self._steps + 1)
         self._steps += 1
@@ -177,18 +174,8 @@ class DiLoCo:
         consensus (a last round of every fragment; the replicas set to its result).
         Collective: call it on every rank after the same inner step, before evaluating or
         saving the final model. Training may go on afterwards."""
-        self._check_parameters()
         with torch.no_grad(), self._hinted():
             self._loop.synchronize(self._steps)
-
-    def _check_parameters(self) -> None:
-        for name, p, ptr in self._watched:
-            if p.data_ptr() != ptr:
-                raise ValueError(
-                    f"DiLoCo: parameter {name} is no longer the tensor DiLoCo was built on "
-                    f"(now {p.dtype} on {p.device}): model.to(), .half() or a .data "
-                    "assignment after DiLoCo(model) replaces it; move or convert the model "
-                    "first, then build the DiLoCo")
 
     @contextlib.contextmanager
     def _hinted(self):

@@ -52,6 +52,7 @@ class PyOuterLoop {
   }
 
   bool after_inner_step(std::int64_t steps) {
+    staging_->check_unchanged();
     py::gil_scoped_release release;
     return loop_->after_inner_step(steps);
   }
@@ -112,6 +113,7 @@ class PyOuterLoop {
   }
 
   void synchronize(std::int64_t steps) {
+    staging_->check_unchanged();
     py::gil_scoped_release release;
     loop_->synchronize(steps);
   }

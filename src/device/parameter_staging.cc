@@ -10,7 +10,8 @@
 namespace gradcomp::device {
 
 ParameterStaging::ParameterStaging(const std::vector<std::pair<std::string, at::Tensor>>& params,
-                                   const std::string& who, bool stage_cpu) {
+                                   const std::string& who, bool stage_cpu)
+    : who_(who) {
   for (const auto& [name, p] : params) {
     const std::string what = who + ": parameter " + name;
     const at::ScalarType type = p.scalar_type();
@@ -20,15 +21,33 @@ ParameterStaging::ParameterStaging(const std::vector<std::pair<std::string, at::
     }
     if (!p.is_contiguous()) throw InvalidArgument(what + " is not contiguous");
     const bool staged = !p.is_cpu() || type != at::kFloat || stage_cpu;
-    params_.push_back(p.detach());  // written in place, outside autograd
+    names_.push_back(name);
+    given_.push_back(p);
+    given_data_.push_back(p.data_ptr());
+    // Written in place, outside autograd; detached, it keeps this memory alive even after
+    // the caller's tensor swaps it away.
+    params_.push_back(p.detach());
     staged_.push_back(staged ? 1 : 0);
     if (!staged) {
-      host_.push_back(p);
+      host_.push_back(params_.back());
       continue;
     }
     ++staged_count_;
     host_.push_back(
         at::empty({p.numel()}, at::TensorOptions().dtype(at::kFloat).pinned_memory(p.is_cuda())));
+  }
+}
+
+void ParameterStaging::check_unchanged() const {
+  for (std::size_t i = 0; i < given_.size(); ++i) {
+    const at::Tensor& p = given_[i];
+    if (p.data_ptr() == given_data_[i]) continue;
+    throw InvalidArgument(who_ + ": parameter " + names_[i] + " is no longer the tensor " + who_ +
+                          " was built on (now " + std::string(c10::toString(p.scalar_type())) +
+                          " on " + p.device().str() +
+                          "): moving or converting the model afterwards (.to(), .half(), a "
+                          ".data assignment) swaps its memory; do that first, then build the " +
+                          who_);
   }
 }
 

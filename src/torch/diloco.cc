@@ -48,6 +48,7 @@ void DiLoCo::build(const NamedParameters& params, dist::Communicator& comm) {
 }
 
 bool DiLoCo::step() {
+  staging_->check_unchanged();
   torch::NoGradGuard no_grad;
   const bool changed = loop_->after_inner_step(steps_ + 1);
   ++steps_;
@@ -55,6 +56,7 @@ bool DiLoCo::step() {
 }
 
 void DiLoCo::synchronize() {
+  staging_->check_unchanged();
   torch::NoGradGuard no_grad;
   loop_->synchronize(steps_);
 }

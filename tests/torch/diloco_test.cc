@@ -183,5 +183,33 @@ TEST(DiLoCo, ParametersItCannotKeepAreRefusedByName) {
   });
 }
 
+// Module::to after the DiLoCo swaps every parameter's memory (set_data): the loop would
+// read and write the old memory (for a CPU float32 parameter, freed memory). step() and
+// synchronize() refuse it, naming the parameter; nothing is exchanged.
+TEST(DiLoCo, AModelMovedOrConvertedAfterwardsIsRefusedByName) {
+  dist::test::run_ranks(1, [&](dist::Communicator& comm) {
+    DiLoCoOptions o;
+    o.sync_every = 1;
+    for (const bool sync : {false, true}) {
+      auto model = std::make_shared<OuterModel>(0, torch::kCPU);
+      DiLoCo d(model->named_parameters(), comm, o);
+      model->to(torch::kHalf);
+      try {
+        if (sync) {
+          d.synchronize();
+        } else {
+          d.step();
+        }
+        ADD_FAILURE() << "accepted";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("DiLoCo: parameter a_weight is no longer the tensor "
+                                             "DiLoCo was built on (now Half on cpu)"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  });
+}
+
 }  // namespace
 }  // namespace gradcomp

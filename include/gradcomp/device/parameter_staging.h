@@ -32,6 +32,13 @@ class ParameterStaging final : public dist::ReplicaStaging {
   ParameterStaging(const std::vector<std::pair<std::string, at::Tensor>>& params,
                    const std::string& who, bool stage_cpu = false);
 
+  // InvalidArgument, "<who>: parameter <name> is no longer the tensor ...", when a tensor
+  // given to the constructor now holds other memory: a model moved or converted afterwards
+  // (LibTorch's Module::to and Python's .to(), .half() or a .data assignment swap the
+  // parameter's storage), whose spans here would be stale. The owners call it before every
+  // step and synchronisation.
+  void check_unchanged() const;
+
   // The spans the loop reads and writes, one per parameter, in order.
   std::vector<std::span<float>> spans() const;
   // Whether any parameter is staged (else the loop needs no staging at all).
@@ -44,7 +51,11 @@ class ParameterStaging final : public dist::ReplicaStaging {
   void publish(std::span<const std::size_t> params) override;
 
  private:
-  std::vector<at::Tensor> params_;  // the replica's tensors
+  std::string who_;
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> given_;         // as given: they follow a swap of their storage
+  std::vector<const void*> given_data_;   // where their memory was
+  std::vector<at::Tensor> params_;  // the replica's tensors, as built (detached)
   std::vector<at::Tensor> host_;    // the spans' memory: params_[i] itself, or its buffer
   std::vector<char> staged_;
   std::size_t staged_count_ = 0;
