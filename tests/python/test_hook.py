@@ -264,6 +264,24 @@ def test_a_failed_future_raises_the_error_itself():
         future.wait()
 
 
+@pytest.mark.parametrize("spec", ["efm(topk:ratio=0.05)", "powersgd:rank=2"])
+def test_a_compiled_ddp_model_trains_as_the_eager_one(spec):
+    # DDP(torch.compile(model)): DDP's hook gets every bucket from the compiled backward.
+    # aot_eager runs AOTAutograd's graphs without generating code. (torch.compile(ddp_model)
+    # compiles nothing on torch 2.13: Dynamo skips DDP's forward, and it runs eagerly.)
+    if int(torch.__version__.split(".")[0]) < 2:
+        pytest.skip("torch.compile is torch 2.x")
+    results = ddp_support.run(workers.compiled_equals_eager, 2, spec, "aot_eager", 4,
+                              timeout=240)
+    for ((eager, compiled), graphs), (other, _) in zip(results, reversed(results)):
+        (eager_losses, eager_flat, eager_ratio), (losses, flat, ratio) = eager, compiled
+        assert graphs >= 1, "nothing was compiled"
+        assert torch.equal(flat, other[1][1])  # the replicas stay identical
+        assert ratio == eager_ratio > 1.0, (ratio, eager_ratio)
+        assert losses == pytest.approx(eager_losses, rel=1e-4, abs=1e-5), (losses, eager_losses)
+        assert torch.allclose(flat, eager_flat, rtol=1e-4, atol=1e-5)
+
+
 def test_an_exchanger_dropped_by_its_own_completion_runs_what_is_queued():
     # Destroyed on its own exchange thread, the exchanger used to join itself:
     # std::terminate ("Resource deadlock avoided"), which killed the process.

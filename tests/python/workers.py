@@ -480,6 +480,40 @@ def catch_and_carry_on(rank, world):
     return out
 
 
+def compiled_equals_eager(rank, world, spec, backend, steps):
+    """The same training run with the model as it is and compiled inside DDP
+    (DDP(torch.compile(model))): each run's losses, final parameters and compression
+    ratio, and how many graphs the compile captured (0: it fell back to eager)."""
+    from torch._dynamo.backends.registry import lookup_backend
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return lookup_backend(backend)(gm, example_inputs)
+
+    out = []
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        module = small_model()
+        # DDPOptimizer wants the first bucket (1 MiB) no larger than the others.
+        model = ddp(torch.compile(module, backend=counting) if compiled else module,
+                    bucket_cap_mb=1)
+        state = gc.CompressionState(spec, dense_share=0.0)
+        model.register_comm_hook(state, gc.hook)
+        opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+        losses = []
+        for step in range(steps):
+            x, y = batch(rank, step)
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        flat = torch.cat([p.detach().flatten() for p in module.parameters()])
+        out.append((losses, flat, state.stats()["compression_ratio"]))
+    return out, len(graphs)
+
+
 def exchanger_dropped_by_its_completion(rank, world):
     """An exchanger whose only reference is held by a job's completion: it dies on its own
     exchange thread when that completion is released. The order in which the jobs' completions
