@@ -17,7 +17,8 @@
 #                                      2.13.0, the CPU wheel these machines keep on disk),
 #                                      and what the torch 2.x test lane installs with
 #                                      (scikit-build-core) and tests with (pytest, numpy),
-#                                      all from PyPI
+#                                      all from PyPI; scikit-build-core's wheels also in
+#                                      .wheelhouse/ (scripts/test.sh installs offline)
 #   scripts/install-deps.sh --cuda-torch
 #                                      also .venv-torch2-cuda/: the same with a CUDA build
 #                                      of torch (GRADCOMP_CUDA_TORCH_VERSION, default 2.14.1,
@@ -114,7 +115,16 @@ ${extra_module:+import $extra_module;} sys.exit(torch.__version__.split('+')[0] 
   fi
   echo "install-deps: $venv: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
 }
-if [ "$torch2" = 1 ]; then torch_venv .venv-torch2 "${GRADCOMP_TORCH2_VERSION:-2.13.0}"; fi
+if [ "$torch2" = 1 ]; then
+  torch_venv .venv-torch2 "${GRADCOMP_TORCH2_VERSION:-2.13.0}"
+  # pyproject.toml's build requirement as wheels, for scripts/test.sh's `pip install .`:
+  # pip's isolated build then installs it from this folder, not from PyPI at test time.
+  if ! ls .wheelhouse/scikit_build_core-*.whl >/dev/null 2>&1; then
+    echo "install-deps: .wheelhouse/ with scikit-build-core (pip download)"
+    .venv-torch2/bin/python -m pip download -q --disable-pip-version-check --only-binary=:all: \
+      -d .wheelhouse 'scikit-build-core>=0.10' 2>&1 | { grep -v "^WARNING: Location" || true; }
+  fi
+fi
 # torchvision: scripts/bench_ddp_gpu.py's models (test-cuda-torch.sh runs it on the CPU).
 if [ "$cuda_torch" = 1 ]; then
   torch_venv .venv-torch2-cuda "${GRADCOMP_CUDA_TORCH_VERSION:-2.14.1}" \

@@ -54,12 +54,14 @@ echo "== tests (Release) (at ${SECONDS} s)"
 ctest --test-dir build --output-on-failure -j "$jobs" -LE python
 
 echo "== pip install . into .venv-torch2 (at ${SECONDS} s)"
-# As a user installs it: pip's isolated build (scikit-build-core from PyPI), against the
+# As a user installs it: pip's isolated build (scikit-build-core from .wheelhouse/, which
+# install-deps.sh filled from PyPI: nothing is downloaded here), against the
 # venv's torch (cmake/GradcompTorch.cmake looks past the isolation). build/ as pip's build
 # folder, configured as build.sh configured it (pyproject.toml's defaults would drop the
 # tests and the CLI from it): pip compiles nothing, and installs what was just tested.
 # build.sh clears pip's SKBUILD markers on its next configure.
 "$py" -m pip install -q --disable-pip-version-check --no-deps \
+  --no-index --find-links .wheelhouse \
   --config-settings=build-dir=build \
   --config-settings=cmake.define.GRADCOMP_BUILD_TESTS=ON \
   --config-settings=cmake.define.GRADCOMP_BUILD_TOOLS=ON \
