@@ -44,6 +44,9 @@ const std::vector<std::string> kSpecs = {
     "efsign",
     "efsign:block=1024",
     "int:bits=7,block=1000",
+    "int",
+    "int:bits=2,block=7",
+    "int:bits=5,block=100000",
 };
 
 // Empty, single, odd, and both sides of 2^20 (the adaptive 2-bit's sampled mean).

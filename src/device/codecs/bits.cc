@@ -66,10 +66,19 @@ void pack2(const at::Tensor& codes, const at::Tensor& out) { pack(codes, 4, 2, t
 at::Tensor unpack1(const at::Tensor& packed) { return unpack(packed, 8, 1, true); }
 at::Tensor unpack2(const at::Tensor& packed) { return unpack(packed, 4, 2, true); }
 
+at::Tensor code_stream_bits(const at::Tensor& codes, std::int64_t bits) {
+  return at::bitwise_right_shift(codes.unsqueeze(1),
+                                 shifts(bits, 1, false, codes.device()).to(at::kByte))
+      .bitwise_and_(1)
+      .view({-1});
+}
+
+void pack_stream_bits(const at::Tensor& stream_bits, const at::Tensor& out) {
+  pack(stream_bits, 8, 1, false, out);
+}
+
 void pack_stream(const at::Tensor& codes, std::int64_t bits, const at::Tensor& out) {
-  const at::Tensor code_bits = at::bitwise_right_shift(
-      codes.unsqueeze(1), shifts(bits, 1, false, codes.device()).to(at::kByte));
-  pack(code_bits.bitwise_and_(1).view({-1}), 8, 1, false, out);
+  pack_stream_bits(code_stream_bits(codes, bits), out);
 }
 
 at::Tensor unpack_stream_bits(const at::Tensor& packed) { return unpack(packed, 8, 1, false); }

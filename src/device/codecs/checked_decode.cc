@@ -89,12 +89,21 @@ void CheckedDecodeCodec::decode_batch_impl(const at::Tensor& payloads,
       check(payload[i], ns[i], row(i));
     }
   }
+  add_batch(payload, ns, outs, alpha, report);
+}
+
+void CheckedDecodeCodec::add_batch(std::span<const at::Tensor> payload,
+                                   std::span<const std::int64_t> /*ns*/,
+                                   std::span<const at::Tensor> outs, float alpha,
+                                   const float* reports) const {
+  const std::size_t segments = outs.size();
+  const std::size_t ranks = payload.size() / segments;
   for (std::size_t s = 0; s < segments; ++s) {
     outs[s].zero_();
     if (outs[s].numel() == 0) continue;
     for (std::size_t r = 0; r < ranks; ++r) {
       const std::size_t i = r * segments + s;
-      add_checked(payload[i], outs[s], alpha, row(i));
+      add_checked(payload[i], outs[s], alpha, reports + i * report_size());
     }
   }
 }

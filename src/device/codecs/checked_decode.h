@@ -40,6 +40,14 @@ class CheckedDecodeCodec : public DeviceCodec {
   virtual void add_checked(const at::Tensor& payload, const at::Tensor& out, float alpha,
                            const float* report) const = 0;
 
+  // Every payload of a batch that check() accepted, added: outs[s] = the sum over r = 0,
+  // 1, ..., in rank order, of alpha * decode(payload[r * S + s]) (S = outs.size(), ns[i]
+  // payload i's values, reports its rows). The default zeroes each out and calls
+  // add_checked for each rank's payload; a codec may do it for all payloads at once, with
+  // the same result bit for bit.
+  virtual void add_batch(std::span<const at::Tensor> payload, std::span<const std::int64_t> ns,
+                         std::span<const at::Tensor> outs, float alpha, const float* reports) const;
+
   // Each payload's report from its own small operations (one(each[i], ns[i])), stacked:
   // for codecs whose report reads the payload's fields.
   template <typename OneReport>

@@ -54,6 +54,11 @@ at::Tensor unpack2(const at::Tensor& packed);
 // zeroed. unpack_stream_bits returns every bit of a packed stream in stream order (uint8
 // 0/1, padding included); stream_codes the first n codes of such bits (uint8).
 void pack_stream(const at::Tensor& codes, std::int64_t bits, const at::Tensor& out);
+// The two halves of pack_stream: code_stream_bits gives the n * b bits of n codes in stream
+// order (uint8 0/1), pack_stream_bits packs such bits (padding included: out's length in
+// bits, zero after them) into out.
+at::Tensor code_stream_bits(const at::Tensor& codes, std::int64_t bits);
+void pack_stream_bits(const at::Tensor& stream_bits, const at::Tensor& out);
 at::Tensor unpack_stream_bits(const at::Tensor& packed);
 at::Tensor stream_codes(const at::Tensor& stream_bits, std::int64_t n, std::int64_t bits);
 

@@ -13,6 +13,10 @@
 //
 // Encoding syncs once for a batch (the finiteness check); decoding once for a batch
 // (CheckedDecodeCodec: the scales, the padding, the codes).
+#include <algorithm>
+#include <numeric>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +29,54 @@
 namespace gradcomp::device {
 
 namespace {
+
+// A batch's segments as int's blocks see them: each padded with zeros to whole blocks of d
+// values, the blocks of all segments back to back.
+class BlockLayout {
+ public:
+  struct Segment {
+    std::int64_t offset = 0;   // its first value in the batch
+    std::int64_t n = 0;        // its values
+    std::int64_t block = 0;    // its first block
+    std::int64_t blocks = 0;   // ceil(n / d)
+    std::int64_t padding = 0;  // zeros after its values: blocks * d - n
+    std::int64_t stream_bytes = 0;
+  };
+
+  BlockLayout(std::span<const std::int64_t> sizes, std::int64_t d, std::int64_t bits) {
+    for (const std::int64_t n : sizes) {
+      Segment g;
+      g.offset = values_;
+      g.n = n;
+      g.block = blocks_;
+      g.blocks = (n + d - 1) / d;
+      g.padding = g.blocks * d - n;
+      g.stream_bytes = static_cast<std::int64_t>(
+          detail::packed_bytes(static_cast<std::size_t>(n), static_cast<unsigned>(bits)));
+      segments_.push_back(g);
+      values_ += n;
+      blocks_ += g.blocks;
+      padding_ += g.padding;
+      max_padding_ = std::max(max_padding_, g.padding);
+      max_stream_padding_bits_ = std::max(max_stream_padding_bits_, 8 * g.stream_bytes - n * bits);
+    }
+  }
+
+  const std::vector<Segment>& segments() const { return segments_; }
+  std::int64_t values() const { return values_; }
+  std::int64_t blocks() const { return blocks_; }
+  std::int64_t padding() const { return padding_; }
+  std::int64_t max_padding() const { return max_padding_; }
+  std::int64_t max_stream_padding_bits() const { return max_stream_padding_bits_; }
+
+ private:
+  std::vector<Segment> segments_;
+  std::int64_t values_ = 0;
+  std::int64_t blocks_ = 0;
+  std::int64_t padding_ = 0;
+  std::int64_t max_padding_ = 0;
+  std::int64_t max_stream_padding_bits_ = 0;
+};
 
 class IntDeviceCodec final : public SegmentedCodec {
  public:
@@ -42,6 +94,8 @@ class IntDeviceCodec final : public SegmentedCodec {
   at::Tensor reports(const at::Tensor& /*payloads*/, std::span<const std::int64_t> /*offsets*/,
                      std::span<const std::int64_t> /*bytes*/, std::span<const std::int64_t> ns,
                      std::span<const at::Tensor> each) const override {
+    const BlockLayout layout(ns, d_, bits_);
+    if (batches_blocks(layout)) return block_reports(each, layout);
     return stack_reports(each, ns, [&](const at::Tensor& payload, std::int64_t n) {
       const at::Tensor s = scales(payload, n);
       const at::Tensor bad_scale = s.isfinite().logical_not().logical_or_(s.signbit()).any();
@@ -85,6 +139,31 @@ class IntDeviceCodec final : public SegmentedCodec {
     }
   }
 
+  void add_batch(std::span<const at::Tensor> payload, std::span<const std::int64_t> ns,
+                 std::span<const at::Tensor> outs, float alpha,
+                 const float* reports) const override {
+    const BlockLayout layout(ns, d_, bits_);
+    if (!batches_blocks(layout)) {
+      SegmentedCodec::add_batch(payload, ns, outs, alpha, reports);
+      return;
+    }
+    // Every rank's payloads decoded at once, as whole blocks; rank r's are the r-th of
+    // `ranks` runs of equal layout (every rank sends each segment's size), summed into one
+    // accumulator in rank order, then each segment's values copied out.
+    const std::int64_t ranks = static_cast<std::int64_t>(payload.size() / outs.size());
+    const Blocks b = read_blocks(payload, layout);
+    const at::Tensor step = b.scales.div(at::full_like(b.scales, static_cast<float>(q_)));
+    const at::Tensor decoded =
+        b.codes.to(at::kInt).sub_(q_).to(at::kFloat).mul_(step.unsqueeze(1)).view({-1});
+    const std::int64_t per_rank = layout.blocks() / ranks * d_;
+    const at::Tensor sum = at::zeros({per_rank}, outs.front().options());
+    for (std::int64_t r = 0; r < ranks; ++r) sum.add_(decoded.narrow(0, r * per_rank, per_rank), alpha);
+    for (std::size_t s = 0; s < outs.size(); ++s) {
+      if (outs[s].numel() == 0) continue;
+      outs[s].copy_(sum.narrow(0, layout.segments()[s].block * d_, outs[s].numel()));
+    }
+  }
+
   void add_checked(const at::Tensor& payload, const at::Tensor& out, float alpha,
                    const float* /*report*/) const override {
     const std::int64_t n = out.numel();
@@ -115,6 +194,12 @@ class IntDeviceCodec final : public SegmentedCodec {
         offset += sizes[s];
       }
     }
+    const BlockLayout layout(sizes, d_, bits_);
+    if (sizes.size() > 1 && layout.padding() <= layout.values()) {
+      return encode_blocks(a, layout, write);
+    }
+    // One segment, or blocks so long that padding every segment to whole blocks would
+    // more than double the batch: each segment by itself.
     std::vector<at::Tensor> payloads;
     offset = 0;
     for (const std::int64_t n : sizes) {
@@ -123,6 +208,82 @@ class IntDeviceCodec final : public SegmentedCodec {
       offset += n;
     }
     return joined(std::move(payloads), a);
+  }
+
+  // Every segment at once, each padded with zeros to whole blocks: one [blocks, d] matrix
+  // whose rows are the batch's blocks in order, so that every step below is one
+  // operation for the whole batch (a launch each on a GPU, where one segment at a time
+  // made about 50). The padding's zeros change no scale (max |x| >= 0) and their codes are
+  // dropped before packing. The same operations on the same values as encode_one: the
+  // same bytes.
+  EncodedBatch encode_blocks(const at::Tensor& a, const BlockLayout& layout, bool write) const {
+    const std::int64_t nb = layout.blocks();
+    const at::Tensor zeros = at::zeros({std::max<std::int64_t>(layout.max_padding(), 1)},
+                                       a.options());
+    std::vector<at::Tensor> parts;
+    for (const BlockLayout::Segment& g : layout.segments()) {
+      if (g.n > 0) parts.push_back(a.narrow(0, g.offset, g.n));
+      if (g.padding > 0) parts.push_back(zeros.narrow(0, 0, g.padding));
+    }
+    EncodedBatch out;
+    for (const BlockLayout::Segment& g : layout.segments()) out.bytes.push_back(payload_bytes(g.n));
+    if (nb == 0) {
+      out.payloads = at::empty({0}, a.options().dtype(at::kByte));
+      return out;
+    }
+    const at::Tensor x = at::cat(parts).view({nb, d_});
+    const at::Tensor s = x.abs().amax(1);
+    const at::Tensor sd = s.to(at::kDouble);
+    const at::Tensor factor = at::where(sd.eq(0), at::zeros_like(sd),
+                                        at::full_like(sd, static_cast<double>(q_)).div_(sd));
+    const at::Tensor c = x.to(at::kDouble)
+                             .mul_(factor.unsqueeze(1))
+                             .round_()
+                             .clamp_(static_cast<double>(-q_), static_cast<double>(q_))
+                             .add_(static_cast<double>(q_))
+                             .to(at::kByte)
+                             .view({-1});
+    if (write) {
+      // x - decode, then back into a without the padding.
+      const at::Tensor step = s.div(at::full_like(s, static_cast<float>(q_)));
+      const at::Tensor residual =
+          x.sub_(c.view({nb, d_}).to(at::kInt).sub_(q_).to(at::kFloat).mul_(step.unsqueeze(1)))
+              .view({-1});
+      std::vector<at::Tensor> values;
+      for (const BlockLayout::Segment& g : layout.segments()) {
+        if (g.n > 0) values.push_back(residual.narrow(0, g.block * d_, g.n));
+      }
+      at::Tensor target = a;
+      at::cat_out(target, values);
+    }
+    // Each segment's code bits, then zero bits to its stream's whole words; packed at once.
+    const at::Tensor bits = code_stream_bits(c, bits_);
+    const at::Tensor zero_bits =
+        at::zeros({std::max<std::int64_t>(layout.max_stream_padding_bits(), 1)},
+                  bits.options());
+    std::vector<at::Tensor> stream_parts;
+    std::int64_t stream_total = 0;
+    for (const BlockLayout::Segment& g : layout.segments()) {
+      if (g.n == 0) continue;
+      stream_parts.push_back(bits.narrow(0, g.block * d_ * bits_, g.n * bits_));
+      const std::int64_t pad = 8 * g.stream_bytes - g.n * bits_;
+      if (pad > 0) stream_parts.push_back(zero_bits.narrow(0, 0, pad));
+      stream_total += g.stream_bytes;
+    }
+    const at::Tensor streams = at::empty({stream_total}, a.options().dtype(at::kByte));
+    pack_stream_bits(at::cat(stream_parts), streams);
+    // The payloads: each segment's scales, then its stream.
+    const at::Tensor scale_bytes = s.view(at::kByte);
+    std::vector<at::Tensor> payload_parts;
+    std::int64_t stream_at = 0;
+    for (const BlockLayout::Segment& g : layout.segments()) {
+      if (g.n == 0) continue;
+      payload_parts.push_back(scale_bytes.narrow(0, 4 * g.block, 4 * g.blocks));
+      payload_parts.push_back(streams.narrow(0, stream_at, g.stream_bytes));
+      stream_at += g.stream_bytes;
+    }
+    out.payloads = at::cat(payload_parts);
+    return out;
   }
 
   // The payload of a finite x; where write, x <- x - decode(payload).
@@ -146,6 +307,94 @@ class IntDeviceCodec final : public SegmentedCodec {
     pack_stream(c, bits_, payload.narrow(0, 4 * blocks(n), stream_bytes(n)));
     if (write) x.sub_(decoded(c, s, n));
     return payload;
+  }
+
+  // Whether a batch's messages (or segments) are handled at once, as whole blocks: more
+  // than one, with values, and padding every one to whole blocks at most doubles them.
+  static bool batches_blocks(const BlockLayout& layout) {
+    return layout.segments().size() > 1 && layout.values() > 0 &&
+           layout.padding() <= layout.values();
+  }
+
+  // Every message of a batch as whole blocks (layout over their sizes, in order).
+  struct Blocks {
+    at::Tensor scales;       // float [blocks]
+    at::Tensor codes;        // uint8 [blocks, d]: a block's codes after its message's are q
+    at::Tensor stream_bits;  // every stream's bits, in order, padding included
+  };
+  Blocks read_blocks(std::span<const at::Tensor> each, const BlockLayout& layout) const {
+    std::vector<at::Tensor> scale_parts;
+    std::vector<at::Tensor> stream_parts;
+    for (std::size_t i = 0; i < each.size(); ++i) {
+      const BlockLayout::Segment& g = layout.segments()[i];
+      if (g.n == 0) continue;
+      scale_parts.push_back(each[i].narrow(0, 0, 4 * g.blocks).view(at::kFloat));
+      stream_parts.push_back(each[i].narrow(0, 4 * g.blocks, g.stream_bytes));
+    }
+    Blocks b;
+    b.scales = at::cat(scale_parts);
+    b.stream_bits = unpack_stream_bits(at::cat(stream_parts));
+    std::vector<at::Tensor> code_bits;
+    std::int64_t at = 0;
+    for (const BlockLayout::Segment& g : layout.segments()) {
+      if (g.n == 0) continue;
+      code_bits.push_back(b.stream_bits.narrow(0, at, g.n * bits_));
+      at += 8 * g.stream_bytes;
+    }
+    const at::Tensor codes = stream_codes(at::cat(code_bits), layout.values(), bits_);
+    const at::Tensor zero_codes =
+        at::full({std::max<std::int64_t>(layout.max_padding(), 1)}, q_, codes.options());
+    std::vector<at::Tensor> parts;
+    at = 0;
+    for (const BlockLayout::Segment& g : layout.segments()) {
+      if (g.n > 0) parts.push_back(codes.narrow(0, at, g.n));
+      at += g.n;
+      if (g.padding > 0) parts.push_back(zero_codes.narrow(0, 0, g.padding));
+    }
+    b.codes = at::cat(parts).view({layout.blocks(), d_});
+    return b;
+  }
+
+  // reports() for every message at once: each check's flags per block (or per padding
+  // bit), summed per message with one indexed add each.
+  at::Tensor block_reports(std::span<const at::Tensor> each, const BlockLayout& layout) const {
+    const Blocks b = read_blocks(each, layout);
+    const auto messages = static_cast<std::int64_t>(each.size());
+    const at::Device device = b.scales.device();
+    std::vector<std::int64_t> blocks_of;
+    std::vector<std::int64_t> padding_bits_of;
+    std::vector<at::Tensor> padding_bits;
+    std::int64_t at = 0;
+    for (const BlockLayout::Segment& g : layout.segments()) {
+      blocks_of.push_back(g.blocks);
+      const std::int64_t pad = g.n == 0 ? 0 : 8 * g.stream_bytes - g.n * bits_;
+      padding_bits_of.push_back(pad);
+      if (pad > 0) padding_bits.push_back(b.stream_bits.narrow(0, at + g.n * bits_, pad));
+      if (g.n > 0) at += 8 * g.stream_bytes;
+    }
+    // Each block's message, each padding bit's: repeat_interleave(repeats, output_size), the
+    // size given so that a GPU needs no sync to know it.
+    const at::Tensor block_message = at::repeat_interleave(longs_to_device(blocks_of, device),
+                                                           std::optional<std::int64_t>(layout.blocks()));
+    const at::Tensor bad_scale =
+        b.scales.isfinite().logical_not().logical_or_(b.scales.signbit()).to(at::kFloat);
+    const at::Tensor bad_code = b.codes.gt(2 * q_)
+                                    .logical_or_(b.codes.ne(q_).logical_and_(
+                                        b.scales.eq(0).unsqueeze(1)))
+                                    .any(1)
+                                    .to(at::kFloat);
+    const at::TensorOptions floats = b.scales.options();
+    const at::Tensor per_scale = at::zeros({messages}, floats).index_add_(0, block_message, bad_scale);
+    const at::Tensor per_code = at::zeros({messages}, floats).index_add_(0, block_message, bad_code);
+    at::Tensor dirty = at::zeros({messages}, floats);
+    if (!padding_bits.empty()) {
+      const std::int64_t total = std::accumulate(padding_bits_of.begin(), padding_bits_of.end(),
+                                                 std::int64_t{0});
+      const at::Tensor bit_message = at::repeat_interleave(
+          longs_to_device(padding_bits_of, device), std::optional<std::int64_t>(total));
+      dirty.index_add_(0, bit_message, at::cat(padding_bits).to(at::kFloat));
+    }
+    return at::stack({per_scale, dirty, per_code}, 1);
   }
 
   // (c - q) * (s / q), value by value, as the CPU's float arithmetic.
