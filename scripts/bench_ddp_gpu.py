@@ -13,7 +13,8 @@ the codecs ran gradcomp's fused CUDA kernels or ATen operations (a spec ending i
 switches the kernels off: the same method both ways in one run; "@perbucket" runs the device
 reducer one bucket at a time, GRADCOMP_DEVICE_BATCH=0, against its batches; "@aten+perbucket"
 both; "@scatter" runs the scatter reducer, reducer="scatter": in a world of one every tensor
-is one slice, encoded and decoded twice, the codec's cost on the GPU; "@amp" trains under
+is one slice, encoded and decoded twice, the codec's cost on the GPU ("int@scatter+perbucket":
+int's codec one tensor at a time, against its whole-block batches); "@amp" trains under
 fp16 autocast with a GradScaler, given to gradcomp's state: its rows compare with "ddp@amp",
 DDP alone under the same autocast). Variants: DDP alone,
 torch's PowerSGD hook, gradcomp's hook with each --specs entry. Synthetic ImageNet-sized
@@ -134,6 +135,7 @@ def main():
                     "efm(topk:ratio=0.01)@perbucket;efm(topk:ratio=0.01)@aten;"
                     "2bit;2bit@perbucket;2bit@aten;efsign;"
                     "dgc:density=0.001;dgc:density=0.001@perbucket;int@scatter;"
+                    "int@scatter+perbucket;"
                     "efm(topk:ratio=0.01)@amp;powersgd:rank=2@amp",
                     help="gradcomp compressors, ';'-separated")
     ap.add_argument("--torch-powersgd-rank", type=int, default=2)

@@ -111,7 +111,7 @@ fi
 if wanted profile; then
   phase "profile: where a ResNet-50 step's hook time goes (torch.profiler)"
   timeout 90 "$py" scripts/bench_ddp_gpu.py --models resnet50:64 --steps 5 --warmup 3 \
-    --specs "efm(topk:ratio=0.01);efm(topk:ratio=0.01)@perbucket;2bit;2bit@perbucket;int@scatter" --profile "$out/profile.txt" > "$out/profile.log" 2>&1 \
+    --specs "efm(topk:ratio=0.01);efm(topk:ratio=0.01)@perbucket;2bit;2bit@perbucket;int@scatter;int@scatter+perbucket" --profile "$out/profile.txt" > "$out/profile.log" 2>&1 \
     && tail -6 "$out/profile.log" || { tail -20 "$out/profile.log"; fail "profile"; }
 fi
 

@@ -165,11 +165,7 @@ DeviceAllgatherReducer::DeviceAllgatherReducer(const Method& method, dist::Commu
   const detail::DgcOptions dgc = memory_ == MemoryKind::kDgc
                                      ? detail::DgcOptions::from(method.memory_params())
                                      : detail::DgcOptions{};
-  // Batches pay where launches and syncs cost: on a GPU. On CPU tensors (tests) one bucket
-  // at a time is faster (docs/measurements/gpu.md), unless the switch asks for batches.
-  const char* batch = std::getenv("GRADCOMP_DEVICE_BATCH");
-  const bool batches = batch == nullptr ? device.is_cuda() : std::string(batch) != "0";
-  batched_ = batches && device_codec_->batches();
+  batched_ = batches_on(device) && device_codec_->batches();
   const auto floats = at::TensorOptions().dtype(at::kFloat).device(device);
   const bool residuals = memory_ == MemoryKind::kErrorFeedback || memory_ == MemoryKind::kMomentum;
   std::int64_t flat = 0;

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -35,6 +37,16 @@ const std::vector<std::pair<std::string, Factory>>& factories() {
 // to be a multiple of the new element size. Such a payload is copied (it is small).
 at::Tensor aligned_payload(const at::Tensor& payload) {
   return payload.storage_offset() % 8 == 0 ? payload : payload.clone();
+}
+
+std::optional<bool> batch_override() {
+  const char* batch = std::getenv("GRADCOMP_DEVICE_BATCH");
+  if (batch == nullptr) return std::nullopt;
+  return std::string(batch) != "0";
+}
+
+bool batches_on(const at::Device& device, std::optional<bool> override) {
+  return override.value_or(device.is_cuda());
 }
 
 at::Tensor longs_to_device(const std::vector<std::int64_t>& v, const at::Device& device) {

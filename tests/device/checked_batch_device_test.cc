@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -54,7 +55,13 @@ const std::vector<std::vector<std::int64_t>> kBatches = {
     {}, {0}, {1, 0, 2, 17}, {4099, 1, 131073, 33}, {(1 << 20) + 5, 3, (1 << 20) - 1, 0},
 };
 
-class CheckedBatch : public ::testing::TestWithParam<std::string> {};
+// GRADCOMP_DEVICE_BATCH=1: int batches CPU tensors as whole blocks, as it batches CUDA
+// tensors (the other codecs batch whatever the device).
+class CheckedBatch : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { ::setenv("GRADCOMP_DEVICE_BATCH", "1", 1); }
+  void TearDown() override { ::unsetenv("GRADCOMP_DEVICE_BATCH"); }
+};
 
 TEST_P(CheckedBatch, EncodesWhatEachSegmentEncodesAlone) {
   const test::CodecPair c = test::make_codec_pair(GetParam());
@@ -196,7 +203,11 @@ INSTANTIATE_TEST_SUITE_P(Specs, CheckedBatch, ::testing::ValuesIn(kSpecs),
 // encode_batch_with_residual: e <- e + g and the feedback step, segment by segment, as
 // encode_payload_with_residual writes them (the codecs that fuse e + g into their pass,
 // and top-k, which adds once for the whole batch).
-class ResidualBatch : public ::testing::TestWithParam<std::string> {};
+class ResidualBatch : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { ::setenv("GRADCOMP_DEVICE_BATCH", "1", 1); }
+  void TearDown() override { ::unsetenv("GRADCOMP_DEVICE_BATCH"); }
+};
 
 TEST_P(ResidualBatch, StepsEachResidualAsTheOneTensorCallDoes) {
   const test::CodecPair c = test::make_codec_pair(GetParam());

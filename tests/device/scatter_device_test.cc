@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <string>
@@ -117,6 +118,19 @@ INSTANTIATE_TEST_SUITE_P(Methods, DeviceScatter,
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            return name_of(p.param);
                          });
+
+// int's batches as whole blocks (its path on CUDA; GRADCOMP_DEVICE_BATCH=1 on CPU tensors):
+// the same bits as the host reducer, the rank-ordered sum of 3 ranks' decodes included.
+TEST(DeviceScatter, IntBatchedAsWholeBlocksReducesAsTheHostScatterReducer) {
+  ::setenv("GRADCOMP_DEVICE_BATCH", "1", 1);
+  for (const char* spec : {"int", "efm(int:bits=2,block=7)", "noef(int:bits=8,block=256)"}) {
+    for (const int world : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(spec) + ", world " + std::to_string(world));
+      run_ranks(world, [&](dist::Communicator& comm) { check_against_host(spec, comm); });
+    }
+  }
+  ::unsetenv("GRADCOMP_DEVICE_BATCH");
+}
 
 TEST(DeviceScatter, MisshapenBucketsAreRefusedInOneLine) {
   run_ranks(2, [&](dist::Communicator& comm) {

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,14 @@ void check_payload(const at::Tensor& payload, const at::Device& device, const ch
 // The payload where ATen can view its fields as 4- and 8-byte values (codec.cc): itself, or
 // a copy where it does not start on an 8-byte boundary (payloads gathered back to back).
 at::Tensor aligned_payload(const at::Tensor& payload);
+// Whether work over many tensors is batched on `device` (one operation for all, where one
+// at a time costs a launch and a host sync each): on CUDA by default, where that is the
+// cost; not on the CPU, where a batch's large temporaries cost more (docs/measurements/
+// gpu.md). GRADCOMP_DEVICE_BATCH=1 in the environment batches CPU tensors too (the tests
+// hold batches to the one-at-a-time path), =0 turns batches off on CUDA (the comparison a
+// GPU run times). Read when a reducer or codec is built (batch_override: nullopt when unset).
+std::optional<bool> batch_override();
+bool batches_on(const at::Device& device, std::optional<bool> override = batch_override());
 // A host vector as an int64 tensor on `device`: from pinned memory, without a sync, to a GPU.
 at::Tensor longs_to_device(const std::vector<std::int64_t>& v, const at::Device& device);
 // Payloads back to back as a batch's result (the one payload itself, uncopied); `like`

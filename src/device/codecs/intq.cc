@@ -9,7 +9,10 @@
 // decode's alpha * (c * step) + out one fused multiply-add, as GCC contracts the CPU
 // codec's line on x86-64-v3 and as ATen's add with alpha computes it (its CPU vector code
 // and CUDA's; tests/device/scatter_device_test.cc's world of 3, alpha 1/3, tells them apart).
-// Blocks are cut without padding the input (a block may be far longer than the tensor).
+// One tensor at a time, blocks are cut without padding the input (a block may be far longer
+// than the tensor). A batch on CUDA (batches_on) pads each segment with zeros to whole
+// blocks and runs each step once for all of them: about 50 ATen calls a tensor become a
+// few dozen a batch, plus views (docs/measurements/gpu.md).
 //
 // Encoding syncs once for a batch (the finiteness check); decoding once for a batch
 // (CheckedDecodeCodec: the scales, the padding, the codes).
@@ -81,7 +84,11 @@ class BlockLayout {
 class IntDeviceCodec final : public SegmentedCodec {
  public:
   IntDeviceCodec(const Codec& codec, std::int64_t bits, std::int64_t block)
-      : SegmentedCodec(codec), bits_(bits), q_((std::int64_t{1} << (bits - 1)) - 1), d_(block) {}
+      : SegmentedCodec(codec),
+        bits_(bits),
+        q_((std::int64_t{1} << (bits - 1)) - 1),
+        d_(block),
+        batch_override_(batch_override()) {}
 
  protected:
   std::int64_t payload_bytes(std::int64_t n) const override {
@@ -91,11 +98,11 @@ class IntDeviceCodec final : public SegmentedCodec {
 
   // [a scale not finite or negative, padding dirty, a code out of range or nonzero in a
   // block of scale 0], the CPU codec's checks in its order.
-  at::Tensor reports(const at::Tensor& /*payloads*/, std::span<const std::int64_t> /*offsets*/,
+  at::Tensor reports(const at::Tensor& payloads, std::span<const std::int64_t> /*offsets*/,
                      std::span<const std::int64_t> /*bytes*/, std::span<const std::int64_t> ns,
                      std::span<const at::Tensor> each) const override {
     const BlockLayout layout(ns, d_, bits_);
-    if (batches_blocks(layout)) return block_reports(each, layout);
+    if (batches_blocks(layout, payloads.device())) return block_reports(each, layout);
     return stack_reports(each, ns, [&](const at::Tensor& payload, std::int64_t n) {
       const at::Tensor s = scales(payload, n);
       const at::Tensor bad_scale = s.isfinite().logical_not().logical_or_(s.signbit()).any();
@@ -143,7 +150,7 @@ class IntDeviceCodec final : public SegmentedCodec {
                  std::span<const at::Tensor> outs, float alpha,
                  const float* reports) const override {
     const BlockLayout layout(ns, d_, bits_);
-    if (!batches_blocks(layout)) {
+    if (!batches_blocks(layout, outs.front().device())) {
       SegmentedCodec::add_batch(payload, ns, outs, alpha, reports);
       return;
     }
@@ -195,11 +202,9 @@ class IntDeviceCodec final : public SegmentedCodec {
       }
     }
     const BlockLayout layout(sizes, d_, bits_);
-    if (sizes.size() > 1 && layout.padding() <= layout.values()) {
-      return encode_blocks(a, layout, write);
-    }
-    // One segment, or blocks so long that padding every segment to whole blocks would
-    // more than double the batch: each segment by itself.
+    if (batches_blocks(layout, a.device())) return encode_blocks(a, layout, write);
+    // One segment, the CPU, or blocks so long that padding every segment to whole blocks
+    // would more than double the batch: each segment by itself.
     std::vector<at::Tensor> payloads;
     offset = 0;
     for (const std::int64_t n : sizes) {
@@ -310,10 +315,11 @@ class IntDeviceCodec final : public SegmentedCodec {
   }
 
   // Whether a batch's messages (or segments) are handled at once, as whole blocks: more
-  // than one, with values, and padding every one to whole blocks at most doubles them.
-  static bool batches_blocks(const BlockLayout& layout) {
+  // than one, with values, on a device that batches (batches_on: CUDA), and padding every
+  // one to whole blocks at most doubles them.
+  bool batches_blocks(const BlockLayout& layout, const at::Device& device) const {
     return layout.segments().size() > 1 && layout.values() > 0 &&
-           layout.padding() <= layout.values();
+           layout.padding() <= layout.values() && batches_on(device, batch_override_);
   }
 
   // Every message of a batch as whole blocks (layout over their sizes, in order).
@@ -445,6 +451,7 @@ class IntDeviceCodec final : public SegmentedCodec {
   std::int64_t bits_;
   std::int64_t q_;
   std::int64_t d_;
+  std::optional<bool> batch_override_;  // GRADCOMP_DEVICE_BATCH when the codec was built
 };
 
 }  // namespace
