@@ -242,8 +242,9 @@ void Exchanger::loop() {
 
 void Exchanger::drain() {
   if (std::this_thread::get_id() == thread_.get_id()) {
-    throw InvalidArgument("exchanger: drain() called by a job on the exchange thread would wait "
-                          "for that job itself");
+    throw InvalidArgument(
+        "exchanger: drain() called by a job on the exchange thread would wait "
+        "for that job itself");
   }
   std::unique_lock lock(queue_mutex_);
   idle_cv_.wait(lock, [this] { return queue_.empty() && !busy_; });

@@ -164,7 +164,8 @@ class IntDeviceCodec final : public SegmentedCodec {
         b.codes.to(at::kInt).sub_(q_).to(at::kFloat).mul_(step.unsqueeze(1)).view({-1});
     const std::int64_t per_rank = layout.blocks() / ranks * d_;
     const at::Tensor sum = at::zeros({per_rank}, outs.front().options());
-    for (std::int64_t r = 0; r < ranks; ++r) sum.add_(decoded.narrow(0, r * per_rank, per_rank), alpha);
+    for (std::int64_t r = 0; r < ranks; ++r)
+      sum.add_(decoded.narrow(0, r * per_rank, per_rank), alpha);
     for (std::size_t s = 0; s < outs.size(); ++s) {
       if (outs[s].numel() == 0) continue;
       outs[s].copy_(sum.narrow(0, layout.segments()[s].block * d_, outs[s].numel()));
@@ -223,8 +224,8 @@ class IntDeviceCodec final : public SegmentedCodec {
   // same bytes.
   EncodedBatch encode_blocks(const at::Tensor& a, const BlockLayout& layout, bool write) const {
     const std::int64_t nb = layout.blocks();
-    const at::Tensor zeros = at::zeros({std::max<std::int64_t>(layout.max_padding(), 1)},
-                                       a.options());
+    const at::Tensor zeros =
+        at::zeros({std::max<std::int64_t>(layout.max_padding(), 1)}, a.options());
     std::vector<at::Tensor> parts;
     for (const BlockLayout::Segment& g : layout.segments()) {
       if (g.n > 0) parts.push_back(a.narrow(0, g.offset, g.n));
@@ -264,8 +265,7 @@ class IntDeviceCodec final : public SegmentedCodec {
     // Each segment's code bits, then zero bits to its stream's whole words; packed at once.
     const at::Tensor bits = code_stream_bits(c, bits_);
     const at::Tensor zero_bits =
-        at::zeros({std::max<std::int64_t>(layout.max_stream_padding_bits(), 1)},
-                  bits.options());
+        at::zeros({std::max<std::int64_t>(layout.max_stream_padding_bits(), 1)}, bits.options());
     std::vector<at::Tensor> stream_parts;
     std::int64_t stream_total = 0;
     for (const BlockLayout::Segment& g : layout.segments()) {
@@ -348,14 +348,14 @@ class IntDeviceCodec final : public SegmentedCodec {
       at += 8 * g.stream_bytes;
     }
     const at::Tensor codes = stream_codes(at::cat(code_bits), layout.values(), bits_);
-    const at::Tensor zero_codes =
+    const at::Tensor codes_of_zero =
         at::full({std::max<std::int64_t>(layout.max_padding(), 1)}, q_, codes.options());
     std::vector<at::Tensor> parts;
     at = 0;
     for (const BlockLayout::Segment& g : layout.segments()) {
       if (g.n > 0) parts.push_back(codes.narrow(0, at, g.n));
       at += g.n;
-      if (g.padding > 0) parts.push_back(zero_codes.narrow(0, 0, g.padding));
+      if (g.padding > 0) parts.push_back(codes_of_zero.narrow(0, 0, g.padding));
     }
     b.codes = at::cat(parts).view({layout.blocks(), d_});
     return b;
@@ -380,24 +380,26 @@ class IntDeviceCodec final : public SegmentedCodec {
     }
     // Each block's message, each padding bit's: repeat_interleave(repeats, output_size), the
     // size given so that a GPU needs no sync to know it.
-    const at::Tensor block_message = at::repeat_interleave(longs_to_device(blocks_of, device),
-                                                           std::optional<std::int64_t>(layout.blocks()));
+    const at::Tensor block_message = at::repeat_interleave(
+        longs_to_device(blocks_of, device), std::optional<std::int64_t>(layout.blocks()));
     const at::Tensor bad_scale =
         b.scales.isfinite().logical_not().logical_or_(b.scales.signbit()).to(at::kFloat);
-    const at::Tensor bad_code = b.codes.gt(2 * q_)
-                                    .logical_or_(b.codes.ne(q_).logical_and_(
-                                        b.scales.eq(0).unsqueeze(1)))
-                                    .any(1)
-                                    .to(at::kFloat);
+    const at::Tensor bad_code =
+        b.codes.gt(2 * q_)
+            .logical_or_(b.codes.ne(q_).logical_and_(b.scales.eq(0).unsqueeze(1)))
+            .any(1)
+            .to(at::kFloat);
     const at::TensorOptions floats = b.scales.options();
-    const at::Tensor per_scale = at::zeros({messages}, floats).index_add_(0, block_message, bad_scale);
-    const at::Tensor per_code = at::zeros({messages}, floats).index_add_(0, block_message, bad_code);
+    const at::Tensor per_scale =
+        at::zeros({messages}, floats).index_add_(0, block_message, bad_scale);
+    const at::Tensor per_code =
+        at::zeros({messages}, floats).index_add_(0, block_message, bad_code);
     at::Tensor dirty = at::zeros({messages}, floats);
     if (!padding_bits.empty()) {
-      const std::int64_t total = std::accumulate(padding_bits_of.begin(), padding_bits_of.end(),
-                                                 std::int64_t{0});
-      const at::Tensor bit_message = at::repeat_interleave(
-          longs_to_device(padding_bits_of, device), std::optional<std::int64_t>(total));
+      const std::int64_t total =
+          std::accumulate(padding_bits_of.begin(), padding_bits_of.end(), std::int64_t{0});
+      const at::Tensor bit_message = at::repeat_interleave(longs_to_device(padding_bits_of, device),
+                                                           std::optional<std::int64_t>(total));
       dirty.index_add_(0, bit_message, at::cat(padding_bits).to(at::kFloat));
     }
     return at::stack({per_scale, dirty, per_code}, 1);
