@@ -33,6 +33,15 @@ def test_ddp_collectives_of_its_own_beside_the_exchange(flags, spec):
             assert worst <= 1e-6, worst
 
 
+@pytest.mark.parametrize("spec", ["efm(topk:ratio=0.05)", "powersgd:rank=2", "2bit"])
+def test_gradients_as_bucket_views_train_as_copies(spec):
+    # DDP(gradient_as_bucket_view=True), a common memory saving: the parameters' .grad are
+    # views of the buckets the hook reads and writes.
+    for (copies, views) in ddp_support.run(workers.bucket_views_equal_copies, 2, spec, 4):
+        assert views[0] == copies[0], (views[0], copies[0])
+        assert torch.equal(views[1], copies[1])
+
+
 def test_ef_topk_equals_the_reducer_definition():
     for worst in ddp_support.run(workers.topk_equals_reference, 3, 0.05):
         assert worst <= 1e-6, worst

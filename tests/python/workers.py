@@ -480,6 +480,27 @@ def catch_and_carry_on(rank, world):
     return out
 
 
+def bucket_views_equal_copies(rank, world, spec, steps):
+    """The same run with DDP(gradient_as_bucket_view=True), whose .grad tensors are views of
+    the buckets the hook is given, and without: each run's losses and final parameters."""
+    out = []
+    for as_view in (False, True):
+        model = DDP(small_model(), bucket_cap_mb=0.1, gradient_as_bucket_view=as_view)
+        state = gc.CompressionState(spec, dense_share=0.0)
+        model.register_comm_hook(state, gc.hook)
+        opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+        losses = []
+        for step in range(steps):
+            x, y = batch(rank, step)
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        out.append((losses, torch.cat([p.detach().flatten() for p in model.parameters()])))
+    return out
+
+
 def compiled_equals_eager(rank, world, spec, backend, steps):
     """The same training run with the model as it is and compiled inside DDP
     (DDP(torch.compile(model))): each run's losses, final parameters and compression
