@@ -42,6 +42,18 @@ def test_gradients_as_bucket_views_train_as_copies(spec):
         assert torch.equal(views[1], copies[1])
 
 
+@pytest.mark.parametrize("spec", ["none", "efm(topk:ratio=0.05)"])
+def test_gradient_accumulation_under_no_sync(spec):
+    # DDP's no_sync(): the hook exchanges only the last backward pass of each step, the
+    # gradients accumulated over all of them.
+    results = ddp_support.run(workers.accumulated_under_no_sync, 2, spec, 3, 3)
+    (hooked0, exchanged, alone0), (hooked1, _, _) = results
+    assert exchanged == 3  # one exchange a step, not one a backward pass
+    assert torch.equal(hooked0, hooked1)  # the replicas stay identical
+    if spec == "none":
+        assert torch.allclose(hooked0, alone0, rtol=0, atol=1e-6)
+
+
 def test_ef_topk_equals_the_reducer_definition():
     for worst in ddp_support.run(workers.topk_equals_reference, 3, 0.05):
         assert worst <= 1e-6, worst

@@ -1,6 +1,7 @@
 """What each rank runs in the DDP hook tests (top-level functions: spawned processes)."""
 from __future__ import annotations
 
+import contextlib
 import datetime
 import inspect
 import os
@@ -498,6 +499,33 @@ def bucket_views_equal_copies(rank, world, spec, steps):
             opt.step()
             losses.append(loss.item())
         out.append((losses, torch.cat([p.detach().flatten() for p in model.parameters()])))
+    return out
+
+
+def accumulated_under_no_sync(rank, world, spec, steps, micro):
+    """Gradient accumulation with DDP's no_sync(): `micro` backward passes a step, the last
+    one exchanged through the hook; the same with DDP alone. Each run's final parameters,
+    and the hook's count of exchanged steps."""
+    out = []
+    for hooked in (True, False):
+        model = DDP(small_model(), bucket_cap_mb=0.1)
+        if hooked:
+            state = gc.CompressionState(spec, dense_share=0.0)
+            model.register_comm_hook(state, gc.hook)
+            opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
+        else:
+            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        for step in range(steps):
+            opt.zero_grad()
+            for m in range(micro):
+                x, y = batch(rank, step * micro + m)
+                context = model.no_sync() if m < micro - 1 else contextlib.nullcontext()
+                with context:
+                    (nn.functional.cross_entropy(model(x), y) / micro).backward()
+            opt.step()
+        out.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+        if hooked:
+            out.append(state.step)
     return out
 
 
