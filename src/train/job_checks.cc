@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include "gradcomp/cpu.h"
 #include "gradcomp/data/dataset.h"
@@ -257,6 +258,16 @@ void check_layout(const TrainConfig& t) {
 void check_checkpoints(const TrainConfig& t) {
   if (t.resume && t.checkpoint_dir.empty()) {
     throw InvalidArgument("--resume needs --checkpoint-dir");
+  }
+  // Made here, before any worker starts (each would fail on it, in the library's words).
+  if (!t.checkpoint_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(t.checkpoint_dir, error);
+    if (error || !std::filesystem::is_directory(t.checkpoint_dir)) {
+      throw InvalidArgument("--checkpoint-dir: cannot make " + t.checkpoint_dir.string() +
+                            " a directory (" +
+                            (error ? error.message() : std::string("a file is there")) + ")");
+    }
   }
   if (!t.resume) return;
   const std::filesystem::path file = rank_checkpoint_file(t.checkpoint_dir, 0);

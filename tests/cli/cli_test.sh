@@ -365,6 +365,9 @@ train_err "reducer: scatter runs a codec under ef, efm, noef or bare; dgc is a m
 train_err "--reducer applies to --topology allreduce only" --topology ps-sync --reducer dense
 train_err "unknown codec 'nosuch'" --compressor nosuch
 train_err "--resume needs --checkpoint-dir" --resume
+# Refused before any worker starts (each worker failed on it, in the library's words).
+: > not_a_dir
+train_err "--checkpoint-dir: cannot make not_a_dir/sub a directory (Not a directory)" --checkpoint-dir not_a_dir/sub
 train_err "--timeout-ms=0 outside [1, 86400000]" --timeout-ms 0
 train_err "--timeout-ms='soon' is not an integer" --timeout-ms soon
 # With a rendezvous flag this process is one rank of a larger run: one process, one line.
