@@ -426,6 +426,11 @@ run_err "advise speeds without codec rows" "no codec or scheme rows" "$GRADCOMP"
 run_err "advise device speeds without codec rows" "no codec or scheme rows" "$GRADCOMP" advise --device-speeds /dev/null
 run_err "advise bad PCIe rate" "pcie-gbs: must be > 0" "$GRADCOMP" advise --device-speeds \
   "$REPO/docs/measurements/gpu/2026-11-27-h100-run2/device-codecs.jsonl" --pcie-gbs 0
+run_err "advise device NaN bucket cost" "device-bucket-ms: must be >= 0" "$GRADCOMP" advise \
+  --device-speeds "$REPO/docs/measurements/gpu/2026-11-27-h100-run2/device-codecs.jsonl" \
+  --device-bucket-ms nan
+# Without --device-speeds they would change nothing (accepted and ignored before).
+run_err "advise PCIe rate alone" "pcie-gbs applies with --device-speeds only" "$GRADCOMP" advise --pcie-gbs 50
 # The gradients on GPUs: the H100's measured device codecs; top-k runs there, PowerSGD is staged.
 run_ok "advise --device-speeds" "$GRADCOMP" advise --model resnet50 --compute-ms 42 --bench-size 20000 \
   --device-speeds "$REPO/docs/measurements/gpu/2026-11-27-h100-run2/device-codecs.jsonl" \

@@ -252,13 +252,13 @@ void run_advise(const AdviseFlags& f) {
     }
   }
 
+  if (!(f.pcie_gbs > 0)) throw InvalidArgument("--pcie-gbs: must be > 0");
+  if (!(f.device_bucket_ms >= 0)) throw InvalidArgument("--device-bucket-ms: must be >= 0");
+  if (!(f.device_memory_gbs > 0)) throw InvalidArgument("--device-memory-gbs: must be > 0");
   if (!f.device_speeds.empty()) {
-    if (!(f.pcie_gbs > 0)) throw InvalidArgument("--pcie-gbs: must be > 0");
     DeviceModel d;
     d.pcie_bandwidth = f.pcie_gbs * 1e9;
-    if (!(f.device_bucket_ms >= 0)) throw InvalidArgument("--device-bucket-ms: must be >= 0");
     d.bucket_overhead_s = f.device_bucket_ms * 1e-3;
-    if (!(f.device_memory_gbs > 0)) throw InvalidArgument("--device-memory-gbs: must be > 0");
     d.memory_bandwidth = f.device_memory_gbs * 1e9;
     d.speeds = parse_bench_json(read_text_file(f.device_speeds, "--device-speeds"));
     s.device = std::move(d);
@@ -391,15 +391,18 @@ void add_advise_command(CLI::App& app) {
       "The gradients are on GPUs: the device codecs' speeds (scripts/bench_device_codecs.py "
       "--jsonl on the GPU; docs/measurements/gpu/*/device-codecs.jsonl); --compute-ms "
       "is then the GPU's step");
-  a->add_option("--pcie-gbs", f->pcie_gbs, "With --device-speeds: host <-> device GB/s each way")
-      ->capture_default_str();
-  a->add_option("--device-bucket-ms", f->device_bucket_ms,
-                "With --device-speeds: the device reducer's fixed cost per compressed bucket")
-      ->capture_default_str();
-  a->add_option("--device-memory-gbs", f->device_memory_gbs,
-                "With --device-speeds: the GPU's memory bandwidth, read + written (PowerSGD's "
-                "passes on the device; device-codecs.json's copy_bandwidth)")
-      ->capture_default_str();
+  // Given without --device-speeds they would change nothing: refused (in the callback).
+  const std::vector<CLI::Option*> device_only = {
+      a->add_option("--pcie-gbs", f->pcie_gbs,
+                    "With --device-speeds: host <-> device GB/s each way")
+          ->capture_default_str(),
+      a->add_option("--device-bucket-ms", f->device_bucket_ms,
+                    "With --device-speeds: the device reducer's fixed cost per compressed bucket")
+          ->capture_default_str(),
+      a->add_option("--device-memory-gbs", f->device_memory_gbs,
+                    "With --device-speeds: the GPU's memory bandwidth, read + written (PowerSGD's "
+                    "passes on the device; device-codecs.json's copy_bandwidth)")
+          ->capture_default_str()};
   a->add_option("--bench-size", f->bench_size, "Elements of the on-the-spot codec bench")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 28));
@@ -425,7 +428,14 @@ void add_advise_command(CLI::App& app) {
   a->add_option("--svg", f->svg, "Write a plot: step time against W and against bandwidth");
   a->add_flag("--sweep", f->sweep,
               "W = 2..1024 x 100 Mbit/s..100 Gbit/s: where each method pays (markdown)");
-  a->callback([f] { run_advise(*f); });
+  a->callback([f, device_only] {
+    for (const CLI::Option* o : device_only) {
+      if (o->count() > 0 && f->device_speeds.empty()) {
+        throw InvalidArgument(o->get_name() + " applies with --device-speeds only");
+      }
+    }
+    run_advise(*f);
+  });
 }
 
 }  // namespace gradcomp::cli
