@@ -490,14 +490,7 @@ def bucket_views_equal_copies(rank, world, spec, steps):
         state = gc.CompressionState(spec, dense_share=0.0)
         model.register_comm_hook(state, gc.hook)
         opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
-        losses = []
-        for step in range(steps):
-            x, y = batch(rank, step)
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses = _sgd_steps(model, opt, rank, steps)
         out.append((losses, torch.cat([p.detach().flatten() for p in model.parameters()])))
     return out
 
@@ -550,14 +543,7 @@ def compiled_equals_eager(rank, world, spec, backend, steps):
         state = gc.CompressionState(spec, dense_share=0.0)
         model.register_comm_hook(state, gc.hook)
         opt = gc.SGD(model.parameters(), lr=0.05, momentum=0.9, state=state)
-        losses = []
-        for step in range(steps):
-            x, y = batch(rank, step)
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses = _sgd_steps(model, opt, rank, steps)
         flat = torch.cat([p.detach().flatten() for p in module.parameters()])
         out.append((losses, flat, state.stats()["compression_ratio"]))
     return out, len(graphs)
