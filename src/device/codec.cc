@@ -2,9 +2,8 @@
 
 #include <ATen/ATen.h>
 
-#include <cstdlib>
-
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <utility>

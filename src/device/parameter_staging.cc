@@ -23,7 +23,6 @@ ParameterStaging::ParameterStaging(const std::vector<std::pair<std::string, at::
     const bool staged = !p.is_cpu() || type != at::kFloat || stage_cpu;
     names_.push_back(name);
     given_.push_back(p);
-    given_data_.push_back(p.data_ptr());
     // Written in place, outside autograd; detached, it keeps this memory alive even after
     // the caller's tensor swaps it away.
     params_.push_back(p.detach());
@@ -41,7 +40,7 @@ ParameterStaging::ParameterStaging(const std::vector<std::pair<std::string, at::
 void ParameterStaging::check_unchanged() const {
   for (std::size_t i = 0; i < given_.size(); ++i) {
     const at::Tensor& p = given_[i];
-    if (p.data_ptr() == given_data_[i]) continue;
+    if (p.data_ptr() == params_[i].data_ptr()) continue;  // params_[i] kept the memory
     throw InvalidArgument(who_ + ": parameter " + names_[i] + " is no longer the tensor " + who_ +
                           " was built on (now " + std::string(c10::toString(p.scalar_type())) +
                           " on " + p.device().str() +

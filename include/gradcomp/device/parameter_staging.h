@@ -53,10 +53,9 @@ class ParameterStaging final : public dist::ReplicaStaging {
  private:
   std::string who_;
   std::vector<std::string> names_;
-  std::vector<at::Tensor> given_;        // as given: they follow a swap of their storage
-  std::vector<const void*> given_data_;  // where their memory was
-  std::vector<at::Tensor> params_;       // the replica's tensors, as built (detached)
-  std::vector<at::Tensor> host_;         // the spans' memory: params_[i] itself, or its buffer
+  std::vector<at::Tensor> given_;   // as given: they follow a swap of their storage
+  std::vector<at::Tensor> params_;  // the replica's tensors, as built (detached)
+  std::vector<at::Tensor> host_;    // the spans' memory: params_[i] itself, or its buffer
   std::vector<char> staged_;
   std::size_t staged_count_ = 0;
   std::size_t fetches_ = 0;
