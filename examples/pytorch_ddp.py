@@ -5,10 +5,12 @@ An ordinary DistributedDataParallel script; the gradcomp lines are marked "gradc
 
     # 4 local processes (started by this script), PowerSGD rank 4 (the default, as
     # `gradcomp train`'s), then top-k 1% with momentum-corrected EF:
-    PYTHONPATH=build/python /usr/bin/python3 examples/pytorch_ddp.py
-    PYTHONPATH=build/python /usr/bin/python3 examples/pytorch_ddp.py --compressor "efm(topk:ratio=0.01)"
+    PYTHONPATH=build/python .venv-torch2/bin/python examples/pytorch_ddp.py
+    PYTHONPATH=build/python .venv-torch2/bin/python examples/pytorch_ddp.py --compressor "efm(topk:ratio=0.01)"
     # the same under torchrun (or Slurm / mpirun setting RANK, WORLD_SIZE, MASTER_ADDR/PORT):
-    PYTHONPATH=build/python torchrun --nproc_per_node 4 examples/pytorch_ddp.py --compressor powersgd:rank=2
+    PYTHONPATH=build/python .venv-torch2/bin/torchrun --nproc_per_node 4 examples/pytorch_ddp.py --compressor powersgd:rank=2
+    # a short run: 60 steps of one epoch
+    PYTHONPATH=build/python .venv-torch2/bin/python examples/pytorch_ddp.py --epochs 1 --steps-per-epoch 60
     # fp16 autocast with loss scaling (torch 2.3 or later: torch.amp.GradScaler for the CPU)
     PYTHONPATH=build/python .venv-torch2/bin/python examples/pytorch_ddp.py --amp fp16
 
@@ -84,6 +86,8 @@ def train(args) -> None:
     x_train, y_train = load("train", args.data_dir)
     x_test, y_test = load("t10k", args.data_dir)
     steps_per_epoch = math.ceil(len(x_train) // world / args.batch_size)
+    if args.steps_per_epoch:  # a shorter run: the first batches of each epoch's shard
+        steps_per_epoch = min(steps_per_epoch, args.steps_per_epoch)
     total_steps = steps_per_epoch * args.epochs
 
     model = DDP(mlp(), bucket_cap_mb=args.bucket_cap_mb)
@@ -215,6 +219,8 @@ def main() -> None:
     p.add_argument("--dense-share", type=float, default=0.01)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--steps-per-epoch", type=int, default=0,
+                   help="at most this many steps per epoch (0: the whole shard)")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=42)
@@ -228,6 +234,8 @@ def main() -> None:
     p.add_argument("--init-scale", type=float, default=2.0**16,
                    help="the loss scaler's first scale (--amp fp16; torch's default 65536)")
     args = p.parse_args()
+    if args.steps_per_epoch < 0:
+        p.error("--steps-per-epoch must be 0 (the whole shard) or more")
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         run(train, args)  # torchrun, Slurm or mpirun set the rendezvous
         return

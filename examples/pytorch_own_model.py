@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """gradcomp on a model of your own: a small CNN in several DDP buckets, with a checkpoint.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/pytorch_own_model.py --compressor powersgd:rank=2
-    PYTHONPATH=build/python /usr/bin/python3 examples/pytorch_own_model.py --resume   # continues from ck/
+    PYTHONPATH=build/python .venv-torch2/bin/python examples/pytorch_own_model.py --compressor powersgd:rank=2
+    PYTHONPATH=build/python .venv-torch2/bin/python examples/pytorch_own_model.py --resume   # continues from ck/
+    # under torchrun (or Slurm / mpirun setting RANK, WORLD_SIZE, MASTER_ADDR/PORT):
+    PYTHONPATH=build/python .venv-torch2/bin/torchrun --nproc_per_node 2 examples/pytorch_own_model.py
 
 What it shows, beside pytorch_ddp.py's MLP:
   * any nn.Module works: convolutions (compressed as rows x (in*k*k) matrices), biases
@@ -25,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import gradcomp.torch as gc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_ddp import DATA_DIR, evaluate, launch_local, load  # noqa: E402
+from pytorch_ddp import DATA_DIR, evaluate, launch_local, load, run  # noqa: E402
 
 
 class SmallCnn(nn.Module):
@@ -72,6 +74,8 @@ def train(args) -> None:
     torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(),
                 "gradcomp": state.state_dict(), "step": start + args.steps}, path + ".tmp")
     os.replace(path + ".tmp", path)
+    if args.test_images:  # a quicker check: the first images of the test set
+        x_test, y_test = x_test[:args.test_images], y_test[:args.test_images]
     accuracy = evaluate(model.module, x_test, y_test)
     if rank == 0:
         st = state.stats()
@@ -90,9 +94,16 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--checkpoint-dir", default="ck")
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--test-images", type=int, default=0,
+                   help="evaluate on the first N of the 10,000 test images (0: all)")
     p.add_argument("--data-dir", default=DATA_DIR)
     p.add_argument("--timeout", type=float, default=300.0, help="collective timeout, seconds")
     args = p.parse_args()
+    if args.test_images < 0:
+        p.error("--test-images must be 0 (all) or more")
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        run(train, args)  # torchrun, Slurm or mpirun set the rendezvous
+        return
     launch_local(train, args, args.workers)
 
 
