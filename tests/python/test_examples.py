@@ -13,8 +13,8 @@ EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 # Debian's Fashion-MNIST; on a GPU machine, the cut of it that scripts/gpu-carry.sh carries.
 DATA = os.environ.get("GRADCOMP_EXAMPLE_DATA", "/usr/share/datasets/fashion-mnist")
 
-pytestmark = pytest.mark.skipif(not os.path.isdir(DATA),
-                                reason=f"no Fashion-MNIST in {DATA} (scripts/install-deps.sh installs it)")
+pytestmark = pytest.mark.skipif(
+    not os.path.isdir(DATA), reason=f"no Fashion-MNIST in {DATA} (install-deps.sh installs it)")
 
 
 def example(script, *args, torchrun=False, cwd=None):
