@@ -22,7 +22,8 @@
 // and under gradcomp.torch.DiLoCo in Python. This class hands it the parameters' memory.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/ordered_dict.h>
+#include <torch/types.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <chrono>

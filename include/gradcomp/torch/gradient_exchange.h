@@ -45,7 +45,8 @@
 // CPU tensors (ExchangeOptions::device_path_on_cpu).
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/ordered_dict.h>
+#include <torch/types.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <chrono>
