@@ -236,6 +236,12 @@ def main() -> None:
     args = p.parse_args()
     if args.steps_per_epoch < 0:
         p.error("--steps-per-epoch must be 0 (the whole shard) or more")
+    if args.compressor != "ddp":
+        try:  # gradcomp: a bad spec is refused here, in one line, before any rank starts
+            gc.CompressionState.check(args.compressor, dense_share=args.dense_share,
+                                      seed=args.seed)
+        except (TypeError, ValueError) as e:
+            p.error(f"--compressor: {e}")
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         run(train, args)  # torchrun, Slurm or mpirun set the rendezvous
         return

@@ -158,6 +158,12 @@ def main() -> None:
         p.error("--steps must be at least 1")
     if args.resume and not args.checkpoint_dir:
         p.error("--resume needs --checkpoint-dir")
+    try:  # gradcomp: bad settings are refused here, in one line, before any rank starts
+        gc.DiLoCo.check(args.outer, sync_every=args.sync_every, compressor=args.compressor,
+                        reducer=args.reducer, fragments=args.fragments, delay=args.delay,
+                        seed=args.seed)
+    except (TypeError, ValueError) as e:
+        p.error(str(e))
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         run(train, args)  # torchrun, Slurm or mpirun set the rendezvous
         return

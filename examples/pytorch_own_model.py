@@ -101,6 +101,10 @@ def main() -> None:
     args = p.parse_args()
     if args.test_images < 0:
         p.error("--test-images must be 0 (all) or more")
+    try:  # gradcomp: a bad spec is refused here, in one line, before any rank starts
+        gc.CompressionState.check(args.compressor, seed=args.seed)
+    except (TypeError, ValueError) as e:
+        p.error(f"--compressor: {e}")
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         run(train, args)  # torchrun, Slurm or mpirun set the rendezvous
         return

@@ -63,6 +63,22 @@ def _whole(name: str, value: Any) -> int:
     return value.__index__()
 
 
+def _options(outer_optimizer: Union[str, torch.optim.Optimizer], sync_every: int,
+             fragments: int, delay: int, mix: float, seed: int, min_elements: int,
+             dense_share: float) -> "_C.OuterLoopOptions":
+    """The C++ outer loop's options from DiLoCo's arguments (TypeError for a wrong type)."""
+    options = _C.OuterLoopOptions()
+    options.sync_every = _whole("sync_every", sync_every)
+    options.outer = _outer_spec(outer_optimizer)
+    options.fragments = _whole("fragments", fragments)
+    options.delay = _whole("delay", delay)
+    options.mix = float(mix)
+    options.seed = _whole("seed", seed)
+    options.min_elements = _whole("min_elements", min_elements)
+    options.dense_share = float(dense_share)
+    return options
+
+
 class DiLoCo:
     """The outer loop around ``model``'s parameters (see the module's documentation).
 
@@ -127,15 +143,8 @@ class DiLoCo:
                  process_group: Optional[dist.ProcessGroup] = None, seed: int = 0,
                  timeout: datetime.timedelta = datetime.timedelta(minutes=30),
                  min_elements: int = 1024, dense_share: float = 0.0) -> None:
-        options = _C.OuterLoopOptions()
-        options.sync_every = _whole("sync_every", sync_every)
-        options.outer = _outer_spec(outer_optimizer)
-        options.fragments = _whole("fragments", fragments)
-        options.delay = _whole("delay", delay)
-        options.mix = float(mix)
-        options.seed = _whole("seed", seed)
-        options.min_elements = _whole("min_elements", min_elements)
-        options.dense_share = float(dense_share)
+        options = _options(outer_optimizer, sync_every, fragments, delay, mix, seed,
+                           min_elements, dense_share)
         _C.check_outer_loop(compressor, reducer, options)  # before any collective
         # The parameters themselves, not detached copies: the outer loop refuses one whose
         # memory a later model.to(), .half() or .data assignment swapped.
@@ -160,6 +169,18 @@ class DiLoCo:
                                 "pass no inner_optimizer and call diloco.step() after each "
                                 "optimizer step")
             self._hook = inner_optimizer.register_step_post_hook(lambda *_: self.step())
+
+    @staticmethod
+    def check(outer_optimizer: Union[str, torch.optim.Optimizer] = "nesterov:lr=0.7,momentum=0.9",
+              *, sync_every: int, compressor: str = _C.DEFAULT_OUTER_COMPRESSOR,
+              reducer: str = "auto", fragments: int = 1, delay: int = 0, mix: float = 0.0,
+              seed: int = 0, min_elements: int = 1024, dense_share: float = 0.0) -> None:
+        """Raises the TypeError or ValueError that constructing a DiLoCo with these settings
+        would, without a model, a process group or any collective: a launcher's check before
+        it starts the ranks (as the examples refuse a bad flag in one line). The constructor
+        checks again, and that every rank was given the same settings."""
+        _C.check_outer_loop(compressor, reducer, _options(
+            outer_optimizer, sync_every, fragments, delay, mix, seed, min_elements, dense_share))
 
     def step(self) -> bool:
         """After an inner optimizer step: runs the rounds due. True when the parameters

@@ -119,12 +119,8 @@ class CompressionState:
         timeout: datetime.timedelta = datetime.timedelta(minutes=30),
         grad_scaler: Optional[Any] = None,
     ) -> None:
-        settings = dict(
-            compressor=compressor, reducer=reducer, dense_share=dense_share,
-            min_elements=min_elements, dense_steps=dense_steps, seed=seed,
-            steps_per_epoch=steps_per_epoch, total_steps=total_steps,
-            loss_scaling=_loss_scaling(grad_scaler),
-        )
+        settings = _settings(compressor, reducer, dense_share, min_elements, dense_steps, seed,
+                             steps_per_epoch, total_steps, grad_scaler)
         # A bad setting is raised only once the ranks have agreed on their settings: a
         # rank that raised at once would leave the others waiting for it in a collective.
         invalid = _invalid_settings(settings)
@@ -209,6 +205,21 @@ class CompressionState:
             steps=0, bytes_sent=0, bytes_received=0, encode_seconds=0.0, comm_seconds=0.0,
             decode_seconds=0.0, dense_fallbacks=0, non_finite_skips=0,
         )
+
+    @staticmethod
+    def check(compressor: str, *, reducer: str = "auto", dense_share: float = 0.01,
+              min_elements: int = 1024, dense_steps: int = 0, seed: int = 0,
+              steps_per_epoch: int = 0, total_steps: Optional[int] = None,
+              grad_scaler: Optional[Any] = None) -> None:
+        """Raises the TypeError or ValueError that constructing a CompressionState with these
+        settings would, without a process group or any collective: a launcher's check before
+        it starts the ranks (as the examples refuse a bad flag in one line). The constructor
+        checks again, and that every rank was given the same settings."""
+        invalid = _invalid_settings(_settings(compressor, reducer, dense_share, min_elements,
+                                              dense_steps, seed, steps_per_epoch, total_steps,
+                                              grad_scaler))
+        if invalid is not None:
+            raise invalid
 
     # ---- what the hook does -------------------------------------------------------------
 
@@ -731,14 +742,23 @@ def _loss_scaling(grad_scaler: Any) -> str:
 
 
 
+def _settings(compressor, reducer, dense_share, min_elements, dense_steps, seed,
+              steps_per_epoch, total_steps, grad_scaler) -> Dict[str, Any]:
+    """CompressionState's arguments as the settings every rank must be given alike."""
+    return dict(compressor=compressor, reducer=reducer, dense_share=dense_share,
+                min_elements=min_elements, dense_steps=dense_steps, seed=seed,
+                steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+                loss_scaling=_loss_scaling(grad_scaler))
+
+
 def _settings_fields(settings: Dict[str, Any]) -> List[Tuple[str, str]]:
     """The settings every rank's CompressionState must be given alike, as (name, value)."""
     return [(name, _as_text(settings[name], kind)) for name, kind in _SETTINGS]
 
 
 def _invalid_settings(s: Dict[str, Any]) -> Optional[Exception]:
-    """The error a bad setting raises, returned (not raised); None when all are valid.
-    The exchanger validates the reducer."""
+    """The error a bad setting raises, returned (not raised); None when all are valid:
+    the compressor checked as the exchanger checks it, with the reducer."""
     try:
         for name in ("compressor", "reducer"):
             if not isinstance(s[name], str):
@@ -753,7 +773,7 @@ def _invalid_settings(s: Dict[str, Any]) -> Optional[Exception]:
                             f"{s['loss_scaling']}")
         if isinstance(s["dense_share"], bool) or not isinstance(s["dense_share"], (int, float)):
             raise TypeError(f"dense_share must be a number, got {s['dense_share']!r}")
-        _C.validate_spec(s["compressor"])
+        _C.validate_spec(s["compressor"], s["reducer"])
         if not 0.0 <= s["dense_share"] <= 1.0:
             raise ValueError(f"dense_share must be in [0, 1], got {s['dense_share']}")
         if min(s["min_elements"], s["dense_steps"], s["steps_per_epoch"], s["seed"]) < 0:

@@ -452,8 +452,13 @@ void bind_exchanger(py::module_& m) {
       py::arg("spec"), py::arg("grads"), py::arg("step"),
       "A warning when the spec's fixed 2-bit threshold is far above these gradients' scale.");
   m.def(
-      "validate_spec", [](const std::string& spec) { (void)Method::parse(spec); }, py::arg("spec"),
-      "Raises ValueError with the registry's message for a bad compressor spec.");
+      "validate_spec",
+      [](const std::string& spec, const std::string& reducer) {
+        (void)Method::parse(spec, {.reducer = dist::parse_reducer_kind(reducer)});
+      },
+      py::arg("spec"), py::arg("reducer") = "auto",
+      "Raises ValueError for a bad compressor spec, or one the reducer cannot run (the "
+      "exchanger's own check).");
 }
 
 }  // namespace gradcomp::python

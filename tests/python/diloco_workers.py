@@ -94,16 +94,18 @@ def ranks_that_differ(rank, world):
     return raised(lambda: gc.DiLoCo(model, None, sync_every=4 if rank == 0 else 8))
 
 
+def bad_setting_kwargs(model):
+    """DiLoCo settings that cannot run, one of each kind of refusal."""
+    return ({"sync_every": 0}, {"sync_every": 4, "fragments": 3},
+            {"sync_every": 4, "compressor": "bogus"},
+            {"sync_every": 4, "outer_optimizer": "sparseloco", "compressor": "fp16"},
+            {"sync_every": 4, "compressor": "dgc", "reducer": "scatter"},
+            {"sync_every": 4, "outer_optimizer": torch.optim.Adam(model.parameters())})
+
+
 def bad_settings(rank, world):
     model = small_model(seed=0)
-    out = []
-    for kwargs in ({"sync_every": 0}, {"sync_every": 4, "fragments": 3},
-                   {"sync_every": 4, "compressor": "bogus"},
-                   {"sync_every": 4, "outer_optimizer": "sparseloco", "compressor": "fp16"},
-                   {"sync_every": 4, "compressor": "dgc", "reducer": "scatter"},
-                   {"sync_every": 4, "outer_optimizer": torch.optim.Adam(model.parameters())}):
-        out.append(raised(lambda: gc.DiLoCo(model, **kwargs)))
-    return out
+    return [raised(lambda: gc.DiLoCo(model, **kwargs)) for kwargs in bad_setting_kwargs(model)]
 
 
 def a_peer_that_leaves(rank, world):

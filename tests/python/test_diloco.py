@@ -1,11 +1,13 @@
 """gradcomp.torch.DiLoCo (the outer loop) on real processes over Gloo (127.0.0.1)."""
+import inspect
+
 import pytest
 import torch
 
 import ddp_support
 import diloco_workers
 import gradcomp.torch as gc
-from workers import small_model
+from workers import raised, small_model
 
 
 @pytest.mark.parametrize("outer_is_torch", [False, True])
@@ -45,6 +47,26 @@ def test_bad_settings_are_refused_before_any_collective():
     assert "unknown codec 'bogus'" in results[2][1]
     assert "keeps none" in results[3][1]
     assert "scatter runs a codec under ef, efm, noef or bare" in results[4][1]
+
+
+def test_check_refuses_what_the_constructor_refuses_without_a_process_group():
+    (constructed,) = ddp_support.run(diloco_workers.bad_settings, 1)
+    model = small_model(seed=0)
+    checked = [raised(lambda: gc.DiLoCo.check(**kwargs))
+               for kwargs in diloco_workers.bad_setting_kwargs(model)]
+    assert checked == constructed
+    gc.DiLoCo.check(sync_every=30)  # the defaults run
+    gc.DiLoCo.check("sparseloco:lr=1,decay=0.95", sync_every=20, fragments=2, delay=3,
+                    compressor="ef(chunktopk:values=2bit)")
+    gc.DiLoCo.check(torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True),
+                    sync_every=8, compressor="int", reducer="scatter")
+
+
+def test_check_takes_the_constructors_settings_with_their_defaults():
+    settings = dict(inspect.signature(gc.DiLoCo.__init__).parameters)
+    for not_a_setting in ("self", "model", "inner_optimizer", "process_group", "timeout"):
+        del settings[not_a_setting]
+    assert dict(inspect.signature(gc.DiLoCo.check).parameters) == settings
 
 
 def test_a_parameter_replaced_after_construction_is_refused():

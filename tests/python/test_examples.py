@@ -78,6 +78,21 @@ def test_the_diloco_example_resumed_ends_as_one_run_does(tmp_path):
     assert row(second, "test accuracy") == row(whole, "test accuracy")
 
 
+@pytest.mark.parametrize("script, args, line", [
+    ("pytorch_ddp.py", ["--compressor", "topkk"], "error: --compressor: unknown codec 'topkk'"),
+    ("pytorch_own_model.py", ["--compressor", "dgc:density=2"],
+     "error: --compressor: dgc: density"),
+    ("pytorch_diloco.py", ["--sync-every", "20", "--fragments", "3"],
+     "error: outer loop: fragments (3) must be at least 1 and divide sync_every (20)"),
+    ("pytorch_diloco.py", ["--compressor", "dgc", "--reducer", "scatter"],
+     "error: reducer: scatter runs a codec under ef, efm, noef or bare"),
+])
+def test_the_examples_refuse_bad_settings_in_one_line_before_starting_ranks(script, args, line):
+    out, status = example(script, *args)
+    assert status == 2, out
+    assert "Traceback" not in out and line in out.strip().splitlines()[-1], out
+
+
 def test_the_diloco_example_refuses_a_resume_without_a_checkpoint(tmp_path):
     out, status = example("pytorch_diloco.py", "--checkpoint-dir", "none-here", "--resume",
                           cwd=tmp_path)

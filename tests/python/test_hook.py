@@ -1,4 +1,5 @@
 """gradcomp.torch's DDP hook on real processes over Gloo (127.0.0.1)."""
+import inspect
 import re
 
 import pytest
@@ -128,6 +129,46 @@ def test_settings_of_the_wrong_type_raise_type_error(kwargs, message):
     with pytest.raises(TypeError) as raised:
         gc.CompressionState(**kwargs)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(compressor=5), dict(compressor="fp16", reducer=None),
+    dict(compressor="fp16", steps_per_epoch="x"), dict(compressor="fp16", min_elements=1.5),
+    dict(compressor="fp16", dense_share="0.1"), dict(compressor="topkk"),
+    dict(compressor="powersgd:rank=0"), dict(compressor="fp16", dense_share=1.5),
+    dict(compressor="fp16", seed=-1), dict(compressor="fp16", total_steps=-2),
+    dict(compressor="fp16", reducer="ring"), dict(compressor="dgc", reducer="scatter"),
+    dict(compressor="fp16", grad_scaler="yes"),
+])
+def test_check_refuses_what_the_constructor_refuses_without_a_process_group(kwargs):
+    # Uninitialized torch.distributed: the constructor raises the bad setting before it
+    # would need a group.
+    with pytest.raises((TypeError, ValueError)) as constructed:
+        gc.CompressionState(**kwargs)
+    with pytest.raises(type(constructed.value)) as checked:
+        gc.CompressionState.check(**kwargs)
+    assert str(checked.value) == str(constructed.value)
+
+
+def test_check_refuses_what_the_constructor_refuses_over_a_group():
+    # Over a group the ranks agree first and the exchanger checks the spec with the reducer.
+    settings = [dict(compressor="topkk"), dict(compressor="dgc", reducer="scatter"),
+                dict(compressor="fp16", reducer="ring")]
+    (constructed,) = ddp_support.run(workers.constructed_in_a_group, 1, settings)
+    assert all(constructed), constructed
+    assert [workers.raised(lambda: gc.CompressionState.check(**kwargs))
+            for kwargs in settings] == constructed
+
+
+def test_check_passes_settings_that_run_and_takes_the_constructors_defaults():
+    gc.CompressionState.check("efm(topk:ratio=0.01)", dense_share=0.0, steps_per_epoch=100)
+    gc.CompressionState.check("int", reducer="scatter", total_steps=None)
+    if hasattr(torch.amp, "GradScaler"):  # torch >= 2.3
+        gc.CompressionState.check("powersgd:rank=2", grad_scaler=torch.amp.GradScaler("cpu"))
+    settings = dict(inspect.signature(gc.CompressionState.__init__).parameters)
+    for not_a_setting in ("self", "process_group", "timeout"):
+        del settings[not_a_setting]
+    assert dict(inspect.signature(gc.CompressionState.check).parameters) == settings
 
 
 def test_sgd_without_a_compression_state_is_a_type_error():

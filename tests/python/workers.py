@@ -400,6 +400,11 @@ def _train(model, rank, settings, steps):
                steps)
 
 
+def constructed_in_a_group(rank, world, settings):
+    """What each CompressionState(**kwargs) raises over the job's own group, as raised()."""
+    return [raised(lambda: gc.CompressionState(**kwargs)) for kwargs in settings]
+
+
 def mismatched_setting(rank, world, setting, values):
     """Two steps under a CompressionState whose `setting` is values[rank]: what the rank
     raised, (type name, message)."""
