@@ -11,6 +11,8 @@ An ordinary DistributedDataParallel script; the gradcomp lines are marked "gradc
     PYTHONPATH=build/python .venv-torch2/bin/torchrun --nproc_per_node 4 examples/pytorch_ddp.py --compressor powersgd:rank=2
     # a short run: 60 steps of one epoch
     PYTHONPATH=build/python .venv-torch2/bin/python examples/pytorch_ddp.py --epochs 1 --steps-per-epoch 60
+    # on GPUs: the hook compresses the CUDA buckets on the device
+    PYTHONPATH=build/python .venv-torch2/bin/torchrun --nproc_per_node 8 examples/pytorch_ddp.py --device cuda
     # fp16 autocast with loss scaling (torch 2.3 or later: torch.amp.GradScaler for the CPU)
     PYTHONPATH=build/python .venv-torch2/bin/python examples/pytorch_ddp.py --amp fp16
 
@@ -83,17 +85,20 @@ def train(args) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)  # the same initial weights on every rank
+    device = device_of(args)
     x_train, y_train = load("train", args.data_dir)
     x_test, y_test = load("t10k", args.data_dir)
+    x_train, y_train = x_train.to(device), y_train.to(device)
     steps_per_epoch = math.ceil(len(x_train) // world / args.batch_size)
     if args.steps_per_epoch:  # a shorter run: the first batches of each epoch's shard
         steps_per_epoch = min(steps_per_epoch, args.steps_per_epoch)
     total_steps = steps_per_epoch * args.epochs
 
-    model = DDP(mlp(), bucket_cap_mb=args.bucket_cap_mb)
+    model = DDP(mlp().to(device), device_ids=[device.index] if device.type == "cuda" else None,
+                bucket_cap_mb=args.bucket_cap_mb)
     amp = args.amp == "fp16"
     # Loss scaling for fp16 autocast; None without it (torch 1.13 has no CPU scaler).
-    scaler = torch.amp.GradScaler("cpu", init_scale=args.init_scale) if amp else None
+    scaler = torch.amp.GradScaler(device.type, init_scale=args.init_scale) if amp else None
     state = None
     if args.compressor != "ddp":
         state = gc.CompressionState(  # gradcomp
@@ -107,7 +112,8 @@ def train(args) -> None:
         opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * min(s, total_steps) / total_steps)))
 
     if rank == 0:
-        print(f"pytorch_ddp: {world} workers, mlp 784-1536-1536-10, fashion-mnist, "
+        print(f"pytorch_ddp: {world} workers on {device.type} ({backend(args)}), "
+              "mlp 784-1536-1536-10, fashion-mnist, "
               f"{args.epochs} epochs x {steps_per_epoch} steps, batch {args.batch_size}/worker, "
               f"lr {args.lr} cosine, momentum {args.momentum}"
               + (", fp16 autocast with loss scaling" if amp else ""))
@@ -127,7 +133,7 @@ def train(args) -> None:
             idx = shard[s * args.batch_size:(s + 1) * args.batch_size]
             t0 = time.monotonic()
             opt.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=torch.float16, enabled=amp):
+            with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
                 loss = nn.functional.cross_entropy(model(x_train[idx]), y_train[idx])
             if not torch.isfinite(loss):
                 raise SystemExit(f"rank {rank}: step {epoch * steps_per_epoch + s}: "
@@ -160,7 +166,8 @@ def train(args) -> None:
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     model.eval()
-    correct = sum((model(x[i:i + 1000]).argmax(1) == y[i:i + 1000]).sum().item()
+    device = next(model.parameters()).device
+    correct = sum((model(x[i:i + 1000].to(device)).argmax(1).cpu() == y[i:i + 1000]).sum().item()
                   for i in range(0, len(x), 1000))
     return correct / len(x)
 
@@ -193,9 +200,30 @@ def worker(rank: int, world: int, port: int, train_fn, args) -> None:
     run(train_fn, args)
 
 
+def backend(args) -> str:
+    """The job's own collectives: NCCL for CUDA tensors where every rank has a GPU of its own
+    (gradcomp exchanges over a Gloo group of its own beside it), Gloo otherwise (ranks
+    sharing a GPU: NCCL refuses two ranks on one device)."""
+    if getattr(args, "device", "cpu") == "cuda" and torch.cuda.is_available() \
+            and int(os.environ["WORLD_SIZE"]) <= torch.cuda.device_count():
+        return "cpu:gloo,cuda:nccl"
+    return "gloo"
+
+
+def device_of(args) -> torch.device:
+    """This rank's device: the CPU, or GPU LOCAL_RANK (modulo the GPUs: ranks may share)."""
+    if getattr(args, "device", "cpu") == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit("--device cuda, but this torch sees no GPU")
+    local_rank = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 def run(train_fn, args) -> None:
     """Joins the run the environment describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT), trains."""
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    dist.init_process_group(backend(args), timeout=datetime.timedelta(seconds=args.timeout))
     try:
         train_fn(args)
     finally:
@@ -226,6 +254,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
     p.add_argument("--workers", type=int, default=4, help="local processes when not under torchrun")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: each rank on GPU LOCAL_RANK, DDP's collectives on NCCL where "
+                        "every rank has a GPU of its own")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
     p.add_argument("--timeout", type=float, default=300.0, help="collective timeout, seconds")
     p.add_argument("--data-dir", default=DATA_DIR)
@@ -236,6 +267,8 @@ def main() -> None:
     args = p.parse_args()
     if args.steps_per_epoch < 0:
         p.error("--steps-per-epoch must be 0 (the whole shard) or more")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: this torch sees no GPU")
     if args.compressor != "ddp":
         try:  # gradcomp: a bad spec is refused here, in one line, before any rank starts
             gc.CompressionState.check(args.compressor, dense_share=args.dense_share,

@@ -35,17 +35,8 @@ import torch.nn as nn
 import gradcomp.torch as gc  # gradcomp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_ddp import DATA_DIR, evaluate, human_bytes, launch_local, load, mlp, run  # noqa: E402
-
-
-def device_of(args) -> torch.device:
-    if args.device == "cpu":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise SystemExit("pytorch_diloco: --device cuda, but this torch sees no GPU")
-    local_rank = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
-    torch.cuda.set_device(local_rank % torch.cuda.device_count())
-    return torch.device("cuda", torch.cuda.current_device())
+from pytorch_ddp import (DATA_DIR, device_of, evaluate, human_bytes, launch_local,  # noqa: E402
+                         load, mlp, run)
 
 
 def batch_indices(rank: int, world: int, shard_size: int, step: int, batch: int,
@@ -158,6 +149,8 @@ def main() -> None:
         p.error("--steps must be at least 1")
     if args.resume and not args.checkpoint_dir:
         p.error("--resume needs --checkpoint-dir")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: this torch sees no GPU")
     try:  # gradcomp: bad settings are refused here, in one line, before any rank starts
         gc.DiLoCo.check(args.outer, sync_every=args.sync_every, compressor=args.compressor,
                         reducer=args.reducer, fragments=args.fragments, delay=args.delay,

@@ -102,6 +102,17 @@ def test_the_diloco_example_refuses_a_resume_without_a_checkpoint(tmp_path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_the_ddp_example_trains_on_cuda_in_a_world_of_one_over_nccl():
+    # DDP's own collectives on NCCL, gradcomp's exchange on a Gloo group beside it; the
+    # hook compresses the CUDA buckets on the device.
+    out, status = example("pytorch_ddp.py", "--device", "cuda", "--workers", "1", "--epochs",
+                          "1", "--steps-per-epoch", "60", "--compressor", "efm(topk:ratio=0.01)")
+    assert status == 0, out
+    assert "1 workers on cuda" in out and "nccl" in out, out
+    assert float(row(out, "test accuracy")) > 0.6, out
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_the_diloco_example_trains_on_cuda():
     out, status = example("pytorch_diloco.py", "--device", "cuda", "--steps", "60",
                           "--compressor", "ef(topk:ratio=0.05)")
