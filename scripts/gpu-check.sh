@@ -92,7 +92,7 @@ if wanted tests; then
     test_examples.py::test_the_ddp_example_trains_on_cuda_in_a_world_of_one_over_nccl
     test_examples.py::test_the_diloco_example_trains_on_cuda"
   # shellcheck disable=SC2086  # GPU_CHECK_TESTS is a list of pytest arguments
-  (cd tests/python && timeout 180 "$py" -m pytest -q -p no:cacheprovider -rs ${GPU_CHECK_K:+-k "$GPU_CHECK_K"} \
+  (cd tests/python && timeout 240 "$py" -m pytest -q -p no:cacheprovider -rs ${GPU_CHECK_K:+-k "$GPU_CHECK_K"} \
      ${GPU_CHECK_TESTS:-$cuda_tests} 2>&1 | tee "$out/tests-cuda.log" | tail -25) \
     || fail "device and CUDA tests"
   grep -q -E "[0-9]+ passed" "$out/tests-cuda.log" && ! grep -q -E "[0-9]+ (failed|error)" "$out/tests-cuda.log" \
