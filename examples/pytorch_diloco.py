@@ -39,6 +39,11 @@ from pytorch_ddp import (DATA_DIR, device_of, evaluate, human_bytes, launch_loca
                          load, mlp, run)
 
 
+# The flags a resumed run must share with the run that saved its checkpoint.
+RESUMED_FLAGS = ("sync_every", "outer", "compressor", "reducer", "fragments", "delay", "lr",
+                 "weight_decay", "batch_size", "seed")
+
+
 def batch_indices(rank: int, world: int, shard_size: int, step: int, batch: int,
                   seed: int) -> torch.Tensor:
     """Inner step `step`'s batch of this rank's shard: a pass over the shard in an order
@@ -97,7 +102,8 @@ def train(args) -> None:
     if path is not None:  # what a later --resume continues from, taken before synchronize
         os.makedirs(args.checkpoint_dir, exist_ok=True)
         torch.save({"model": model.state_dict(), "inner": inner.state_dict(),
-                    "diloco": diloco.state_dict(), "step": start + args.steps}, path + ".tmp")
+                    "diloco": diloco.state_dict(), "step": start + args.steps, "world": world,
+                    "flags": {f: getattr(args, f) for f in RESUMED_FLAGS}}, path + ".tmp")
         os.replace(path + ".tmp", path)
     diloco.synchronize()  # gradcomp: every rank now holds the same model
     stats = diloco.stats()
@@ -157,15 +163,35 @@ def main() -> None:
                         seed=args.seed)
     except (TypeError, ValueError) as e:
         p.error(str(e))
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if args.resume and (not launched or os.environ["RANK"] == "0"):
+        check_resume(p, args, int(os.environ["WORLD_SIZE"]) if launched else args.workers)
+    if launched:
         run(train, args)  # torchrun, Slurm or mpirun set the rendezvous
         return
-    if args.resume:
-        missing = [r for r in range(args.workers)
-                   if not os.path.isfile(os.path.join(args.checkpoint_dir, f"rank{r}.pt"))]
-        if missing:
-            p.error(f"--resume: {args.checkpoint_dir} holds no checkpoint of rank {missing[0]}")
     launch_local(train, args, args.workers)
+
+
+def check_resume(p: argparse.ArgumentParser, args, world: int) -> None:
+    """Refuses, in one line, a checkpoint folder this run cannot continue from."""
+    missing = [r for r in range(world)
+               if not os.path.isfile(os.path.join(args.checkpoint_dir, f"rank{r}.pt"))]
+    if missing:
+        p.error(f"--resume: {args.checkpoint_dir} holds no checkpoint of rank {missing[0]}")
+    path = os.path.join(args.checkpoint_dir, "rank0.pt")
+    try:
+        saved = torch.load(path, map_location="cpu")
+        saved_world, flags = saved["world"], saved["flags"]
+    except Exception as e:  # noqa: BLE001 (any unreadable file is refused the same way)
+        p.error(f"--resume: {path} is not a checkpoint of this example ({type(e).__name__})")
+    if saved_world != world:
+        p.error(f"--resume: {args.checkpoint_dir} was saved by {saved_world} workers; "
+                f"this run has {world}")
+    for flag in RESUMED_FLAGS:
+        if flags.get(flag) != getattr(args, flag):
+            p.error(f"--resume: {args.checkpoint_dir} was saved with "
+                    f"--{flag.replace('_', '-')} {flags.get(flag)}; this run has "
+                    f"{getattr(args, flag)}")
 
 
 if __name__ == "__main__":

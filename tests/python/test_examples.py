@@ -76,6 +76,12 @@ def test_the_diloco_example_resumed_ends_as_one_run_does(tmp_path):
     assert "steps 30..50" in second, second
     assert row(second, "test loss") == row(whole, "test loss")
     assert row(second, "test accuracy") == row(whole, "test accuracy")
+    # The same folder, continued with another H: refused before any rank starts.
+    out, status = example("pytorch_diloco.py", "--steps", "20", "--checkpoint-dir", "ck",
+                          "--resume", *common[2:], "--sync-every", "10", cwd=tmp_path)
+    assert status == 2, out
+    assert out.strip().splitlines()[-1].endswith(
+        "error: --resume: ck was saved with --sync-every 20; this run has 10"), out
 
 
 @pytest.mark.parametrize("script, args, line", [
@@ -99,6 +105,14 @@ def test_the_diloco_example_refuses_a_resume_without_a_checkpoint(tmp_path):
     assert status == 2, out
     assert out.strip().splitlines()[-1].endswith(
         "error: --resume: none-here holds no checkpoint of rank 0"), out
+    (tmp_path / "garbage").mkdir()
+    for rank in (0, 1):
+        (tmp_path / "garbage" / f"rank{rank}.pt").write_bytes(b"not a checkpoint")
+    out, status = example("pytorch_diloco.py", "--checkpoint-dir", "garbage", "--resume",
+                          cwd=tmp_path)
+    assert status == 2, out
+    assert "error: --resume: garbage/rank0.pt is not a checkpoint of this example (" \
+        in out.strip().splitlines()[-1], out
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
