@@ -52,10 +52,11 @@ def test_the_ddp_example_trains_under_torchrun():
 
 
 def test_the_own_model_example_trains_under_torchrun(tmp_path):
-    out, status = example("pytorch_own_model.py", "--steps", "15", "--test-images", "2000",
+    # 30 steps: 0.60-0.73 over seeds 1, 3 and 5 (15 steps reached 0.42 with seed 3).
+    out, status = example("pytorch_own_model.py", "--steps", "30", "--test-images", "2000",
                           torchrun=True, cwd=tmp_path)
     assert status == 0, out
-    assert "powersgd:rank=2" in out and "steps 0..15" in out, out
+    assert "powersgd:rank=2" in out and "steps 0..30" in out, out
     assert float(re.search(r"test accuracy (\S+),", out).group(1)) > 0.4, out  # 10% is chance
     assert os.path.isfile(tmp_path / "ck" / "rank1.pt")
 
