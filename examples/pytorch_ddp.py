@@ -230,6 +230,19 @@ def run(train_fn, args) -> None:
         dist.destroy_process_group()
 
 
+def launched() -> bool:
+    """Whether a launcher (torchrun, Slurm, mpirun) set this rank's rendezvous."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def start(train_fn, args) -> None:
+    """Trains as this launched rank, or starts args.workers local ranks that do."""
+    if launched():
+        run(train_fn, args)
+    else:
+        launch_local(train_fn, args, args.workers)
+
+
 def launch_local(train_fn, args, workers: int) -> None:
     """Starts `workers` local processes on 127.0.0.1, each running run(train_fn, args)."""
     import socket
@@ -275,10 +288,7 @@ def main() -> None:
                                       seed=args.seed)
         except (TypeError, ValueError) as e:
             p.error(f"--compressor: {e}")
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        run(train, args)  # torchrun, Slurm or mpirun set the rendezvous
-        return
-    launch_local(train, args, args.workers)
+    start(train, args)
 
 
 if __name__ == "__main__":

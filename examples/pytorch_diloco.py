@@ -35,8 +35,8 @@ import torch.nn as nn
 import gradcomp.torch as gc  # gradcomp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_ddp import (DATA_DIR, device_of, evaluate, human_bytes, launch_local,  # noqa: E402
-                         load, mlp, run)
+from pytorch_ddp import (DATA_DIR, device_of, evaluate, human_bytes, launched,  # noqa: E402
+                         load, mlp, start)
 
 
 # The flags a resumed run must share with the run that saved its checkpoint.
@@ -163,13 +163,9 @@ def main() -> None:
                         seed=args.seed)
     except (TypeError, ValueError) as e:
         p.error(str(e))
-    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if args.resume and (not launched or os.environ["RANK"] == "0"):
-        check_resume(p, args, int(os.environ["WORLD_SIZE"]) if launched else args.workers)
-    if launched:
-        run(train, args)  # torchrun, Slurm or mpirun set the rendezvous
-        return
-    launch_local(train, args, args.workers)
+    if args.resume and (not launched() or os.environ["RANK"] == "0"):
+        check_resume(p, args, int(os.environ["WORLD_SIZE"]) if launched() else args.workers)
+    start(train, args)
 
 
 def check_resume(p: argparse.ArgumentParser, args, world: int) -> None:

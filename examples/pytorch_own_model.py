@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import gradcomp.torch as gc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_ddp import DATA_DIR, evaluate, launch_local, load, run  # noqa: E402
+from pytorch_ddp import DATA_DIR, evaluate, load, start  # noqa: E402
 
 
 class SmallCnn(nn.Module):
@@ -105,10 +105,7 @@ def main() -> None:
         gc.CompressionState.check(args.compressor, seed=args.seed)
     except (TypeError, ValueError) as e:
         p.error(f"--compressor: {e}")
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        run(train, args)  # torchrun, Slurm or mpirun set the rendezvous
-        return
-    launch_local(train, args, args.workers)
+    start(train, args)
 
 
 if __name__ == "__main__":
